@@ -1,0 +1,55 @@
+/* util.h: small helpers shared by the daemon, profctl and the client library. */
+#pragma once
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define NS_PER_SEC 1000000000ull
+#define NS_PER_MS 1000000ull
+#define NS_PER_US 1000ull
+
+/* CLOCK_MONOTONIC and CLOCK_REALTIME in nanoseconds. Sample timestamps are monotonic. */
+uint64_t now_ns(void);
+uint64_t realtime_ns(void);
+
+/* Allocation that aborts on out-of-memory: for the daemon and CLI only, never the client
+ * library (which must report ENOMEM to the application). */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parse a whole string as a number. Return 0 or -EINVAL / -ERANGE. */
+int parse_u64(const char *s, uint64_t *out);
+int parse_int(const char *s, int *out);
+/* "5", "5s", "250ms", "2m", "1.5s" -> nanoseconds. A bare number is seconds. */
+int parse_duration_ns(const char *s, uint64_t *out);
+
+/* Socket path: the explicit one, else $PROFD_SOCKET, else /run/profd/profd.sock as root,
+ * else $XDG_RUNTIME_DIR/profd.sock, else /tmp/profd-UID.sock. Returns a malloc'd string,
+ * NULL on out-of-memory. */
+char *profd_socket_path(const char *explicit_path);
+
+/* Growable byte buffer. Functions return 0 or -ENOMEM. */
+struct strbuf {
+    char *buf;
+    size_t len;
+    size_t cap;
+};
+int strbuf_reserve(struct strbuf *sb, size_t extra);
+int strbuf_append(struct strbuf *sb, const void *data, size_t n);
+int strbuf_puts(struct strbuf *sb, const char *s);
+int strbuf_printf(struct strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int strbuf_vprintf(struct strbuf *sb, const char *fmt, va_list ap);
+/* Hand the buffer (NUL-terminated) to the caller and reset sb. */
+char *strbuf_steal(struct strbuf *sb);
+void strbuf_finish(struct strbuf *sb);
+
+/* Read a small file (such as one under /proc) whole. Returns bytes read or -errno;
+ * buf is NUL-terminated. */
+ssize_t read_file(const char *path, char *buf, size_t size);

@@ -1,0 +1,34 @@
+/* maps.h: a process's memory map (/proc/PID/maps) with the modules behind file mappings. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct module;
+
+#define MAP_PROT_R 1u
+#define MAP_PROT_W 2u
+#define MAP_PROT_X 4u
+
+struct map_entry {
+    uint64_t start, end; /* [start, end) */
+    uint64_t pgoff;      /* file offset of start */
+    uint32_t prot;       /* MAP_PROT_* */
+    char *path;          /* as printed in maps ("[stack]", "/usr/lib/...", NULL if anonymous) */
+    struct module *mod;  /* ELF file behind it (reference), NULL if anonymous or unreadable */
+};
+
+struct maps {
+    struct map_entry *v; /* sorted by start, non-overlapping */
+    size_t n;
+};
+
+/* Read /proc/PID/maps. With open_modules, also open (module_get) the ELF file behind each
+ * file-backed mapping. Returns 0 or -errno (-ESRCH if the process is gone). */
+int maps_read(int pid, bool open_modules, struct maps *out);
+/* Parse maps text (tests; no modules opened). Returns 0 or -EINVAL. */
+int maps_parse(const char *text, struct maps *out);
+void maps_finish(struct maps *m);
+/* Entry containing addr, or NULL. Binary search. */
+const struct map_entry *maps_find(const struct maps *m, uint64_t addr);

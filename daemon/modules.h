@@ -1,0 +1,55 @@
+/* modules.h: ELF files mapped into targets, opened once and shared by every target.
+ *
+ * A module is the exact file a target mapped, identified by its GNU build-id (or, without
+ * one, by device/inode/size/mtime). It keeps an open descriptor so the file can still be read
+ * after the target exits or the file is deleted or replaced on disk (package upgrade).
+ * Modules are reference counted and immutable after module_get() returns, except `sym`,
+ * which only the symbolizer (one thread) touches. The registry is thread-safe. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MODULE_MAX_BUILD_ID 64
+#define MODULE_MAX_LOADS 16
+
+struct module_load {
+    uint64_t offset; /* p_offset */
+    uint64_t vaddr;  /* p_vaddr */
+    uint64_t filesz; /* p_filesz */
+    uint64_t memsz;  /* p_memsz */
+    uint32_t flags;  /* p_flags (PF_X ...) */
+};
+
+struct module {
+    int refs;           /* atomic */
+    char *path;         /* path as mapped, without " (deleted)" */
+    const char *name;   /* basename of path */
+    int fd;             /* O_RDONLY descriptor onto the mapped file */
+    bool deleted;       /* the target's maps said "(deleted)" when first seen */
+    uint8_t build_id[MODULE_MAX_BUILD_ID];
+    size_t build_id_len; /* 0 if the file has no NT_GNU_BUILD_ID note */
+    int e_type;          /* ET_EXEC or ET_DYN */
+    struct module_load loads[MODULE_MAX_LOADS];
+    int nloads;
+    void *sym; /* symbolizer-private state; see symbols.c */
+};
+
+/* Find or open the module backing mapping [start, end) of process pid, whose path in
+ * /proc/PID/maps is `path` (may end in " (deleted)"). Opens /proc/PID/map_files/START-END
+ * first (the exact mapped file, even if deleted), else /proc/PID/root/PATH, and checks the
+ * build-id of a path-opened file against the mapped one when both can be read.
+ * Returns a new reference, or NULL with errno set (ENOENT, EACCES, ENOEXEC for non-ELF). */
+struct module *module_get(int pid, uint64_t start, uint64_t end, const char *path);
+/* Open a module from a file path (tests, tools). */
+struct module *module_open_path(const char *path);
+struct module *module_ref(struct module *m);
+void module_unref(struct module *m);
+
+/* File offset -> ELF virtual address using the PT_LOAD headers. false if outside them. */
+bool module_offset_to_vaddr(const struct module *m, uint64_t off, uint64_t *vaddr);
+/* Lowercase hex of the build-id into buf (>= 2*len+1); "" if none. */
+void module_build_id_hex(const struct module *m, char *buf, size_t size);
+/* Number of live modules in the registry (for status and leak tests). */
+size_t modules_count(void);

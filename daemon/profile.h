@@ -1,0 +1,98 @@
+/* profile.h: a symbolized slice of samples, the input to every output format.
+ *
+ * Built by slice.c from a target's ring buffer and stack table; formatted by
+ * profile_collapsed.c, profile_sentry.c (and later speedscope, pprof). All strings and arrays
+ * are owned by the profile and freed by profile_free(). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "util.h"
+
+#define PROFILE_MAX_BUILD_ID 64
+
+/* One frame as shown to the user. Inlined functions are frames of their own. */
+struct profile_frame {
+    char *function;     /* demangled name; NULL if unresolved */
+    char *file;         /* source file; NULL if unknown */
+    int line;           /* 0 if unknown */
+    char *module;       /* full path of the ELF file (or NULL: anonymous memory) */
+    uint64_t addr;      /* instruction address in the target (return address for callers) */
+    uint64_t module_off; /* file offset of addr inside module (for "module+0xOFF") */
+    bool inlined;       /* inlined into its caller (the next frame towards the root) */
+    bool jit;           /* named from /tmp/perf-PID.map */
+    bool in_app;        /* the program's own code rather than a system library */
+};
+
+/* An ELF image mapped in the target (for Sentry's debug_meta). */
+struct profile_image {
+    char *code_file;    /* path */
+    uint8_t build_id[PROFILE_MAX_BUILD_ID];
+    size_t build_id_len;
+    uint64_t addr;      /* load address: start of its mapping at file offset 0 */
+    uint64_t size;      /* from addr to the end of its last mapping */
+};
+
+/* A call stack: indices into profile.frames, LEAF FIRST (as Sentry stores them). */
+struct profile_stack {
+    uint32_t *frames;
+    uint32_t n;
+};
+
+struct profile_sample {
+    uint64_t t_ns;      /* CLOCK_MONOTONIC ns */
+    int32_t tid;
+    uint32_t stack;     /* index into profile.stacks */
+};
+
+struct profile_thread {
+    int32_t tid;
+    char *name;         /* comm ("worker-1"); never NULL */
+};
+
+struct profile_txn {
+    char *id;           /* 32 hex digits (uuid without dashes); NULL when none */
+    char *name;
+    char *trace_id;     /* 32 hex digits */
+    int32_t active_tid; /* thread that ran it; 0 if unknown */
+};
+
+struct profile {
+    int32_t pid;
+    char *comm;          /* process name */
+    char *exe;           /* executable path */
+    uint64_t start_ns;   /* monotonic window [start_ns, end_ns] */
+    uint64_t end_ns;
+    int64_t realtime_offset_ns; /* realtime = monotonic + offset (for timestamps) */
+    unsigned hz;         /* sampling rate requested */
+    uint64_t period_ns;  /* 1e9 / hz */
+    struct profile_txn txn;
+    bool thread_ids;     /* collapsed: name threads "name-TID" instead of merging by name */
+
+    struct profile_frame *frames;
+    size_t nframes;
+    struct profile_stack *stacks;
+    size_t nstacks;
+    struct profile_sample *samples; /* sorted by t_ns */
+    size_t nsamples;
+    struct profile_thread *threads;
+    size_t nthreads;
+    struct profile_image *images;
+    size_t nimages;
+};
+
+void profile_free(struct profile *p);
+/* Thread name for tid, or NULL. */
+const char *profile_thread_name(const struct profile *p, int32_t tid);
+
+/* Collapsed ("folded") stacks: one line per distinct (thread, stack),
+ * "THREAD;root;...;leaf COUNT\n", as flamegraph.pl, inferno and speedscope read them
+ * (conventions in ../shared/formats.md). Appends to out. Returns 0 or -ENOMEM. */
+int profile_write_collapsed(const struct profile *p, struct strbuf *out);
+
+/* Sentry sampled profile, version "1" (formats.md). Returns a new object or NULL (ENOMEM). */
+cJSON *profile_to_sentry(const struct profile *p);
