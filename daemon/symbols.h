@@ -30,6 +30,10 @@ enum sym_source {
 
 struct symbolizer *symbolizer_create(void);
 void symbolizer_destroy(struct symbolizer *s);
+/* Where separate debug files are searched, in elfutils' debuginfo_path syntax
+ * (default ":.debug:/usr/lib/debug"); tests point it at their own directory. Call before the
+ * first lookup. */
+void symbolizer_set_debug_path(struct symbolizer *s, const char *path);
 
 /* Resolve the instruction at file offset `file_off` of module m. For a return address pass
  * the offset of the call (return address - 1). On return *frames points to n >= 1 frames,
