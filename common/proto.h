@@ -52,7 +52,7 @@ void frame_reader_finish(struct frame_reader *r);
 ssize_t frame_reader_fill(struct frame_reader *r, int fd);
 /* Feed bytes directly (tests, fuzzing). Returns 0 or -ENOMEM. */
 int frame_reader_feed(struct frame_reader *r, const void *data, size_t n);
-/* Next complete frame: 1 with *payload/*len set (valid until the next call), 0 if the frame is
+/* Next complete frame: 1 with payload and len set (valid until the next call), 0 if the frame is
  * still incomplete, -EMSGSIZE if its announced length exceeds the maximum, -EBADMSG if it is
  * empty. After an error the stream cannot be resynchronised. */
 int frame_reader_next(struct frame_reader *r, const char **payload, size_t *len);

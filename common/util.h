@@ -8,9 +8,9 @@
 #include <sys/types.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define NS_PER_SEC 1000000000ull
-#define NS_PER_MS 1000000ull
-#define NS_PER_US 1000ull
+#define NS_PER_SEC UINT64_C(1000000000)
+#define NS_PER_MS UINT64_C(1000000)
+#define NS_PER_US UINT64_C(1000)
 
 /* CLOCK_MONOTONIC and CLOCK_REALTIME in nanoseconds. Sample timestamps are monotonic. */
 uint64_t now_ns(void);

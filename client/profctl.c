@@ -1,0 +1,485 @@
+/* profctl.c: command-line client of profd: attach, detach, list, status, slice. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "proto.h"
+#include "util.h"
+
+/* Exit codes, so scripts can tell failures apart. */
+enum {
+    EXIT_FAIL = 1,
+    EXIT_USAGE = 2,
+    EXIT_NO_DAEMON = 3,
+    EXIT_NO_PROCESS = 4,
+    EXIT_DENIED = 5,
+    EXIT_NOT_ATTACHED = 6,
+};
+
+#define TIMEOUT_MS 60000
+
+static const char *socket_opt;
+static char *socket_path;
+static bool json_out;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: profctl [--socket PATH] COMMAND [ARGS]\n\n"
+            "  attach PID [--hz N] [--buffer SECONDS]   start sampling a process\n"
+            "  detach PID                               stop sampling it\n"
+            "  list [--json]                            attached processes\n"
+            "  status [PID] [--json]                    daemon and sampling statistics\n"
+            "  slice PID [--last SECONDS | --from NS --to NS] [--format collapsed|sentry]\n"
+            "            [-o FILE] [--thread-ids] [--top N]\n"
+            "                                           write a profile of a time window\n\n"
+            "The socket is --socket, else $PROFD_SOCKET, else /run/profd/profd.sock as root,\n"
+            "else $XDG_RUNTIME_DIR/profd.sock. --from/--to are CLOCK_MONOTONIC nanoseconds.\n"
+            "Exit status: 0 ok, 1 error, 2 usage, 3 profd not running, 4 no such process,\n"
+            "5 permission denied, 6 not attached.\n");
+}
+
+static void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void die(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("profctl: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(code);
+}
+
+/* Connect and shake hands. */
+static int connect_daemon(void)
+{
+    socket_path = profd_socket_path(socket_opt);
+    if (!socket_path)
+        die(EXIT_FAIL, "out of memory");
+    int fd = proto_connect(socket_path);
+    if (fd < 0)
+        die(EXIT_NO_DAEMON, "cannot connect to profd at %s: %s (is profd running?)", socket_path,
+            strerror(-fd));
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "cmd", "hello");
+    cJSON_AddNumberToObject(req, "version", PROTO_VERSION);
+    cJSON_AddStringToObject(req, "client", "profctl " PROFD_VERSION);
+    cJSON *reply;
+    int r = proto_call(fd, req, &reply, TIMEOUT_MS);
+    cJSON_Delete(req);
+    if (r < 0)
+        die(EXIT_NO_DAEMON, "no answer from profd at %s: %s", socket_path, strerror(-r));
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(reply, "error");
+    if (err) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(err, "message");
+        die(EXIT_FAIL, "profd refused the connection: %s",
+            cJSON_IsString(m) ? m->valuestring : "?");
+    }
+    cJSON_Delete(reply);
+    return fd;
+}
+
+/* Send a request; return its "result" (caller frees the whole reply via *reply). Errors
+ * from the daemon end the program with one line and a matching exit code. */
+static const cJSON *call(int fd, cJSON *req, cJSON **reply)
+{
+    int r = proto_call(fd, req, reply, TIMEOUT_MS);
+    cJSON_Delete(req);
+    if (r < 0)
+        die(EXIT_FAIL, "lost the connection to profd at %s: %s", socket_path, strerror(-r));
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(*reply, "error");
+    if (err) {
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(err, "code");
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+        const char *c = cJSON_IsString(code) ? code->valuestring : "";
+        int ec = EXIT_FAIL;
+        if (!strcmp(c, "no_such_process"))
+            ec = EXIT_NO_PROCESS;
+        else if (!strcmp(c, "permission_denied"))
+            ec = EXIT_DENIED;
+        else if (!strcmp(c, "not_attached"))
+            ec = EXIT_NOT_ATTACHED;
+        die(ec, "%s", cJSON_IsString(msg) ? msg->valuestring : c);
+    }
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(*reply, "result");
+    if (!res)
+        die(EXIT_FAIL, "malformed reply from profd");
+    return res;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static const char *str(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static pid_t parse_pid(const char *s)
+{
+    int pid;
+    if (!s || parse_int(s, &pid) < 0 || pid <= 0)
+        die(EXIT_USAGE, "not a process id: \"%s\"", s ? s : "");
+    return pid;
+}
+
+static void print_json(const cJSON *o)
+{
+    char *s = cJSON_Print(o);
+    puts(s);
+    free(s);
+}
+
+static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s)
+{
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "cmd", "attach");
+    cJSON_AddNumberToObject(req, "pid", pid);
+    if (hz)
+        cJSON_AddNumberToObject(req, "hz", (double)hz);
+    if (buffer_s)
+        cJSON_AddNumberToObject(req, "buffer_s", (double)buffer_s);
+    cJSON *reply;
+    const cJSON *res = call(fd, req, &reply);
+    if (json_out)
+        print_json(res);
+    else
+        printf("attached to %d (%s): %d threads, %d Hz, %d s buffer\n", pid, str(res, "comm"),
+               (int)num(res, "threads"), (int)num(res, "hz"), (int)num(res, "buffer_s"));
+    cJSON_Delete(reply);
+    return 0;
+}
+
+static int cmd_detach(int fd, pid_t pid)
+{
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "cmd", "detach");
+    cJSON_AddNumberToObject(req, "pid", pid);
+    cJSON *reply;
+    const cJSON *res = call(fd, req, &reply);
+    if (json_out)
+        print_json(res);
+    else
+        printf("detached from %d\n", pid);
+    cJSON_Delete(reply);
+    return 0;
+}
+
+static int cmd_list(int fd)
+{
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "cmd", "list");
+    cJSON *reply;
+    const cJSON *res = call(fd, req, &reply);
+    if (json_out) {
+        print_json(res);
+    } else {
+        const cJSON *arr = cJSON_GetObjectItemCaseSensitive(res, "targets");
+        printf("%-8s %-16s %-10s %7s %6s %9s %8s\n", "PID", "COMMAND", "STATE", "THREADS", "HZ",
+               "SAMPLES", "BUFFER");
+        const cJSON *t;
+        cJSON_ArrayForEach(t, arr)
+        {
+            printf("%-8d %-16s %-10s %7d %6d %9.0f %7ds\n", (int)num(t, "pid"), str(t, "comm"),
+                   str(t, "state"), (int)num(t, "threads"), (int)num(t, "hz"),
+                   num(t, "samples"), (int)num(t, "buffer_s"));
+        }
+    }
+    cJSON_Delete(reply);
+    return 0;
+}
+
+static int cmd_status(int fd, pid_t pid)
+{
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "cmd", "status");
+    if (pid)
+        cJSON_AddNumberToObject(req, "pid", pid);
+    cJSON *reply;
+    const cJSON *res = call(fd, req, &reply);
+    if (json_out) {
+        print_json(res);
+        cJSON_Delete(reply);
+        return 0;
+    }
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(res, "daemon");
+    double up = num(d, "uptime_s"), cpu = num(d, "cpu_s"), samples = num(d, "samples");
+    printf("profd %s (pid %d) on %s\n", str(d, "version"), (int)num(d, "pid"), socket_path);
+    printf("  uptime %.0f s, CPU %.2f s (%.2f%% of one CPU), %.0f samples", up, cpu,
+           up > 0 ? 100 * cpu / up : 0, samples);
+    if (samples > 0)
+        printf(", %.1f us CPU per sample", cpu * 1e6 / samples);
+    printf("\n  max RSS %.0f KiB, %d clients, %d processes, %d ELF files open\n",
+           num(d, "max_rss_kib"), (int)num(d, "clients"), (int)num(d, "targets"),
+           (int)num(d, "modules"));
+    const cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(res, "targets"))
+    {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(t, "sampled");
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(t, "unwind");
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(t, "skipped");
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "failed");
+        printf("\n%d %s (%s) [%s]\n", (int)num(t, "pid"), str(t, "comm"), str(t, "exe"),
+               str(t, "state"));
+        printf("  threads %d, rate %d Hz requested, %.1f Hz achieved, %.0f s attached\n",
+               (int)num(t, "threads"), (int)num(t, "hz"), num(t, "achieved_hz"),
+               num(t, "attached_s"));
+        printf("  samples %.0f (%.0f in buffer): %.0f stopped, %.0f blocked without stopping, "
+               "%.0f idle (not run since last)\n",
+               num(t, "samples"), num(t, "buffered"), num(k, "stopped"),
+               num(k, "blocked_without_stop"), num(k, "idle_reused"));
+        printf("  unwinds %.1f%% complete (%.0f truncated, %.0f too deep)\n",
+               num(u, "complete_pct"), num(u, "truncated"), num(u, "too_deep"));
+        printf("  skipped: %.0f still stopping, %.0f stopped by job control; failed: %.0f "
+               "thread exited, %.0f registers, %.0f stack copy; %.0f torn copies retried\n",
+               num(s, "still_stopping"), num(s, "job_control_stopped"), num(f, "thread_exited"),
+               num(f, "registers"), num(f, "stack_copy"), num(f, "torn_copy_retried"));
+        printf("  threads stopped %.0f (%.2f per tick, %.0f us to stop on average); "
+               "%.0f system calls restarted; %.0f signals forwarded\n",
+               num(t, "threads_stopped"), num(t, "threads_stopped_per_tick"),
+               num(t, "stop_latency_us_avg"), num(t, "syscalls_restarted"),
+               num(t, "signals_forwarded"));
+        printf("  memory %.1f KiB (%d distinct stacks)\n", num(t, "memory_bytes") / 1024,
+               (int)num(t, "stacks"));
+    }
+    cJSON_Delete(reply);
+    return 0;
+}
+
+struct count {
+    char *name;
+    uint64_t n;
+};
+
+static void add_count(struct count **v, size_t *n, const char *name, size_t len, uint64_t c)
+{
+    for (size_t i = 0; i < *n; i++) {
+        if (strlen((*v)[i].name) == len && !memcmp((*v)[i].name, name, len)) {
+            (*v)[i].n += c;
+            return;
+        }
+    }
+    *v = xrealloc(*v, (*n + 1) * sizeof(**v));
+    (*v)[*n].name = strndup(name, len);
+    (*v)[*n].n = c;
+    (*n)++;
+}
+
+static int by_count(const void *a, const void *b)
+{
+    const struct count *x = a, *y = b;
+    return x->n < y->n ? 1 : x->n > y->n ? -1 : strcmp(x->name, y->name);
+}
+
+/* Where the time went: the leaf (self) functions of a collapsed profile. */
+static void summarize_collapsed(const char *data, unsigned top)
+{
+    struct count *v = NULL;
+    size_t n = 0;
+    uint64_t total = 0;
+    for (const char *line = data; *line;) {
+        const char *nl = strchr(line, '\n');
+        const char *end = nl ? nl : line + strlen(line);
+        const char *sp = end;
+        while (sp > line && sp[-1] != ' ')
+            sp--;
+        if (sp > line) {
+            uint64_t c = strtoull(sp, NULL, 10);
+            const char *leaf = sp - 1;
+            while (leaf > line && leaf[-1] != ';')
+                leaf--;
+            add_count(&v, &n, leaf, (size_t)(sp - 1 - leaf), c);
+            total += c;
+        }
+        line = nl ? nl + 1 : end;
+    }
+    qsort(v, n, sizeof(*v), by_count);
+    if (total && top)
+        fprintf(stderr, "  top functions by samples (self):\n");
+    for (size_t i = 0; i < n && i < top; i++)
+        fprintf(stderr, "  %6.1f%%  %8" PRIu64 "  %s\n", 100.0 * (double)v[i].n / (double)total,
+                v[i].n, v[i].name);
+    for (size_t i = 0; i < n; i++)
+        free(v[i].name);
+    free(v);
+}
+
+static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, int have_last,
+                     uint64_t from, int have_from, uint64_t to, int have_to, const char *out,
+                     bool thread_ids, unsigned top)
+{
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "cmd", "slice");
+    cJSON_AddNumberToObject(req, "pid", pid);
+    cJSON_AddStringToObject(req, "format", format);
+    char buf[32];
+    if (have_last) {
+        snprintf(buf, sizeof(buf), "%" PRIu64, last_ns);
+        cJSON_AddStringToObject(req, "last_ns", buf);
+    }
+    if (have_from) {
+        snprintf(buf, sizeof(buf), "%" PRIu64, from);
+        cJSON_AddStringToObject(req, "from_ns", buf);
+    }
+    if (have_to) {
+        snprintf(buf, sizeof(buf), "%" PRIu64, to);
+        cJSON_AddStringToObject(req, "to_ns", buf);
+    }
+    if (thread_ids)
+        cJSON_AddBoolToObject(req, "thread_ids", 1);
+    cJSON *reply;
+    const cJSON *res = call(fd, req, &reply);
+    const cJSON *profile = cJSON_GetObjectItemCaseSensitive(res, "profile");
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(res, "data");
+    char *text = NULL;
+    if (profile)
+        text = cJSON_Print(profile);
+    else if (cJSON_IsString(data))
+        text = xstrdup(data->valuestring);
+    else
+        die(EXIT_FAIL, "malformed reply from profd: no profile");
+    FILE *f = stdout;
+    if (out && strcmp(out, "-")) {
+        f = fopen(out, "w");
+        if (!f)
+            die(EXIT_FAIL, "cannot write %s: %s", out, strerror(errno));
+    }
+    size_t len = strlen(text);
+    if (fwrite(text, 1, len, f) != len || (profile && fputc('\n', f) == EOF) ||
+        (f != stdout ? fclose(f) : fflush(f)) != 0)
+        die(EXIT_FAIL, "cannot write %s: %s", out ? out : "standard output", strerror(errno));
+    double samples = num(res, "samples"), trunc = num(res, "truncated_samples");
+    double dur = (num(res, "end_ns") - num(res, "start_ns")) / 1e9;
+    fprintf(stderr,
+            "profctl: %.0f samples of %d threads of %d over %.2f s (%.2f%% of stacks "
+            "truncated), %s format%s%s\n",
+            samples, (int)num(res, "threads"), pid, dur, samples ? 100 * trunc / samples : 0,
+            str(res, "format"), out && strcmp(out, "-") ? ", written to " : "",
+            out && strcmp(out, "-") ? out : "");
+    if (!profile && top)
+        summarize_collapsed(text, top);
+    free(text);
+    cJSON_Delete(reply);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_HZ = 1, O_BUFFER, O_LAST, O_FROM, O_TO, O_FORMAT, O_JSON, O_TIDS, O_TOP };
+    static const struct option opts[] = {
+        {"socket", required_argument, NULL, 's'},
+        {"hz", required_argument, NULL, O_HZ},
+        {"buffer", required_argument, NULL, O_BUFFER},
+        {"last", required_argument, NULL, O_LAST},
+        {"from", required_argument, NULL, O_FROM},
+        {"to", required_argument, NULL, O_TO},
+        {"format", required_argument, NULL, O_FORMAT},
+        {"output", required_argument, NULL, 'o'},
+        {"json", no_argument, NULL, O_JSON},
+        {"thread-ids", no_argument, NULL, O_TIDS},
+        {"top", required_argument, NULL, O_TOP},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    uint64_t hz = 0, buffer_ns = 0, last_ns = 0, from = 0, to = 0, top = 10;
+    int have_last = 0, have_from = 0, have_to = 0;
+    const char *format = "collapsed", *out = NULL;
+    bool tids = false;
+    int c;
+    /* Options may come before or after the command ("permute" mode). */
+    while ((c = getopt_long(argc, argv, "s:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            socket_opt = optarg;
+            break;
+        case O_HZ:
+            if (parse_u64(optarg, &hz) < 0 || hz < 1 || hz > 100000)
+                die(EXIT_USAGE, "--hz must be an integer from 1 to 100000");
+            break;
+        case O_BUFFER:
+            if (parse_duration_ns(optarg, &buffer_ns) < 0 || buffer_ns < NS_PER_SEC)
+                die(EXIT_USAGE, "--buffer must be a duration of at least 1 s (\"60\", \"5m\")");
+            break;
+        case O_LAST:
+            if (parse_duration_ns(optarg, &last_ns) < 0)
+                die(EXIT_USAGE, "--last must be a duration (\"5\", \"500ms\", \"2m\")");
+            have_last = 1;
+            break;
+        case O_FROM:
+            if (parse_u64(optarg, &from) < 0)
+                die(EXIT_USAGE, "--from must be CLOCK_MONOTONIC nanoseconds");
+            have_from = 1;
+            break;
+        case O_TO:
+            if (parse_u64(optarg, &to) < 0)
+                die(EXIT_USAGE, "--to must be CLOCK_MONOTONIC nanoseconds");
+            have_to = 1;
+            break;
+        case O_FORMAT:
+            if (strcmp(optarg, "collapsed") && strcmp(optarg, "sentry"))
+                die(EXIT_USAGE, "--format must be collapsed or sentry");
+            format = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case O_JSON:
+            json_out = true;
+            break;
+        case O_TIDS:
+            tids = true;
+            break;
+        case O_TOP:
+            if (parse_u64(optarg, &top) < 0)
+                die(EXIT_USAGE, "--top must be a number");
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[optind++];
+    int nargs = argc - optind;
+    char **args = argv + optind;
+    if (have_last && (have_from || have_to))
+        die(EXIT_USAGE, "give either --last or --from/--to");
+    if (!strcmp(cmd, "attach") && nargs == 1) {
+        pid_t pid = parse_pid(args[0]);
+        return cmd_attach(connect_daemon(), pid, hz, buffer_ns / NS_PER_SEC);
+    }
+    if (!strcmp(cmd, "detach") && nargs == 1) {
+        pid_t pid = parse_pid(args[0]);
+        return cmd_detach(connect_daemon(), pid);
+    }
+    if (!strcmp(cmd, "list") && nargs == 0)
+        return cmd_list(connect_daemon());
+    if (!strcmp(cmd, "status") && nargs <= 1) {
+        pid_t pid = nargs ? parse_pid(args[0]) : 0;
+        return cmd_status(connect_daemon(), pid);
+    }
+    if (!strcmp(cmd, "slice") && nargs == 1) {
+        pid_t pid = parse_pid(args[0]);
+        return cmd_slice(connect_daemon(), pid, format, last_ns, have_last, from, have_from, to,
+                         have_to, out, tids, (unsigned)top);
+    }
+    usage(stderr);
+    return EXIT_USAGE;
+}

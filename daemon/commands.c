@@ -1,0 +1,443 @@
+/* commands.c: the request table. Requests are validated in a fixed order before any handler
+ * runs: JSON object, handshake, known command, argument types, permission. Handlers build
+ * a reply and never touch the socket. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "modules.h"
+#include "perms.h"
+#include "proto.h"
+#include "server.h"
+#include "slice.h"
+#include "target.h"
+#include "util.h"
+#include "worker.h"
+
+/* Arguments every handler gets, already validated. */
+struct request {
+    struct client *c;
+    const cJSON *req;
+    const cJSON *id;
+    pid_t pid;               /* for commands on a process */
+    struct target *t;        /* attached target for pid, if any */
+};
+
+static cJSON *result_reply(const cJSON *id, cJSON *result)
+{
+    cJSON *r = cJSON_CreateObject();
+    if (id)
+        cJSON_AddItemToObject(r, "id", cJSON_Duplicate(id, 1));
+    cJSON_AddItemToObject(r, "result", result);
+    return r;
+}
+
+static enum proto_error errno_code(int e)
+{
+    switch (e) {
+    case ESRCH:
+        return PE_NO_SUCH_PROCESS;
+    case EPERM:
+    case EACCES:
+        return PE_PERMISSION_DENIED;
+    case EEXIST:
+        return PE_ALREADY_ATTACHED;
+    case EINVAL:
+        return PE_BAD_REQUEST;
+    default:
+        return PE_ATTACH_FAILED;
+    }
+}
+
+static cJSON *cmd_hello(struct request *r)
+{
+    int64_t v;
+    int got = json_get_i64(r->req, "version", &v);
+    if (got <= 0)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "hello needs \"version\": an integer");
+    if (v < 1) {
+        r->c->closing = true;
+        return proto_error_reply(r->id, PE_UNSUPPORTED_VERSION,
+                                 "protocol version %" PRId64 " is not supported; this profd "
+                                 "speaks version %d",
+                                 v, PROTO_VERSION);
+    }
+    r->c->handshaken = true;
+    cJSON *res = cJSON_CreateObject();
+    cJSON_AddNumberToObject(res, "version", PROTO_VERSION);
+    cJSON_AddStringToObject(res, "server", "profd " PROFD_VERSION);
+    cJSON_AddNumberToObject(res, "pid", getpid());
+    return result_reply(r->id, res);
+}
+
+static cJSON *target_summary(const struct target *t, uint64_t now)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "pid", t->pid);
+    cJSON_AddStringToObject(o, "comm", t->comm);
+    cJSON_AddStringToObject(o, "exe", t->exe ? t->exe : "");
+    cJSON_AddStringToObject(o, "state", target_state_name(t->state));
+    cJSON_AddNumberToObject(o, "threads", (double)t->nthreads);
+    cJSON_AddNumberToObject(o, "hz", t->hz);
+    cJSON_AddNumberToObject(o, "buffer_s", (double)(t->buffer_ns / NS_PER_SEC));
+    cJSON_AddNumberToObject(o, "samples", (double)t->stats.samples);
+    cJSON_AddNumberToObject(o, "buffered", (double)t->ring.len);
+    if (t->ring.len) {
+        cJSON_AddNumberToObject(o, "oldest_ns", (double)ring_at(&t->ring, 0)->t_ns);
+        cJSON_AddNumberToObject(o, "newest_ns", (double)ring_at(&t->ring, t->ring.len - 1)->t_ns);
+    }
+    uint64_t end = t->state == T_EXITED ? t->exit_ns : now;
+    cJSON_AddNumberToObject(o, "attached_s", (double)(end - t->attach_ns) / 1e9);
+    return o;
+}
+
+static cJSON *target_status(const struct target *t, uint64_t now)
+{
+    cJSON *o = target_summary(t, now);
+    const struct target_stats *s = &t->stats;
+    uint64_t end = t->state == T_EXITED ? t->exit_ns : now;
+    double secs = end > t->attach_ns ? (double)(end - t->attach_ns) / 1e9 : 0;
+    cJSON_AddNumberToObject(o, "ticks", (double)s->ticks);
+    cJSON_AddNumberToObject(o, "achieved_hz", secs > 0 ? (double)s->ticks / secs : 0);
+    cJSON *k = cJSON_AddObjectToObject(o, "sampled");
+    cJSON_AddNumberToObject(k, "stopped", (double)s->samples_stopped);
+    cJSON_AddNumberToObject(k, "blocked_without_stop", (double)s->samples_blocked);
+    cJSON_AddNumberToObject(k, "idle_reused", (double)s->samples_reused);
+    cJSON *u = cJSON_AddObjectToObject(o, "unwind");
+    cJSON_AddNumberToObject(u, "complete", (double)s->unwind_complete);
+    cJSON_AddNumberToObject(u, "truncated", (double)s->unwind_truncated);
+    cJSON_AddNumberToObject(u, "too_deep", (double)s->unwind_too_deep);
+    uint64_t unw = s->unwind_complete + s->unwind_truncated + s->unwind_too_deep;
+    cJSON_AddNumberToObject(u, "complete_pct", unw ? 100.0 * (double)s->unwind_complete / (double)unw : 0);
+    cJSON *sk = cJSON_AddObjectToObject(o, "skipped");
+    cJSON_AddNumberToObject(sk, "still_stopping", (double)s->skipped_pending);
+    cJSON_AddNumberToObject(sk, "job_control_stopped", (double)s->skipped_stopped);
+    cJSON *f = cJSON_AddObjectToObject(o, "failed");
+    cJSON_AddNumberToObject(f, "thread_exited", (double)s->failed_vanished);
+    cJSON_AddNumberToObject(f, "registers", (double)s->failed_regs);
+    cJSON_AddNumberToObject(f, "stack_copy", (double)s->failed_copy);
+    cJSON_AddNumberToObject(f, "torn_copy_retried", (double)s->torn);
+    cJSON_AddNumberToObject(o, "threads_stopped", (double)s->interrupts);
+    cJSON_AddNumberToObject(o, "threads_stopped_per_tick",
+                            s->ticks ? (double)s->interrupts / (double)s->ticks : 0);
+    cJSON_AddNumberToObject(o, "stop_latency_us_avg",
+                            s->interrupts ? (double)s->stop_latency_ns / (double)s->interrupts / 1e3 : 0);
+    cJSON_AddNumberToObject(o, "syscalls_restarted", (double)s->eintr_repaired);
+    cJSON_AddNumberToObject(o, "signals_forwarded", (double)s->signals_forwarded);
+    cJSON_AddNumberToObject(o, "group_stops", (double)s->group_stops);
+    cJSON_AddNumberToObject(o, "stacks", t->stacks.used);
+    cJSON_AddNumberToObject(o, "memory_bytes", (double)target_memory(t));
+    cJSON_AddNumberToObject(o, "ring_dropped_full", (double)t->ring.dropped);
+    return o;
+}
+
+/* May the client see target t? (live credentials, or those recorded at attach). */
+static int may_access(const struct client *c, const struct target *t, pid_t pid, char *why,
+                      size_t whylen)
+{
+    struct proc_creds cr;
+    if (t && t->state == T_EXITED) {
+        memcpy(cr.uid, t->uid, sizeof(cr.uid));
+        memcpy(cr.gid, t->gid, sizeof(cr.gid));
+        cr.dumpable = true;
+        cr.cap_prm = 0;
+    } else if (proc_creds_read(pid, &cr) < 0) {
+        if (t) {
+            memcpy(cr.uid, t->uid, sizeof(cr.uid));
+            memcpy(cr.gid, t->gid, sizeof(cr.gid));
+            cr.dumpable = true;
+            cr.cap_prm = 0;
+        } else {
+            snprintf(why, whylen, "no such process: %d", pid);
+            return -ESRCH;
+        }
+    }
+    return perms_check(&c->peer, &cr, why, whylen);
+}
+
+static cJSON *cmd_list(struct request *r)
+{
+    cJSON *arr = cJSON_CreateArray();
+    uint64_t now = now_ns();
+    char why[256];
+    for (struct target *t = targets_first(); t; t = t->next)
+        if (may_access(r->c, t, t->pid, why, sizeof(why)) == 0)
+            cJSON_AddItemToArray(arr, target_summary(t, now));
+    cJSON *res = cJSON_CreateObject();
+    cJSON_AddItemToObject(res, "targets", arr);
+    return result_reply(r->id, res);
+}
+
+static cJSON *cmd_status(struct request *r)
+{
+    uint64_t now = now_ns();
+    cJSON *res = cJSON_CreateObject();
+    cJSON *d = cJSON_AddObjectToObject(res, "daemon");
+    cJSON_AddStringToObject(d, "version", PROFD_VERSION);
+    cJSON_AddNumberToObject(d, "pid", getpid());
+    cJSON_AddNumberToObject(d, "uptime_s", (double)(now - server_start_ns) / 1e9);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                 (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    cJSON_AddNumberToObject(d, "cpu_s", cpu);
+    cJSON_AddNumberToObject(d, "user_s", (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6);
+    cJSON_AddNumberToObject(d, "system_s", (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6);
+    cJSON_AddNumberToObject(d, "max_rss_kib", (double)ru.ru_maxrss);
+    cJSON_AddNumberToObject(d, "clients", (double)server_client_count());
+    cJSON_AddNumberToObject(d, "targets", (double)targets_count());
+    cJSON_AddNumberToObject(d, "modules", (double)modules_count());
+    cJSON_AddNumberToObject(d, "slices_queued", worker_queue_length());
+    cJSON_AddNumberToObject(d, "default_hz", server_cfg.default_hz);
+    cJSON_AddNumberToObject(d, "default_buffer_s", (double)(server_cfg.default_buffer_ns / NS_PER_SEC));
+    uint64_t samples = 0;
+    for (struct target *t = targets_first(); t; t = t->next)
+        samples += t->stats.samples;
+    cJSON_AddNumberToObject(d, "samples", (double)samples);
+    cJSON *arr = cJSON_AddArrayToObject(res, "targets");
+    char why[256];
+    for (struct target *t = targets_first(); t; t = t->next) {
+        if (r->pid && t->pid != r->pid)
+            continue;
+        if (may_access(r->c, t, t->pid, why, sizeof(why)) == 0)
+            cJSON_AddItemToArray(arr, target_status(t, now));
+    }
+    return result_reply(r->id, res);
+}
+
+static cJSON *cmd_attach(struct request *r)
+{
+    uint64_t hz = server_cfg.default_hz, buffer_ns = server_cfg.default_buffer_ns, buf_s;
+    if (json_get_u64(r->req, "hz", &hz) < 0 || hz < 1 || hz > server_cfg.max_hz)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"hz\" must be an integer from 1 to %u",
+                                 server_cfg.max_hz);
+    int got = json_get_u64(r->req, "buffer_s", &buf_s);
+    if (got < 0 || (got && (buf_s < 1 || buf_s * NS_PER_SEC > server_cfg.max_buffer_ns)))
+        return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "\"buffer_s\" must be an integer from 1 to %" PRIu64,
+                                 server_cfg.max_buffer_ns / NS_PER_SEC);
+    if (got)
+        buffer_ns = buf_s * NS_PER_SEC;
+    if (r->t) {
+        return proto_error_reply(r->id, PE_ALREADY_ATTACHED, "process %d is already %s",
+                                 r->pid, r->t->state == T_EXITED ? "attached (and has exited)"
+                                                                 : "attached");
+    }
+    if (targets_count() >= server_cfg.max_targets)
+        return proto_error_reply(r->id, PE_LIMIT, "profd already follows %u processes",
+                                 server_cfg.max_targets);
+    char why[256];
+    struct target *t;
+    int e = target_attach(r->pid, (unsigned)hz, buffer_ns, &t, why, sizeof(why));
+    if (e < 0)
+        return proto_error_reply(r->id, errno_code(-e), "%s",
+                                 why[0] ? why : strerror(-e));
+    log_info("client pid %d (uid %u) attached %d", r->c->peer.pid, r->c->peer.uid, r->pid);
+    return result_reply(r->id, target_summary(t, now_ns()));
+}
+
+struct detach_wait {
+    struct pending *p;
+    bool sync;      /* target_detach is still on the stack */
+    bool finished;
+    int err;
+    pid_t pid;
+};
+
+static void detach_done(struct target *t, void *ctx, int err)
+{
+    (void)t;
+    struct detach_wait *w = ctx;
+    w->finished = true;
+    w->err = err;
+    if (w->sync)
+        return;
+    cJSON *res = cJSON_CreateObject();
+    cJSON_AddNumberToObject(res, "pid", w->pid);
+    cJSON_AddBoolToObject(res, "detached", 1);
+    pending_finish(w->p, result_reply(NULL, res));
+    free(w);
+}
+
+static cJSON *cmd_detach(struct request *r)
+{
+    if (!r->t)
+        return proto_error_reply(r->id, PE_NOT_ATTACHED, "process %d is not attached", r->pid);
+    if (r->t->state == T_DETACHING)
+        return proto_error_reply(r->id, PE_NOT_ATTACHED, "process %d is already detaching",
+                                 r->pid);
+    struct detach_wait *w = xcalloc(1, sizeof(*w));
+    w->pid = r->pid;
+    w->sync = true;
+    w->p = xcalloc(1, sizeof(*w->p));
+    w->p->client = r->c;
+    w->p->id = r->id ? cJSON_Duplicate(r->id, 1) : NULL;
+    log_info("client pid %d (uid %u) detaches %d", r->c->peer.pid, r->c->peer.uid, r->pid);
+    target_detach(r->t, detach_done, w);
+    w->sync = false;
+    if (w->finished) {
+        cJSON_Delete(w->p->id);
+        free(w->p);
+        free(w);
+        cJSON *res = cJSON_CreateObject();
+        cJSON_AddNumberToObject(res, "pid", r->pid);
+        cJSON_AddBoolToObject(res, "detached", 1);
+        return result_reply(r->id, res);
+    }
+    r->c->pending = w->p;
+    return NULL;
+}
+
+/* A slice is back from the worker. */
+static void slice_done(struct slice_job *job)
+{
+    struct pending *p = job->ctx;
+    cJSON *reply;
+    if (job->err < 0) {
+        reply = proto_error_reply(NULL, PE_INTERNAL, "could not build the profile: %s",
+                                  strerror(-job->err));
+    } else {
+        cJSON *res = cJSON_CreateObject();
+        cJSON_AddNumberToObject(res, "pid", job->pid);
+        cJSON_AddStringToObject(res, "format", slice_format_name(job->format));
+        cJSON_AddNumberToObject(res, "start_ns", (double)job->start_ns);
+        cJSON_AddNumberToObject(res, "end_ns", (double)job->end_ns);
+        cJSON_AddNumberToObject(res, "samples", (double)job->nsamples);
+        cJSON_AddNumberToObject(res, "threads", (double)job->nthreads_out);
+        cJSON_AddNumberToObject(res, "stacks", (double)job->nstacks);
+        size_t trunc = 0;
+        for (size_t i = 0; i < job->nsamples; i++) {
+            uint32_t s = job->samples[i].stack;
+            if (s != STACK_NONE && (job->stacks[s].flags & STACK_TRUNCATED))
+                trunc++;
+        }
+        cJSON_AddNumberToObject(res, "truncated_samples", (double)trunc);
+        cJSON_AddNumberToObject(res, "build_ms", (double)job->build_ns / 1e6);
+        if (job->json) {
+            cJSON_AddItemToObject(res, "profile", job->json);
+            job->json = NULL;
+        } else {
+            cJSON_AddStringToObject(res, "data", job->data ? job->data : "");
+        }
+        reply = result_reply(NULL, res);
+    }
+    if (p)
+        pending_finish(p, reply);
+    else
+        cJSON_Delete(reply);
+    slice_job_free(job);
+}
+
+static cJSON *cmd_slice(struct request *r)
+{
+    if (!r->t)
+        return proto_error_reply(r->id, PE_NOT_ATTACHED, "process %d is not attached", r->pid);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r->req, "format");
+    int format = SLICE_COLLAPSED;
+    if (fmt) {
+        format = cJSON_IsString(fmt) ? slice_format_parse(fmt->valuestring) : -1;
+        if (format < 0)
+            return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                     "\"format\" must be \"collapsed\" or \"sentry\"");
+    }
+    uint64_t now = now_ns(), last_ns = 0, from = 0, to = UINT64_MAX;
+    int has_last = json_get_u64(r->req, "last_ns", &last_ns);
+    int has_from = json_get_u64(r->req, "from_ns", &from);
+    int has_to = json_get_u64(r->req, "to_ns", &to);
+    if (has_last < 0 || has_from < 0 || has_to < 0)
+        return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "\"last_ns\", \"from_ns\" and \"to_ns\" must be non-negative "
+                                 "integers (nanoseconds, CLOCK_MONOTONIC)");
+    if (has_last && (has_from || has_to))
+        return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "give either \"last_ns\" or \"from_ns\"/\"to_ns\", not both");
+    if (has_last) {
+        uint64_t end = r->t->state == T_EXITED ? r->t->exit_ns : now;
+        to = end;
+        from = last_ns < end ? end - last_ns : 0;
+    } else {
+        if (!has_from && r->t->ring.len)
+            from = ring_at(&r->t->ring, 0)->t_ns;
+        if (!has_to)
+            to = r->t->state == T_EXITED ? r->t->exit_ns : now;
+    }
+    if (from > to)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"from_ns\" is after \"to_ns\"");
+    const cJSON *tids = cJSON_GetObjectItemCaseSensitive(r->req, "thread_ids");
+    if (tids && !cJSON_IsBool(tids))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"thread_ids\" must be a boolean");
+    struct slice_job *job = slice_collect(r->t, from, to, (enum slice_format)format);
+    job->thread_ids = tids && cJSON_IsTrue(tids);
+    struct pending *p = xcalloc(1, sizeof(*p));
+    p->client = r->c;
+    p->id = r->id ? cJSON_Duplicate(r->id, 1) : NULL;
+    job->ctx = p;
+    job->done = slice_done;
+    r->c->pending = p;
+    worker_submit(job);
+    return NULL;
+}
+
+struct command {
+    const char *name;
+    cJSON *(*fn)(struct request *r);
+    bool pid_required;  /* "pid" names a process the client must be allowed to profile */
+    bool pid_optional;
+};
+
+static const struct command commands[] = {
+    {"hello", cmd_hello, false, false},
+    {"attach", cmd_attach, true, false},
+    {"detach", cmd_detach, true, false},
+    {"list", cmd_list, false, false},
+    {"status", cmd_status, false, true},
+    {"slice", cmd_slice, true, false},
+};
+
+cJSON *commands_dispatch(struct client *c, const cJSON *req)
+{
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(req, "id");
+    if (id && !cJSON_IsNumber(id) && !cJSON_IsString(id))
+        return proto_error_reply(NULL, PE_BAD_REQUEST, "\"id\" must be a number or a string");
+    const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd");
+    if (!cJSON_IsString(cmd) || !cmd->valuestring)
+        return proto_error_reply(id, PE_BAD_REQUEST, "request has no \"cmd\" string");
+    const struct command *k = NULL;
+    for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+        if (!strcmp(commands[i].name, cmd->valuestring))
+            k = &commands[i];
+    if (!c->handshaken && (!k || k->fn != cmd_hello))
+        return proto_error_reply(id, PE_HANDSHAKE_REQUIRED,
+                                 "the first request must be {\"cmd\": \"hello\", \"version\": %d}",
+                                 PROTO_VERSION);
+    if (!k)
+        return proto_error_reply(id, PE_UNKNOWN_COMMAND, "unknown command \"%.64s\"",
+                                 cmd->valuestring);
+    struct request r = {.c = c, .req = req, .id = id};
+    if (k->pid_required || k->pid_optional) {
+        int64_t pid = 0;
+        int got = json_get_i64(req, "pid", &pid);
+        if (got < 0 || (got && (pid <= 0 || pid > 0x3fffffff)))
+            return proto_error_reply(id, PE_BAD_REQUEST, "\"pid\" must be a positive integer");
+        if (!got && k->pid_required)
+            return proto_error_reply(id, PE_BAD_REQUEST, "%s needs \"pid\"", k->name);
+        if (got) {
+            r.pid = (pid_t)pid;
+            r.t = target_find(r.pid);
+            char why[256];
+            int e = may_access(c, r.t, r.pid, why, sizeof(why));
+            if (e < 0) {
+                if (e == -EPERM)
+                    log_info("refused %s of %d to pid %d (uid %u): %s", k->name, r.pid,
+                             c->peer.pid, c->peer.uid, why);
+                return proto_error_reply(id, errno_code(-e), "%s", why);
+            }
+        }
+    }
+    return k->fn(&r);
+}

@@ -1,0 +1,90 @@
+/* perms.c: peer credentials and the ptrace access rule, per request. */
+#include "perms.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include "util.h"
+
+/* Capabilities of a process from /proc/PID/status, 0 if unreadable. */
+static uint64_t read_cap(pid_t pid, const char *field)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    if (read_file(path, buf, sizeof(buf)) < 0)
+        return 0;
+    const char *p = strstr(buf, field);
+    return p ? strtoull(p + strlen(field), NULL, 16) : 0;
+}
+
+int peer_from_socket(int fd, struct peer *p)
+{
+    struct ucred uc;
+    socklen_t len = sizeof(uc);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0)
+        return -errno;
+    p->pid = uc.pid;
+    p->uid = uc.uid;
+    p->gid = uc.gid;
+    p->cap_eff = read_cap(uc.pid, "\nCapEff:");
+    return 0;
+}
+
+int proc_creds_read(pid_t pid, struct proc_creds *c)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    if (read_file(path, buf, sizeof(buf)) < 0)
+        return -ESRCH;
+    const char *u = strstr(buf, "\nUid:"), *g = strstr(buf, "\nGid:");
+    const char *cp = strstr(buf, "\nCapPrm:");
+    unsigned long a[3], b[3];
+    if (!u || !g || sscanf(u + 5, "%lu %lu %lu", &a[0], &a[1], &a[2]) != 3 ||
+        sscanf(g + 5, "%lu %lu %lu", &b[0], &b[1], &b[2]) != 3)
+        return -ESRCH;
+    for (int i = 0; i < 3; i++) {
+        c->uid[i] = (uid_t)a[i];
+        c->gid[i] = (gid_t)b[i];
+    }
+    c->cap_prm = cp ? strtoull(cp + 8, NULL, 16) : 0;
+    /* A non-dumpable process's /proc/PID belongs to root (proc(5), "/proc/pid"): the
+     * kernel's own signal of the dumpable flag, which /proc does not print otherwise. */
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/%d", pid);
+    if (stat(path, &st) < 0)
+        return -ESRCH;
+    c->dumpable = st.st_uid == c->uid[1] || c->uid[1] == 0;
+    return 0;
+}
+
+int perms_check(const struct peer *p, const struct proc_creds *c, char *why, size_t whylen)
+{
+    if (p->uid == 0)
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        if (c->uid[i] != p->uid || c->gid[i] != p->gid) {
+            snprintf(why, whylen,
+                     "permission denied: the process runs as uid %u/%u/%u gid %u/%u/%u, you "
+                     "are uid %u gid %u",
+                     c->uid[0], c->uid[1], c->uid[2], c->gid[0], c->gid[1], c->gid[2], p->uid,
+                     p->gid);
+            return -EPERM;
+        }
+    }
+    if (!c->dumpable) {
+        snprintf(why, whylen, "permission denied: the process is not dumpable "
+                              "(prctl PR_SET_DUMPABLE, or it changed credentials)");
+        return -EPERM;
+    }
+    if (c->cap_prm & ~p->cap_eff) {
+        snprintf(why, whylen, "permission denied: the process holds capabilities you lack "
+                              "(%#llx)",
+                 (unsigned long long)(c->cap_prm & ~p->cap_eff));
+        return -EPERM;
+    }
+    return 0;
+}

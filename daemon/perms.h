@@ -1,0 +1,35 @@
+/* perms.h: may this client profile that process? The kernel's ptrace rule, applied to the
+ * client's credentials (SO_PEERCRED) instead of the daemon's. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct peer {
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    uint64_t cap_eff; /* client's effective capabilities when it connected */
+};
+
+/* Fill peer from a connected Unix socket. Returns 0 or -errno. */
+int peer_from_socket(int fd, struct peer *p);
+
+/* Process credentials as checked by the rule. */
+struct proc_creds {
+    uid_t uid[3]; /* real, effective, saved */
+    gid_t gid[3];
+    bool dumpable;
+    uint64_t cap_prm;
+};
+
+/* Read a live process's credentials. Returns 0, -ESRCH. */
+int proc_creds_read(pid_t pid, struct proc_creds *c);
+
+/* The rule (ptrace(2), "Ptrace access mode checking"): root may; otherwise the client's uid
+ * and gid must equal the target's real, effective and saved ones, the target must be
+ * dumpable, and it must hold no capability the client lacks. Returns 0 or -EPERM with a
+ * reason in why. */
+int perms_check(const struct peer *p, const struct proc_creds *c, char *why, size_t whylen);

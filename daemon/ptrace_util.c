@@ -1,0 +1,194 @@
+/* ptrace_util.c: /proc readers for the sample path and the EINTR repair. */
+#include "ptrace_util.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+static ssize_t pread_text(int fd, char *buf, size_t size)
+{
+    if (fd < 0)
+        return -EBADF;
+    ssize_t n;
+    do
+        n = pread(fd, buf, size - 1, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    buf[n] = '\0';
+    return n;
+}
+
+int proc_read_schedstat(int fd, uint64_t *run_ns, uint64_t *pcount)
+{
+    char buf[128];
+    ssize_t n = pread_text(fd, buf, sizeof(buf));
+    if (n < 0)
+        return (int)n;
+    if (n == 0)
+        return -ESRCH;
+    char *p = buf, *end;
+    uint64_t run = strtoull(p, &end, 10);
+    if (end == p)
+        return -EINVAL;
+    p = end;
+    strtoull(p, &end, 10); /* wait_ns */
+    if (end == p)
+        return -EINVAL;
+    p = end;
+    uint64_t pc = strtoull(p, &end, 10);
+    if (end == p)
+        return -EINVAL;
+    *run_ns = run;
+    *pcount = pc;
+    return 0;
+}
+
+int sysc_parse(const char *text, struct sysc_info *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!strncmp(text, "running", 7)) {
+        out->state = SYSC_RUNNING;
+        out->nr = -1;
+        return 0;
+    }
+    char *end;
+    const char *p = text;
+    long nr = strtol(p, &end, 10);
+    if (end == p)
+        return -EINVAL;
+    p = end;
+    uint64_t v[8];
+    int n = 0;
+    while (n < 8) {
+        while (*p == ' ')
+            p++;
+        if (!*p || *p == '\n')
+            break;
+        v[n] = strtoull(p, &end, 16);
+        if (end == p)
+            return -EINVAL;
+        p = end;
+        n++;
+    }
+    out->nr = nr;
+    if (nr < 0) {
+        if (n != 2)
+            return -EINVAL;
+        out->state = SYSC_BLOCKED;
+        out->sp = v[0];
+        out->pc = v[1];
+        return 0;
+    }
+    if (n != 8)
+        return -EINVAL;
+    out->state = SYSC_IN_SYSCALL;
+    memcpy(out->args, v, sizeof(out->args));
+    out->sp = v[6];
+    out->pc = v[7];
+    return 0;
+}
+
+int proc_read_syscall(int fd, struct sysc_info *out)
+{
+    char buf[256];
+    ssize_t n = pread_text(fd, buf, sizeof(buf));
+    if (n < 0)
+        return (int)n;
+    if (n == 0)
+        return -ESRCH;
+    return sysc_parse(buf, out);
+}
+
+int proc_read_sigdisp(int fd, uint64_t *ign, uint64_t *cgt)
+{
+    char buf[4096];
+    ssize_t n = pread_text(fd, buf, sizeof(buf));
+    if (n < 0)
+        return (int)n;
+    const char *i = strstr(buf, "\nSigIgn:");
+    const char *c = strstr(buf, "\nSigCgt:");
+    if (!i || !c)
+        return -EINVAL;
+    *ign = strtoull(i + 8, NULL, 16);
+    *cgt = strtoull(c + 8, NULL, 16);
+    return 0;
+}
+
+bool sig_is_ignored(uint64_t ign, uint64_t cgt, int sig)
+{
+    if (sig <= 0 || sig > 64)
+        return false;
+    uint64_t bit = 1ull << (sig - 1);
+    if (ign & bit)
+        return true;
+    if (cgt & bit)
+        return false;
+    return sig == SIGCHLD || sig == SIGCONT || sig == SIGURG || sig == SIGWINCH;
+}
+
+bool sysc_restartable(long nr)
+{
+    switch (nr) {
+    case SYS_epoll_wait:
+    case SYS_epoll_pwait:
+#ifdef SYS_epoll_pwait2
+    case SYS_epoll_pwait2:
+#else
+    case 441:
+#endif
+    case SYS_read:
+    case SYS_write:
+    case SYS_readv:
+    case SYS_writev:
+    case SYS_accept:
+    case SYS_accept4:
+    case SYS_recvfrom:
+    case SYS_recvmsg:
+    case SYS_sendto:
+    case SYS_sendmsg:
+    case SYS_rt_sigtimedwait:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool sysc_repair_eintr(pid_t tid, struct user_regs_struct *regs, uint64_t elapsed_ns)
+{
+    long nr = (long)regs->orig_rax;
+    if ((long)regs->rax != -EINTR || !sysc_restartable(nr))
+        return false;
+    if (nr == SYS_epoll_wait || nr == SYS_epoll_pwait) {
+        /* int timeout in ms, 4th argument (r10). Lower it by the whole milliseconds already
+         * waited: never early; at most 1 ms late. */
+        int timeout = (int)regs->r10;
+        uint64_t ms = elapsed_ns / 1000000ull;
+        if (timeout > 0 && ms > 0) {
+            if ((uint64_t)timeout <= ms) {
+                regs->rax = 0; /* timed out: no events */
+                return true;
+            }
+            regs->r10 = (uint64_t)(unsigned)(timeout - (int)ms);
+        }
+    } else if (nr == 441 && regs->r10 && elapsed_ns) {
+        /* epoll_pwait2: const struct timespec *timeout. It is the program's memory, so it
+         * is not rewritten: if it has expired, return 0; otherwise restart it whole. */
+        struct timespec ts;
+        struct iovec l = {&ts, sizeof(ts)}, r = {(void *)(uintptr_t)regs->r10, sizeof(ts)};
+        if (process_vm_readv(tid, &l, 1, &r, 1, 0) == (ssize_t)sizeof(ts) && ts.tv_sec >= 0) {
+            uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+            if (t <= elapsed_ns) {
+                regs->rax = 0;
+                return true;
+            }
+        }
+    }
+    regs->rax = (uint64_t)-KERNEL_ERESTARTNOHAND;
+    return true;
+}

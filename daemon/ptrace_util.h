@@ -1,0 +1,54 @@
+/* ptrace_util.h: reading thread state from /proc without stopping the thread, and the
+ * rules for repairing system calls that a ptrace stop would make fail with EINTR. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/user.h>
+
+/* /proc/PID/task/TID/schedstat: "run_ns wait_ns pcount". Returns 0 or -errno. */
+int proc_read_schedstat(int fd, uint64_t *run_ns, uint64_t *pcount);
+
+enum sysc_state {
+    SYSC_RUNNING,   /* "running": on a CPU or runnable */
+    SYSC_BLOCKED,   /* blocked, not in a system call ("-1 sp pc") */
+    SYSC_IN_SYSCALL /* blocked in system call nr */
+};
+
+struct sysc_info {
+    enum sysc_state state;
+    long nr;
+    uint64_t args[6];
+    uint64_t sp, pc; /* pc is just after the syscall instruction */
+};
+
+/* /proc/PID/task/TID/syscall: "nr a0..a5 sp pc" (nr decimal, the rest 0x-hex), "-1 sp pc"
+ * or "running". Returns 0 or -errno. */
+int proc_read_syscall(int fd, struct sysc_info *out);
+/* Parse the text of that file (tests). */
+int sysc_parse(const char *text, struct sysc_info *out);
+
+/* Signal dispositions of the process from /proc/PID/status (SigIgn, SigCgt). */
+int proc_read_sigdisp(int fd, uint64_t *ign, uint64_t *cgt);
+/* Would the process ignore sig if it were not traced? (SIG_IGN, or default action ignore:
+ * SIGCHLD, SIGCONT, SIGURG, SIGWINCH, with no handler.) */
+bool sig_is_ignored(uint64_t ign, uint64_t cgt, int sig);
+
+/* System calls that return a plain -EINTR (not a restart code) when a ptrace stop or an
+ * ignored signal interrupts them, and that are safe to restart because -EINTR means
+ * nothing happened: the epoll waits and socket calls with SO_RCVTIMEO/SO_SNDTIMEO. Never
+ * close or connect, whose restart would be wrong. */
+bool sysc_restartable(long nr);
+
+/* ERESTARTNOHAND: the kernel restarts the call unless a handler runs (then EINTR, exactly
+ * as without a tracer). */
+#define KERNEL_ERESTARTNOHAND 514
+
+/* Repair regs of a thread stopped while returning -EINTR from a restartable call, when the
+ * interruption was ours (interrupt stop) or an ignored signal's. elapsed_ns is a lower bound
+ * of the time already spent blocked (0 if unknown): epoll timeouts are lowered by it, and a
+ * call whose timeout has expired returns 0 instead. epoll_pwait2's timeout lives in the
+ * target's memory and is read with process_vm_readv. Returns true if regs were changed
+ * (the caller must PTRACE_SETREGS). */
+bool sysc_repair_eintr(pid_t tid, struct user_regs_struct *regs, uint64_t elapsed_ns);

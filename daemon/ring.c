@@ -1,0 +1,103 @@
+/* ring.c: the per-target ring buffer of samples (time, thread, stack id). */
+#include "ring.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ring_init(struct ring *r, uint64_t span_ns, size_t max_entries, ring_evict_fn evict,
+               void *ctx)
+{
+    memset(r, 0, sizeof(*r));
+    r->span_ns = span_ns;
+    r->max_entries = max_entries ? max_entries : 1;
+    r->evict = evict;
+    r->evict_ctx = ctx;
+}
+
+static void drop_oldest(struct ring *r)
+{
+    if (r->evict)
+        r->evict(r->evict_ctx, ring_at(r, 0));
+    r->head = (r->head + 1) & (r->cap - 1);
+    r->len--;
+}
+
+void ring_finish(struct ring *r)
+{
+    while (r->len)
+        drop_oldest(r);
+    free(r->v);
+    r->v = NULL;
+    r->cap = r->head = 0;
+}
+
+/* Double the storage, unwrapping the entries to the start. */
+static int grow(struct ring *r)
+{
+    size_t ncap = r->cap ? r->cap * 2 : 256;
+    struct ring_entry *nv = malloc(ncap * sizeof(*nv));
+    if (!nv)
+        return -ENOMEM;
+    for (size_t i = 0; i < r->len; i++)
+        nv[i] = *ring_at(r, i);
+    free(r->v);
+    r->v = nv;
+    r->cap = ncap;
+    r->head = 0;
+    return 0;
+}
+
+void ring_expire(struct ring *r, uint64_t now_ns)
+{
+    if (now_ns < r->span_ns)
+        return;
+    uint64_t limit = now_ns - r->span_ns;
+    while (r->len && ring_at(r, 0)->t_ns < limit)
+        drop_oldest(r);
+}
+
+int ring_push(struct ring *r, const struct ring_entry *e)
+{
+    uint64_t newest = e->t_ns;
+    if (r->len && ring_at(r, r->len - 1)->t_ns > newest)
+        newest = ring_at(r, r->len - 1)->t_ns;
+    ring_expire(r, newest);
+    if (r->len >= r->max_entries) {
+        drop_oldest(r);
+        r->dropped++;
+    }
+    if (r->len == r->cap) {
+        int err = grow(r);
+        if (err < 0)
+            return err;
+    }
+    /* Samples of one tick can complete out of order (a thread that took long to stop);
+     * keep the buffer sorted by walking back from the end, which is almost always 0 steps. */
+    size_t i = r->len;
+    while (i > 0 && ring_at(r, i - 1)->t_ns > e->t_ns) {
+        r->v[(r->head + i) & (r->cap - 1)] = *ring_at(r, i - 1);
+        i--;
+    }
+    r->v[(r->head + i) & (r->cap - 1)] = *e;
+    r->len++;
+    return 0;
+}
+
+size_t ring_lower_bound(const struct ring *r, uint64_t t)
+{
+    size_t lo = 0, hi = r->len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ring_at(r, mid)->t_ns < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+size_t ring_memory(const struct ring *r)
+{
+    return r->cap * sizeof(struct ring_entry);
+}

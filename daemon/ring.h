@@ -1,0 +1,44 @@
+/* ring.h: a target's time-ordered sample buffer, bounded by age and by entry count. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ring_entry {
+    uint64_t t_ns;  /* CLOCK_MONOTONIC time of the sample */
+    int32_t tid;
+    uint32_t stack; /* id in the target's stack table */
+};
+
+/* Called for every entry dropped from the buffer (so its stack reference can be released). */
+typedef void (*ring_evict_fn)(void *ctx, const struct ring_entry *e);
+
+struct ring {
+    struct ring_entry *v;
+    size_t cap;         /* allocated slots (power of two) */
+    size_t head;        /* index of the oldest entry */
+    size_t len;
+    size_t max_entries; /* hard bound on len */
+    uint64_t span_ns;   /* entries older than newest - span_ns are dropped */
+    ring_evict_fn evict;
+    void *evict_ctx;
+    uint64_t dropped;   /* entries dropped because of max_entries (not age) */
+};
+
+void ring_init(struct ring *r, uint64_t span_ns, size_t max_entries, ring_evict_fn evict,
+               void *ctx);
+/* Drop every entry (calling evict) and free the memory. */
+void ring_finish(struct ring *r);
+/* Insert an entry in time order (usually at the end), dropping entries that fell out of
+ * the time span or exceed max_entries, oldest first. Returns 0 or -ENOMEM. */
+int ring_push(struct ring *r, const struct ring_entry *e);
+/* Drop entries older than now_ns - span_ns (for targets that stopped producing samples). */
+void ring_expire(struct ring *r, uint64_t now_ns);
+/* The i-th oldest entry. */
+static inline const struct ring_entry *ring_at(const struct ring *r, size_t i)
+{
+    return &r->v[(r->head + i) & (r->cap - 1)];
+}
+/* Index of the first entry with t_ns >= t (len if none). Binary search. */
+size_t ring_lower_bound(const struct ring *r, uint64_t t);
+size_t ring_memory(const struct ring *r);

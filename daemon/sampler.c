@@ -1,0 +1,244 @@
+/* sampler.c: the sample path. Nothing here symbolizes, allocates per frame or opens files
+ * while a thread is stopped: the stop covers PTRACE_GETREGS, one process_vm_readv of the
+ * stack and PTRACE_CONT; the unwind runs from the copy after the thread is running again. */
+#include "sampler.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/user.h>
+
+#include "log.h"
+#include "ptrace_util.h"
+#include "target.h"
+#include "util.h"
+
+static struct snapshot snap;
+static uint64_t ips[UNWIND_MAX_FRAMES];
+
+int sampler_init(size_t max_stack)
+{
+    snap.cap = max_stack;
+    snap.data = malloc(max_stack);
+    return snap.data ? 0 : -ENOMEM;
+}
+
+void sampler_finish(void)
+{
+    free(snap.data);
+    memset(&snap, 0, sizeof(snap));
+}
+
+void sampler_thread_reset(struct thread *th)
+{
+    if (th->last_stack != STACK_NONE)
+        stacks_unref(&th->t->stacks, th->last_stack);
+    th->last_stack = STACK_NONE;
+    th->have_sched = false;
+}
+
+/* Record one sample (the ring takes over the stack reference). */
+static void push(struct target *t, struct thread *th, uint64_t tick_ns, uint32_t stack)
+{
+    struct ring_entry e = {.t_ns = tick_ns, .tid = th->tid, .stack = stack};
+    if (ring_push(&t->ring, &e) < 0) {
+        stacks_unref(&t->stacks, stack);
+        return;
+    }
+    t->stats.samples++;
+}
+
+/* Unwind the snapshot and intern the stack. Returns a stack id with one reference, or
+ * STACK_NONE. When the unwind asked for memory outside every known mapping (a library
+ * loaded since the maps were read), the maps are re-read and the unwind retried once: the
+ * copy is still valid. */
+static uint32_t unwind_and_intern(struct target *t)
+{
+    enum unwind_end end;
+    t->unw.maps_miss = false;
+    int n = unwinder_unwind(&t->unw, &snap, ips, UNWIND_MAX_FRAMES, &end);
+    if (end != UNWIND_COMPLETE && t->unw.maps_miss && target_refresh_maps(t) > 0)
+        n = unwinder_unwind(&t->unw, &snap, ips, UNWIND_MAX_FRAMES, &end);
+    if (n == 0) {
+        /* Not even the pc: record the pc alone so the time is not lost. */
+        ips[0] = snap.regs.rip;
+        n = 1;
+    }
+    uint16_t flags = 0;
+    switch (end) {
+    case UNWIND_COMPLETE:
+        t->stats.unwind_complete++;
+        break;
+    case UNWIND_TOO_DEEP:
+        t->stats.unwind_too_deep++;
+        flags = STACK_TRUNCATED;
+        break;
+    default:
+        t->stats.unwind_truncated++;
+        flags = STACK_TRUNCATED;
+        break;
+    }
+    return stacks_intern(&t->stacks, t->epoch, flags, ips, (uint16_t)n);
+}
+
+/* Remember the stack as the thread's latest, for reuse while it does not run. */
+static void set_last(struct thread *th, uint32_t stack, uint64_t run_ns, uint64_t pcount)
+{
+    if (th->last_stack != STACK_NONE)
+        stacks_unref(&th->t->stacks, th->last_stack);
+    stacks_ref(&th->t->stacks, stack);
+    th->last_stack = stack;
+    th->have_sched = true;
+    th->run_ns = run_ns;
+    th->pcount = pcount;
+}
+
+/* Track how long a thread has been blocked in the same call: the first time we saw it
+ * there, with the same arguments, and not having run since (pcount unchanged). */
+static void observe_blocked(struct thread *th, const struct sysc_info *si, uint64_t pcount,
+                            uint64_t now)
+{
+    if (th->blk_valid && th->blk_nr == si->nr && th->blk_pcount == pcount &&
+        !memcmp(th->blk_args, si->args, sizeof(si->args)))
+        return;
+    th->blk_valid = true;
+    th->blk_nr = si->nr;
+    th->blk_pcount = pcount;
+    memcpy(th->blk_args, si->args, sizeof(si->args));
+    th->blk_since_ns = now;
+}
+
+/* Ask the kernel to stop a running thread; the stop arrives through waitpid. */
+static void interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
+{
+    if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0) {
+        t->stats.failed_vanished++;
+        return;
+    }
+    th->interrupt_pending = true;
+    th->interrupt_sent_ns = now_ns();
+    th->sample_tick_ns = tick_ns;
+    t->stats.interrupts++;
+}
+
+/* Sample one thread, stopping it only if it is running. */
+static void sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
+{
+    uint64_t run, pcount;
+    if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0) {
+        t->stats.failed_vanished++;
+        return;
+    }
+    /* Not run since its last sample: same stack, no need to look again. */
+    if (th->have_sched && th->last_stack != STACK_NONE && run == th->run_ns &&
+        pcount == th->pcount) {
+        stacks_ref(&t->stacks, th->last_stack);
+        push(t, th, tick_ns, th->last_stack);
+        t->stats.samples_reused++;
+        return;
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        struct sysc_info si;
+        if (proc_read_syscall(th->syscall_fd, &si) < 0) {
+            t->stats.failed_vanished++;
+            return;
+        }
+        if (si.state != SYSC_IN_SYSCALL)
+            break;
+        /* Blocked in a system call: sample from (sp, pc) without stopping it. */
+        memset(&snap.regs, 0, sizeof(snap.regs));
+        snap.regs.rsp = si.sp;
+        snap.regs.rip = si.pc;
+        snap.full_regs = false;
+        if (snapshot_copy_stack(th->tid, si.sp, &snap) < 0) {
+            t->stats.failed_copy++;
+            return;
+        }
+        uint64_t run2, pcount2;
+        if (proc_read_schedstat(th->schedstat_fd, &run2, &pcount2) < 0) {
+            t->stats.failed_vanished++;
+            return;
+        }
+        if (pcount2 != pcount || run2 != run) {
+            /* It ran while we copied: the copy may be torn. Look again. */
+            t->stats.torn++;
+            run = run2;
+            pcount = pcount2;
+            continue;
+        }
+        observe_blocked(th, &si, pcount, tick_ns);
+        uint32_t id = unwind_and_intern(t);
+        if (id == STACK_NONE)
+            return;
+        set_last(th, id, run, pcount);
+        push(t, th, tick_ns, id);
+        t->stats.samples_blocked++;
+        return;
+    }
+    sampler_thread_reset(th);
+    th->blk_valid = false;
+    interrupt(t, th, tick_ns);
+}
+
+void sampler_tick(struct target *t, uint64_t tick_ns)
+{
+    t->stats.ticks++;
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        if (th->zombie)
+            continue;
+        if (th->state == TH_GROUP_STOP) {
+            /* Stopped by job control: where it stopped is where its time goes. */
+            if (th->last_stack != STACK_NONE) {
+                stacks_ref(&t->stacks, th->last_stack);
+                push(t, th, tick_ns, th->last_stack);
+                t->stats.samples_reused++;
+            } else {
+                t->stats.skipped_stopped++;
+            }
+            continue;
+        }
+        if (th->interrupt_pending) {
+            t->stats.skipped_pending++;
+            continue;
+        }
+        sample_thread(t, th, tick_ns);
+    }
+}
+
+void sampler_on_stop(struct thread *th)
+{
+    struct target *t = th->t;
+    uint64_t stopped = now_ns();
+    th->interrupt_pending = false;
+    t->stats.stop_latency_ns += stopped - th->interrupt_sent_ns;
+    int copy_err = -1;
+    bool have_regs = ptrace(PTRACE_GETREGS, th->tid, 0, &snap.regs) == 0;
+    if (have_regs) {
+        snap.full_regs = true;
+        copy_err = snapshot_copy_stack(th->tid, snap.regs.rsp, &snap);
+        /* The stop interrupted an epoll wait or a socket call with a timeout, which the
+         * kernel would now fail with EINTR: make it restart instead. We sent the interrupt
+         * right after seeing the thread running, so it has been blocked only since then;
+         * restarting with the whole timeout is late by at most that. */
+        struct user_regs_struct regs = snap.regs;
+        if (sysc_repair_eintr(th->tid, &regs, 0) &&
+            ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0)
+            t->stats.eintr_repaired++;
+    }
+    target_resume(th, 0);
+    if (!have_regs) {
+        t->stats.failed_regs++;
+        return;
+    }
+    if (copy_err < 0) {
+        t->stats.failed_copy++;
+        return;
+    }
+    uint32_t id = unwind_and_intern(t);
+    if (id == STACK_NONE)
+        return;
+    push(t, th, th->sample_tick_ns, id);
+    t->stats.samples_stopped++;
+}

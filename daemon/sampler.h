@@ -1,0 +1,20 @@
+/* sampler.h: take samples: from a thread blocked in a system call without stopping it, or
+ * from a thread in a ptrace stop we asked for. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct target;
+struct thread;
+
+/* Allocate the stack-copy buffer. max_stack is the most bytes copied per sample. */
+int sampler_init(size_t max_stack);
+void sampler_finish(void);
+
+/* One tick for t: sample each thread (reuse, blocked path, or PTRACE_INTERRUPT). */
+void sampler_tick(struct target *t, uint64_t tick_ns);
+/* th is in the interrupt stop we asked for: copy regs and stack, resume it, unwind. */
+void sampler_on_stop(struct thread *th);
+/* Release a thread's sampler state (its last-stack reference). */
+void sampler_thread_reset(struct thread *th);

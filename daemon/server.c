@@ -1,0 +1,380 @@
+/* server.c: accept clients on the Unix socket, read framed requests, write replies.
+ * A client that misbehaves (oversized, truncated, or never reading) is dropped alone. */
+#include "server.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+#define MAX_CLIENTS 1024
+/* A client that leaves output unread this long is dropped (it may have stopped reading). */
+#define STALL_TIMEOUT 30.0
+
+struct server_config server_cfg;
+uint64_t server_start_ns;
+
+static struct ev_loop *loop;
+static int listen_fd = -1;
+static ev_io accept_io;
+static ev_timer accept_backoff;
+static struct client *clients;
+static struct client *dead_clients; /* closed, freed in on_check (callbacks may still hold them) */
+static ev_check reaper;
+static size_t nclients;
+static uint64_t next_id = 1;
+static char *socket_path;
+
+static void client_close(struct client *c);
+static void on_read(struct ev_loop *l, ev_io *w, int revents);
+
+size_t server_client_count(void)
+{
+    return nclients;
+}
+
+/* Write what we can; arm the write watcher only while output is pending. */
+static void flush(struct client *c)
+{
+    while (c->out_off < c->out.len) {
+        ssize_t n = send(c->fd, c->out.buf + c->out_off, c->out.len - c->out_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            log_debug("client %" PRIu64 ": write: %s", c->id, strerror(errno));
+            client_close(c);
+            return;
+        }
+        c->out_off += (size_t)n;
+        ev_timer_again(loop, &c->stall);
+    }
+    if (c->out_off == c->out.len) {
+        c->out.len = 0;
+        c->out_off = 0;
+        ev_io_stop(loop, &c->wio);
+        ev_timer_stop(loop, &c->stall);
+        if (c->closing) {
+            client_close(c);
+            return;
+        }
+        if (c->out.cap > 1 << 20) {
+            /* Do not keep a large reply's buffer around. */
+            strbuf_finish(&c->out);
+        }
+    } else {
+        ev_io_start(loop, &c->wio);
+        if (!ev_is_active(&c->stall))
+            ev_timer_again(loop, &c->stall);
+    }
+}
+
+void client_send(struct client *c, cJSON *reply)
+{
+    char *s = cJSON_PrintUnformatted(reply);
+    cJSON_Delete(reply);
+    if (!s || frame_encode(&c->out, s, strlen(s)) < 0) {
+        log_err("client %" PRIu64 ": reply could not be encoded", c->id);
+        free(s);
+        client_close(c);
+        return;
+    }
+    free(s);
+    flush(c);
+}
+
+/* Reply with an error and close the connection once it is written: used when the stream
+ * can no longer be trusted (oversized frame, failed handshake). */
+static void fail_and_close(struct client *c, enum proto_error code, const char *msg)
+{
+    log_debug("client %" PRIu64 " (pid %d): %s", c->id, c->peer.pid, msg);
+    c->closing = true;
+    ev_io_stop(loop, &c->rio);
+    client_send(c, proto_error_reply(NULL, code, "%s", msg));
+}
+
+/* Parse and answer every complete request in the buffer. */
+static void process(struct client *c)
+{
+    while (!c->pending && !c->closing && !c->dead) {
+        const char *payload;
+        size_t len;
+        int r = frame_reader_next(&c->in, &payload, &len);
+        if (r == 0)
+            return;
+        if (r == -EMSGSIZE) {
+            fail_and_close(c, PE_TOO_LARGE, "request larger than 1 MiB");
+            return;
+        }
+        if (r < 0) {
+            fail_and_close(c, PE_BAD_REQUEST, "empty frame");
+            return;
+        }
+        cJSON *req = cJSON_ParseWithLength(payload, len);
+        if (!req || !cJSON_IsObject(req)) {
+            cJSON_Delete(req);
+            client_send(c, proto_error_reply(NULL, PE_BAD_REQUEST,
+                                             "request is not a JSON object"));
+            continue;
+        }
+        cJSON *reply = commands_dispatch(c, req);
+        cJSON_Delete(req);
+        if (reply) {
+            client_send(c, reply);
+        } else if (c->pending && !c->dead) {
+            ev_io_stop(loop, &c->rio);
+        }
+    }
+}
+
+static void on_read(struct ev_loop *l, ev_io *w, int revents)
+{
+    (void)l, (void)revents;
+    struct client *c = w->data;
+    for (;;) {
+        ssize_t n = frame_reader_fill(&c->in, c->fd);
+        if (n == -EAGAIN || n == -EWOULDBLOCK || n == -ENOBUFS)
+            break;
+        if (n < 0) {
+            log_debug("client %" PRIu64 ": read: %s", c->id, strerror((int)-n));
+            client_close(c);
+            return;
+        }
+        if (n == 0) {
+            if (frame_reader_pending(&c->in))
+                log_debug("client %" PRIu64 ": connection closed inside a frame", c->id);
+            /* Answer what arrived complete, then close. */
+            process(c);
+            if (c->dead)
+                return;
+            if (c->pending || (c->out.len > c->out_off)) {
+                c->closing = true;
+                ev_io_stop(loop, &c->rio);
+            } else {
+                client_close(c);
+            }
+            return;
+        }
+        process(c);
+        if (c->pending || c->closing || c->dead)
+            return;
+    }
+    process(c);
+}
+
+static void on_write(struct ev_loop *l, ev_io *w, int revents)
+{
+    (void)l, (void)revents;
+    flush(w->data);
+}
+
+static void on_stall(struct ev_loop *l, ev_timer *w, int revents)
+{
+    (void)l, (void)revents;
+    struct client *c = w->data;
+    log_warn("client %" PRIu64 " (pid %d) has not read its reply for %.0f s: dropped", c->id,
+             c->peer.pid, STALL_TIMEOUT);
+    client_close(c);
+}
+
+static void client_close(struct client *c)
+{
+    if (c->dead)
+        return;
+    for (struct client **p = &clients; *p; p = &(*p)->next) {
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    }
+    nclients--;
+    if (c->pending)
+        c->pending->client = NULL;
+    ev_io_stop(loop, &c->rio);
+    ev_io_stop(loop, &c->wio);
+    ev_timer_stop(loop, &c->stall);
+    close(c->fd);
+    c->fd = -1;
+    c->dead = true;
+    c->next = dead_clients;
+    dead_clients = c;
+    if (listen_fd >= 0 && !ev_is_active(&accept_io) && !ev_is_active(&accept_backoff))
+        ev_io_start(loop, &accept_io);
+}
+
+/* After each loop iteration: free clients closed during it. */
+static void on_check(struct ev_loop *l, ev_check *w, int revents)
+{
+    (void)l, (void)w, (void)revents;
+    while (dead_clients) {
+        struct client *c = dead_clients;
+        dead_clients = c->next;
+        frame_reader_finish(&c->in);
+        strbuf_finish(&c->out);
+        free(c);
+    }
+}
+
+void pending_finish(struct pending *p, cJSON *reply)
+{
+    struct client *c = p->client;
+    if (c) {
+        if (p->id)
+            cJSON_AddItemToObject(reply, "id", cJSON_Duplicate(p->id, 1));
+        c->pending = NULL;
+        client_send(c, reply);
+    } else {
+        cJSON_Delete(reply);
+    }
+    cJSON_Delete(p->id);
+    free(p);
+    if (!c || c->dead)
+        return;
+    if (c->closing) {
+        if (c->out.len == c->out_off)
+            client_close(c);
+    } else {
+        ev_io_start(loop, &c->rio);
+        process(c);
+    }
+}
+
+static void on_backoff(struct ev_loop *l, ev_timer *w, int revents)
+{
+    (void)l, (void)w, (void)revents;
+    ev_io_start(loop, &accept_io);
+}
+
+static void on_accept(struct ev_loop *l, ev_io *w, int revents)
+{
+    (void)l, (void)w, (void)revents;
+    for (;;) {
+        int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* Out of descriptors: stop accepting for a moment instead of spinning. */
+                log_warn("accept: %s; pausing for 100 ms", strerror(errno));
+                ev_io_stop(loop, &accept_io);
+                ev_timer_set(&accept_backoff, 0.1, 0);
+                ev_timer_start(loop, &accept_backoff);
+            }
+            return;
+        }
+        if (nclients >= MAX_CLIENTS) {
+            static const char busy[] = "too many clients";
+            log_warn("%s (%d): refusing a connection", busy, MAX_CLIENTS);
+            close(fd);
+            continue;
+        }
+        struct client *c = xcalloc(1, sizeof(*c));
+        c->fd = fd;
+        c->id = next_id++;
+        if (peer_from_socket(fd, &c->peer) < 0) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        frame_reader_init(&c->in, PROTO_MAX_REQUEST);
+        ev_io_init(&c->rio, on_read, fd, EV_READ);
+        ev_io_init(&c->wio, on_write, fd, EV_WRITE);
+        ev_init(&c->stall, on_stall);
+        c->stall.repeat = STALL_TIMEOUT;
+        c->rio.data = c->wio.data = c->stall.data = c;
+        ev_io_start(loop, &c->rio);
+        c->next = clients;
+        clients = c;
+        nclients++;
+        log_debug("client %" PRIu64 " connected: pid %d uid %u", c->id, c->peer.pid,
+                  c->peer.uid);
+    }
+}
+
+/* mkdir -p for the socket's directory. */
+static void make_parent(const char *path)
+{
+    char *dir = xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        for (char *p = dir + 1; *p; p++) {
+            if (*p == '/') {
+                *p = '\0';
+                mkdir(dir, 0755);
+                *p = '/';
+            }
+        }
+        mkdir(dir, 0755);
+    }
+    free(dir);
+}
+
+int server_listen(struct ev_loop *l, const char *path)
+{
+    loop = l;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        log_err("socket path too long: %s", path);
+        return -ENAMETOOLONG;
+    }
+    strcpy(sa.sun_path, path);
+    make_parent(path);
+    /* A live daemon on the path is not ours to replace; a stale socket file is. */
+    int probe = proto_connect(path);
+    if (probe >= 0) {
+        close(probe);
+        log_err("another profd is already listening on %s", path);
+        return -EADDRINUSE;
+    }
+    unlink(path);
+    listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd < 0)
+        return -errno;
+    if (bind(listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(listen_fd, 128) < 0) {
+        int e = -errno;
+        log_err("cannot listen on %s: %s", path, strerror(-e));
+        close(listen_fd);
+        listen_fd = -1;
+        return e;
+    }
+    /* Anyone may connect: every request is checked against the caller's credentials
+     * (SO_PEERCRED), so users can profile their own processes and nothing else. */
+    chmod(path, 0666);
+    socket_path = xstrdup(path);
+    ev_check_init(&reaper, on_check);
+    ev_check_start(loop, &reaper);
+    ev_io_init(&accept_io, on_accept, listen_fd, EV_READ);
+    ev_init(&accept_backoff, on_backoff);
+    ev_io_start(loop, &accept_io);
+    return 0;
+}
+
+void server_shutdown(void)
+{
+    if (listen_fd >= 0) {
+        ev_io_stop(loop, &accept_io);
+        ev_timer_stop(loop, &accept_backoff);
+        close(listen_fd);
+        listen_fd = -1;
+    }
+    while (clients)
+        client_close(clients);
+    on_check(loop, &reaper, 0);
+    ev_check_stop(loop, &reaper);
+    if (socket_path) {
+        unlink(socket_path);
+        free(socket_path);
+        socket_path = NULL;
+    }
+}

@@ -1,0 +1,65 @@
+/* server.h: the Unix socket server: clients, framing, replies. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+#include <ev.h>
+
+#include "perms.h"
+#include "proto.h"
+
+struct pending;
+
+struct client {
+    int fd;
+    struct peer peer;
+    ev_io rio, wio;
+    ev_timer stall;            /* output not drained for too long: drop the client */
+    struct frame_reader in;
+    struct strbuf out;
+    size_t out_off;
+    bool handshaken;
+    bool closing;              /* close once the output is flushed */
+    bool dead;                 /* closed; freed after the current loop iteration */
+    struct pending *pending;   /* request being answered asynchronously */
+    uint64_t id;               /* connection number, for logs */
+    struct client *next;
+};
+
+/* A request whose reply comes later (slice, detach). If its client goes away first,
+ * client is set to NULL and the reply is dropped. */
+struct pending {
+    struct client *client;
+    cJSON *id;
+    void *data;
+};
+
+struct server_config {
+    const char *socket_path;
+    unsigned default_hz;
+    uint64_t default_buffer_ns;
+    unsigned max_hz;
+    uint64_t max_buffer_ns;
+    unsigned max_targets;
+};
+
+extern struct server_config server_cfg;
+extern uint64_t server_start_ns;
+
+/* Listen on the socket. Returns 0 or -errno (with a logged reason). */
+int server_listen(struct ev_loop *loop, const char *path);
+/* Stop accepting, drop every client, remove the socket file. */
+void server_shutdown(void);
+size_t server_client_count(void);
+
+/* Queue a reply (takes ownership of reply). */
+void client_send(struct client *c, cJSON *reply);
+/* Finish an asynchronous request: send its reply if the client is still there, then resume
+ * reading its requests. Frees p. */
+void pending_finish(struct pending *p, cJSON *reply);
+
+/* commands.c: handle one request. Returns the reply, or NULL when it will be sent later
+ * through a pending (then reading from the client pauses until it is). */
+cJSON *commands_dispatch(struct client *c, const cJSON *req);

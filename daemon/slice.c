@@ -1,0 +1,427 @@
+/* slice.c: from a window of raw samples to a symbolized profile and its formatted output. */
+#include "slice.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "modules.h"
+#include "symbols.h"
+#include "util.h"
+
+const char *slice_format_name(enum slice_format f)
+{
+    switch (f) {
+    case SLICE_COLLAPSED:
+        return "collapsed";
+    case SLICE_SENTRY:
+        return "sentry";
+    }
+    return "?";
+}
+
+int slice_format_parse(const char *name)
+{
+    if (!name)
+        return -1;
+    if (!strcmp(name, "collapsed") || !strcmp(name, "folded"))
+        return SLICE_COLLAPSED;
+    if (!strcmp(name, "sentry"))
+        return SLICE_SENTRY;
+    return -1;
+}
+
+static void copy_maps(struct maps *dst, const struct maps *src)
+{
+    dst->n = src->n;
+    dst->v = xcalloc(src->n ? src->n : 1, sizeof(*dst->v));
+    for (size_t i = 0; i < src->n; i++) {
+        dst->v[i] = src->v[i];
+        dst->v[i].path = src->v[i].path ? xstrdup(src->v[i].path) : NULL;
+        dst->v[i].mod = src->v[i].mod ? module_ref(src->v[i].mod) : NULL;
+    }
+}
+
+struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint64_t end_ns,
+                                enum slice_format format)
+{
+    struct slice_job *job = xcalloc(1, sizeof(*job));
+    job->format = format;
+    job->pid = t->pid;
+    memcpy(job->comm, t->comm, sizeof(job->comm));
+    job->exe = xstrdup(t->exe);
+    job->hz = t->hz;
+    job->start_ns = start_ns;
+    job->end_ns = end_ns;
+    job->realtime_offset_ns = (int64_t)(realtime_ns() - now_ns());
+
+    size_t first = ring_lower_bound(&t->ring, start_ns);
+    size_t last = ring_lower_bound(&t->ring, end_ns == UINT64_MAX ? end_ns : end_ns + 1);
+    job->nsamples = last > first ? last - first : 0;
+    job->samples = xmalloc((job->nsamples ? job->nsamples : 1) * sizeof(*job->samples));
+    /* Renumber the stacks the window uses: old id -> new index. */
+    uint32_t *remap = xmalloc((t->stacks.cap ? t->stacks.cap : 1) * sizeof(*remap));
+    for (uint32_t i = 0; i < t->stacks.cap; i++)
+        remap[i] = STACK_NONE;
+    size_t cap = 0;
+    for (size_t i = 0; i < job->nsamples; i++) {
+        const struct ring_entry *e = ring_at(&t->ring, first + i);
+        job->samples[i] = *e;
+        const struct stack_entry *se = stacks_get(&t->stacks, e->stack);
+        if (!se) {
+            job->samples[i].stack = STACK_NONE;
+            continue;
+        }
+        if (remap[e->stack] == STACK_NONE) {
+            if (job->nstacks == cap) {
+                cap = cap ? cap * 2 : 64;
+                job->stacks = xrealloc(job->stacks, cap * sizeof(*job->stacks));
+            }
+            struct slice_stack *ss = &job->stacks[job->nstacks];
+            ss->epoch = se->epoch;
+            ss->n = se->n;
+            ss->flags = se->flags;
+            ss->ips = xmalloc((se->n ? se->n : 1) * sizeof(uint64_t));
+            memcpy(ss->ips, se->ips, se->n * sizeof(uint64_t));
+            remap[e->stack] = (uint32_t)job->nstacks++;
+        }
+        job->samples[i].stack = remap[e->stack];
+    }
+    free(remap);
+
+    job->nnames = t->nnames;
+    job->names = xmalloc((t->nnames ? t->nnames : 1) * sizeof(*job->names));
+    memcpy(job->names, t->names, t->nnames * sizeof(*job->names));
+
+    /* Maps of the generations the stacks come from. */
+    for (size_t i = 0; i < job->nstacks; i++) {
+        uint32_t ep = job->stacks[i].epoch;
+        bool have = false;
+        for (size_t j = 0; j < job->nepochs; j++)
+            have |= job->epochs[j].epoch == ep;
+        if (have)
+            continue;
+        const struct maps *m = target_epoch_maps(t, ep);
+        job->epochs = xrealloc(job->epochs, (job->nepochs + 1) * sizeof(*job->epochs));
+        struct slice_epoch *se = &job->epochs[job->nepochs++];
+        se->epoch = ep;
+        if (m)
+            copy_maps(&se->maps, m);
+        else
+            memset(&se->maps, 0, sizeof(se->maps));
+    }
+    return job;
+}
+
+void slice_job_free(struct slice_job *job)
+{
+    if (!job)
+        return;
+    free(job->exe);
+    free(job->samples);
+    for (size_t i = 0; i < job->nstacks; i++)
+        free(job->stacks[i].ips);
+    free(job->stacks);
+    free(job->names);
+    for (size_t i = 0; i < job->nepochs; i++)
+        maps_finish(&job->epochs[i].maps);
+    free(job->epochs);
+    free(job->txn.id);
+    free(job->txn.name);
+    free(job->txn.trace_id);
+    free(job->data);
+    if (job->json)
+        cJSON_Delete(job->json);
+    free(job);
+}
+
+/* Most recently added mapping containing addr in an exec generation's history. */
+static const struct map_entry *find_mapping(const struct slice_job *job, uint32_t epoch,
+                                            uint64_t addr)
+{
+    for (size_t i = 0; i < job->nepochs; i++) {
+        if (job->epochs[i].epoch != epoch)
+            continue;
+        const struct maps *m = &job->epochs[i].maps;
+        for (size_t j = m->n; j-- > 0;)
+            if (addr >= m->v[j].start && addr < m->v[j].end)
+                return &m->v[j];
+    }
+    return NULL;
+}
+
+/* Open-addressing map from (epoch, address, caller?) to the run of frames it expands to. */
+struct ipkey {
+    uint64_t ip;
+    uint32_t epoch;
+    uint32_t caller;
+    uint32_t first, count; /* frames[first .. first+count) */
+    bool used;
+};
+
+struct builder {
+    const struct slice_job *job;
+    struct symbolizer *sym;
+    struct profile *p;
+    size_t cap_frames;
+    struct ipkey *keys;
+    size_t nkeys;
+    /* modules referenced, for images */
+    const struct map_entry **mods;
+    size_t nmods, cap_mods;
+};
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? xstrdup(s) : NULL;
+}
+
+static bool is_system_path(const char *path)
+{
+    static const char *const dirs[] = {"/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/",
+                                       "/usr/libexec/", "/usr/local/lib/"};
+    for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
+        if (!strncmp(path, dirs[i], strlen(dirs[i])))
+            return true;
+    return false;
+}
+
+static struct profile_frame *new_frame(struct builder *b)
+{
+    struct profile *p = b->p;
+    if (p->nframes == b->cap_frames) {
+        b->cap_frames = b->cap_frames ? b->cap_frames * 2 : 256;
+        p->frames = xrealloc(p->frames, b->cap_frames * sizeof(*p->frames));
+    }
+    struct profile_frame *f = &p->frames[p->nframes++];
+    memset(f, 0, sizeof(*f));
+    return f;
+}
+
+static void note_module(struct builder *b, const struct map_entry *m)
+{
+    for (size_t i = 0; i < b->nmods; i++)
+        if (b->mods[i]->mod == m->mod)
+            return;
+    if (b->nmods == b->cap_mods) {
+        b->cap_mods = b->cap_mods ? b->cap_mods * 2 : 16;
+        b->mods = xrealloc(b->mods, b->cap_mods * sizeof(*b->mods));
+    }
+    b->mods[b->nmods++] = m;
+}
+
+/* Symbolize one address into frames (inlined callees first). */
+static void expand_ip(struct builder *b, uint32_t epoch, uint64_t ip, bool caller)
+{
+    const struct slice_job *job = b->job;
+    const struct map_entry *m = find_mapping(job, epoch, ip);
+    if (m && m->mod) {
+        uint64_t off = ip - m->start + m->pgoff;
+        const struct sym_frame *sf;
+        int n = symbolizer_lookup(b->sym, m->mod, caller && off ? off - 1 : off, &sf, NULL);
+        bool in_app = !strcmp(m->mod->path, job->exe) || !is_system_path(m->mod->path);
+        for (int i = 0; i < n; i++) {
+            struct profile_frame *f = new_frame(b);
+            f->function = dup_or_null(sf[i].function);
+            f->file = dup_or_null(sf[i].file);
+            f->line = sf[i].line;
+            f->inlined = sf[i].inlined;
+            f->module = xstrdup(m->mod->path);
+            f->addr = ip;
+            f->module_off = off;
+            f->in_app = in_app;
+        }
+        note_module(b, m);
+        return;
+    }
+    struct profile_frame *f = new_frame(b);
+    f->addr = ip;
+    if (m && m->path) {
+        /* [vdso] and other special mappings: named by their mapping. */
+        f->module = xstrdup(m->path);
+        f->module_off = ip - m->start;
+        return;
+    }
+    const char *jit = symbolizer_jit_lookup(b->sym, job->pid, ip);
+    if (jit) {
+        f->function = xstrdup(jit);
+        f->jit = true;
+        f->in_app = true;
+    }
+}
+
+/* Frames for (epoch, ip, caller), symbolizing on first use. */
+static struct ipkey *lookup_ip(struct builder *b, uint32_t epoch, uint64_t ip, bool caller,
+                               size_t mask)
+{
+    size_t h = mix(ip ^ ((uint64_t)epoch << 48) ^ ((uint64_t)caller << 63)) & mask;
+    while (b->keys[h].used) {
+        struct ipkey *k = &b->keys[h];
+        if (k->ip == ip && k->epoch == epoch && k->caller == caller)
+            return k;
+        h = (h + 1) & mask;
+    }
+    struct ipkey *k = &b->keys[h];
+    k->used = true;
+    k->ip = ip;
+    k->epoch = epoch;
+    k->caller = caller;
+    k->first = (uint32_t)b->p->nframes;
+    expand_ip(b, epoch, ip, caller);
+    k->count = (uint32_t)(b->p->nframes - k->first);
+    return k;
+}
+
+int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, struct profile *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->pid = job->pid;
+    p->comm = xstrdup(job->comm);
+    p->exe = xstrdup(job->exe);
+    p->start_ns = job->start_ns;
+    p->end_ns = job->end_ns;
+    p->realtime_offset_ns = job->realtime_offset_ns;
+    p->hz = job->hz;
+    p->period_ns = job->hz ? NS_PER_SEC / job->hz : 0;
+    p->thread_ids = job->thread_ids;
+    p->txn.id = dup_or_null(job->txn.id);
+    p->txn.name = dup_or_null(job->txn.name);
+    p->txn.trace_id = dup_or_null(job->txn.trace_id);
+    p->txn.active_tid = job->txn.active_tid;
+
+    struct builder b = {.job = job, .sym = sym, .p = p};
+    size_t total_ips = 0;
+    for (size_t i = 0; i < job->nstacks; i++)
+        total_ips += job->stacks[i].n;
+    size_t nslots = 64;
+    while (nslots < total_ips * 2)
+        nslots *= 2;
+    b.keys = xcalloc(nslots, sizeof(*b.keys));
+
+    p->nstacks = job->nstacks;
+    p->stacks = xcalloc(job->nstacks ? job->nstacks : 1, sizeof(*p->stacks));
+    uint32_t *tmp = NULL;
+    size_t cap_tmp = 0;
+    for (size_t i = 0; i < job->nstacks; i++) {
+        const struct slice_stack *ss = &job->stacks[i];
+        size_t n = 0;
+        for (uint16_t j = 0; j < ss->n; j++) {
+            /* ips[0] is where the thread was; the rest are return addresses, looked up at
+             * the call instruction (address - 1). */
+            struct ipkey *k = lookup_ip(&b, ss->epoch, ss->ips[j], j > 0, nslots - 1);
+            if (n + k->count > cap_tmp) {
+                cap_tmp = (n + k->count) * 2;
+                tmp = xrealloc(tmp, cap_tmp * sizeof(*tmp));
+            }
+            for (uint32_t f = 0; f < k->count; f++)
+                tmp[n++] = k->first + f;
+        }
+        p->stacks[i].n = (uint32_t)n;
+        p->stacks[i].frames = xmalloc((n ? n : 1) * sizeof(uint32_t));
+        memcpy(p->stacks[i].frames, tmp, n * sizeof(uint32_t));
+    }
+    free(tmp);
+    free(b.keys);
+
+    /* Samples, and the threads they name. Samples with a lost stack are dropped. */
+    p->samples = xmalloc((job->nsamples ? job->nsamples : 1) * sizeof(*p->samples));
+    p->threads = NULL;
+    size_t cap_threads = 0;
+    for (size_t i = 0; i < job->nsamples; i++) {
+        const struct ring_entry *e = &job->samples[i];
+        if (e->stack == STACK_NONE)
+            continue;
+        struct profile_sample *s = &p->samples[p->nsamples++];
+        s->t_ns = e->t_ns;
+        s->tid = e->tid;
+        s->stack = e->stack;
+        bool known = false;
+        for (size_t j = p->nthreads; j-- > 0;)
+            if (p->threads[j].tid == e->tid) {
+                known = true;
+                break;
+            }
+        if (known)
+            continue;
+        if (p->nthreads == cap_threads) {
+            cap_threads = cap_threads ? cap_threads * 2 : 16;
+            p->threads = xrealloc(p->threads, cap_threads * sizeof(*p->threads));
+        }
+        const char *name = NULL;
+        for (size_t j = 0; j < job->nnames; j++)
+            if (job->names[j].tid == e->tid)
+                name = job->names[j].name;
+        p->threads[p->nthreads].tid = e->tid;
+        p->threads[p->nthreads].name = xstrdup(name ? name : job->comm);
+        p->nthreads++;
+    }
+
+    /* Images: every module a frame came from, at its load address. */
+    p->images = xcalloc(b.nmods ? b.nmods : 1, sizeof(*p->images));
+    for (size_t i = 0; i < b.nmods; i++) {
+        const struct module *mod = b.mods[i]->mod;
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (size_t e = 0; e < job->nepochs; e++) {
+            const struct maps *m = &job->epochs[e].maps;
+            for (size_t j = 0; j < m->n; j++) {
+                if (m->v[j].mod != mod)
+                    continue;
+                uint64_t base = m->v[j].start - m->v[j].pgoff;
+                if (base < lo)
+                    lo = base;
+                if (m->v[j].end > hi)
+                    hi = m->v[j].end;
+            }
+        }
+        struct profile_image *im = &p->images[p->nimages++];
+        im->code_file = xstrdup(mod->path);
+        im->build_id_len = mod->build_id_len < PROFILE_MAX_BUILD_ID ? mod->build_id_len
+                                                                     : PROFILE_MAX_BUILD_ID;
+        memcpy(im->build_id, mod->build_id, im->build_id_len);
+        im->addr = lo;
+        im->size = hi > lo ? hi - lo : 0;
+    }
+    free(b.mods);
+    return 0;
+}
+
+void slice_run(struct slice_job *job, struct symbolizer *sym)
+{
+    uint64_t t0 = now_ns();
+    struct profile p;
+    int r = slice_build_profile(job, sym, &p);
+    if (r < 0) {
+        job->err = r;
+        return;
+    }
+    job->nthreads_out = p.nthreads;
+    switch (job->format) {
+    case SLICE_COLLAPSED: {
+        struct strbuf sb = {0};
+        r = profile_write_collapsed(&p, &sb);
+        if (r < 0) {
+            strbuf_finish(&sb);
+            job->err = r;
+            break;
+        }
+        job->len = sb.len;
+        job->data = strbuf_steal(&sb);
+        break;
+    }
+    case SLICE_SENTRY:
+        job->json = profile_to_sentry(&p);
+        if (!job->json)
+            job->err = -ENOMEM;
+        break;
+    }
+    profile_free(&p);
+    job->build_ns = now_ns() - t0;
+}

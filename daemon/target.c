@@ -1,0 +1,823 @@
+/* target.c: attaching to processes with PTRACE_SEIZE, following their threads, forwarding
+ * their signals and job control exactly, and detaching cleanly.
+ *
+ * Invariant: outside a callback, every traced thread is either running (maybe with one
+ * PTRACE_INTERRUPT outstanding) or parked in a group-stop with PTRACE_LISTEN. Every other
+ * stop is resolved in the callback that reaps it: a signal-delivery-stop re-injects its
+ * signal at once (a signal held by the tracer is lost if the tracer dies), an interrupt stop
+ * is sampled and resumed. */
+#include "target.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ev.h>
+
+#include "log.h"
+#include "modules.h"
+#include "ptrace_util.h"
+#include "sampler.h"
+#include "util.h"
+
+#define TID_BUCKETS 4096
+#define MAX_EPOCHS 16
+/* Most entries a ring may hold, whatever the rate and thread count: 4M entries, 64 MiB. */
+#define RING_MAX_ENTRIES (4u << 20)
+
+static struct ev_loop *loop;
+static struct target *targets;
+static struct thread *tid_hash[TID_BUCKETS];
+
+/* PTRACE_O_TRACECLONE: new threads are attached by the kernel. PTRACE_O_TRACEEXEC: exec is
+ * an event, not a SIGTRAP. Never PTRACE_O_EXITKILL: the target must outlive the daemon. */
+static const long SEIZE_OPTIONS = PTRACE_O_TRACECLONE | PTRACE_O_TRACEEXEC;
+
+void targets_init(struct ev_loop *l)
+{
+    loop = l;
+}
+
+struct target *targets_first(void)
+{
+    return targets;
+}
+
+size_t targets_count(void)
+{
+    size_t n = 0;
+    for (struct target *t = targets; t; t = t->next)
+        n++;
+    return n;
+}
+
+struct target *target_find(pid_t pid)
+{
+    for (struct target *t = targets; t; t = t->next)
+        if (t->pid == pid)
+            return t;
+    return NULL;
+}
+
+const char *target_state_name(enum target_state s)
+{
+    switch (s) {
+    case T_ATTACHED:
+        return "attached";
+    case T_DETACHING:
+        return "detaching";
+    case T_EXITED:
+        return "exited";
+    }
+    return "?";
+}
+
+static struct thread *thread_find(pid_t tid)
+{
+    for (struct thread *th = tid_hash[(unsigned)tid % TID_BUCKETS]; th; th = th->hnext)
+        if (th->tid == tid)
+            return th;
+    return NULL;
+}
+
+/* Read /proc/PID/task/TID/stat: the thread's name and whether it is a zombie. */
+static int read_thread_stat(pid_t pid, pid_t tid, char name[16], bool *zombie)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+    ssize_t n = read_file(path, buf, sizeof(buf));
+    if (n < 0)
+        return (int)n;
+    char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+    if (!open || !close || close < open || close[1] != ' ')
+        return -EINVAL;
+    size_t len = (size_t)(close - open - 1);
+    if (len > 15)
+        len = 15;
+    memcpy(name, open + 1, len);
+    name[len] = '\0';
+    if (zombie)
+        *zombie = close[2] == 'Z' || close[2] == 'X';
+    return 0;
+}
+
+/* Remember tid's name for slices taken after it exits. */
+static void remember_name(struct target *t, int32_t tid, const char *name, uint64_t now)
+{
+    for (size_t i = 0; i < t->nnames; i++) {
+        if (t->names[i].tid == tid) {
+            snprintf(t->names[i].name, sizeof(t->names[i].name), "%s", name);
+            t->names[i].last_seen_ns = now;
+            return;
+        }
+    }
+    if (t->nnames == t->cap_names) {
+        t->cap_names = t->cap_names ? t->cap_names * 2 : 16;
+        t->names = xrealloc(t->names, t->cap_names * sizeof(*t->names));
+    }
+    struct thread_name *tn = &t->names[t->nnames++];
+    tn->tid = tid;
+    snprintf(tn->name, sizeof(tn->name), "%s", name);
+    tn->last_seen_ns = now;
+}
+
+const char *target_thread_name(const struct target *t, int32_t tid)
+{
+    for (size_t i = 0; i < t->nnames; i++)
+        if (t->names[i].tid == tid)
+            return t->names[i].name;
+    return NULL;
+}
+
+static int open_task_file(pid_t pid, pid_t tid, const char *what)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/%s", pid, tid, what);
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/* Start following a thread that is now traced by us. */
+static struct thread *thread_add(struct target *t, pid_t tid)
+{
+    struct thread *th = xcalloc(1, sizeof(*th));
+    th->tid = tid;
+    th->t = t;
+    th->state = TH_RUNNING;
+    th->last_stack = STACK_NONE;
+    th->schedstat_fd = open_task_file(t->pid, tid, "schedstat");
+    th->syscall_fd = open_task_file(t->pid, tid, "syscall");
+    if (read_thread_stat(t->pid, tid, th->name, NULL) < 0)
+        snprintf(th->name, sizeof(th->name), "%s", t->comm);
+    remember_name(t, tid, th->name, now_ns());
+    if (t->nthreads == t->cap_threads) {
+        t->cap_threads = t->cap_threads ? t->cap_threads * 2 : 16;
+        t->threads = xrealloc(t->threads, t->cap_threads * sizeof(*t->threads));
+    }
+    t->threads[t->nthreads++] = th;
+    unsigned b = (unsigned)tid % TID_BUCKETS;
+    th->hnext = tid_hash[b];
+    tid_hash[b] = th;
+    t->stats.threads_seen++;
+    return th;
+}
+
+/* Forget a thread (it exited, or we detached from it). */
+static void thread_remove(struct thread *th)
+{
+    struct target *t = th->t;
+    remember_name(t, th->tid, th->name, now_ns());
+    sampler_thread_reset(th);
+    for (struct thread **p = &tid_hash[(unsigned)th->tid % TID_BUCKETS]; *p; p = &(*p)->hnext) {
+        if (*p == th) {
+            *p = th->hnext;
+            break;
+        }
+    }
+    for (size_t i = 0; i < t->nthreads; i++) {
+        if (t->threads[i] == th) {
+            t->threads[i] = t->threads[--t->nthreads];
+            break;
+        }
+    }
+    if (th->schedstat_fd >= 0)
+        close(th->schedstat_fd);
+    if (th->syscall_fd >= 0)
+        close(th->syscall_fd);
+    free(th);
+}
+
+static void map_entry_copy(struct map_entry *dst, const struct map_entry *src)
+{
+    *dst = *src;
+    dst->path = src->path ? xstrdup(src->path) : NULL;
+    dst->mod = src->mod ? module_ref(src->mod) : NULL;
+}
+
+/* Add the new maps' code mappings to the generation's history (the union of everything
+ * seen), so samples taken before a dlclose still symbolize. */
+static void epoch_merge(struct target *t, const struct maps *m)
+{
+    struct epoch_maps *em = &t->epochs[t->nepochs - 1];
+    for (size_t i = 0; i < m->n; i++) {
+        const struct map_entry *e = &m->v[i];
+        if (!e->mod && !(e->prot & MAP_PROT_X))
+            continue;
+        bool known = false;
+        for (size_t j = em->maps.n; j-- > 0;) {
+            const struct map_entry *h = &em->maps.v[j];
+            if (h->start == e->start && h->end == e->end && h->pgoff == e->pgoff &&
+                h->mod == e->mod) {
+                known = true;
+                break;
+            }
+        }
+        if (known)
+            continue;
+        em->maps.v = xrealloc(em->maps.v, (em->maps.n + 1) * sizeof(*em->maps.v));
+        map_entry_copy(&em->maps.v[em->maps.n++], e);
+    }
+}
+
+static void epoch_begin(struct target *t)
+{
+    if (t->nepochs == MAX_EPOCHS) {
+        maps_finish(&t->epochs[0].maps);
+        memmove(t->epochs, t->epochs + 1, (MAX_EPOCHS - 1) * sizeof(*t->epochs));
+        t->nepochs--;
+    }
+    t->epochs = xrealloc(t->epochs, (t->nepochs + 1) * sizeof(*t->epochs));
+    struct epoch_maps *em = &t->epochs[t->nepochs++];
+    memset(em, 0, sizeof(*em));
+    em->epoch = t->epoch;
+}
+
+const struct maps *target_epoch_maps(const struct target *t, uint32_t epoch)
+{
+    for (size_t i = 0; i < t->nepochs; i++)
+        if (t->epochs[i].epoch == epoch)
+            return &t->epochs[i].maps;
+    return NULL;
+}
+
+static bool same_mapping(const struct map_entry *a, const struct map_entry *b)
+{
+    return a->start == b->start && a->end == b->end && a->pgoff == b->pgoff &&
+           a->inode == b->inode && a->prot == b->prot;
+}
+
+int target_refresh_maps(struct target *t)
+{
+    struct maps nm;
+    int r = maps_read(t->pid, true, &t->maps, &nm);
+    if (r < 0)
+        return r;
+    bool changed = nm.n != t->maps.n;
+    bool code_gone = false;
+    /* Both lists are sorted by start: a merge walk finds removed code mappings. */
+    size_t i = 0, j = 0;
+    while (i < t->maps.n) {
+        const struct map_entry *o = &t->maps.v[i];
+        while (j < nm.n && nm.v[j].start < o->start)
+            j++;
+        if (j < nm.n && same_mapping(o, &nm.v[j])) {
+            i++;
+            continue;
+        }
+        changed = true;
+        if (o->prot & MAP_PROT_X)
+            code_gone = true;
+        i++;
+    }
+    maps_finish(&t->maps);
+    t->maps = nm;
+    t->maps_dirty = false;
+    epoch_merge(t, &t->maps);
+    if (code_gone) {
+        /* Code unmapped (dlclose): cached unwind rules for its addresses may now be wrong. */
+        unwinder_flush(&t->unw);
+    }
+    return changed ? 1 : 0;
+}
+
+/* Read Uid/Gid lines of /proc/PID/status. */
+static int read_ids(pid_t pid, uid_t uid[3], gid_t gid[3], pid_t *tgid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    ssize_t n = read_file(path, buf, sizeof(buf));
+    if (n < 0)
+        return n == -ENOENT ? -ESRCH : (int)n;
+    const char *u = strstr(buf, "\nUid:"), *g = strstr(buf, "\nGid:"), *tg = strstr(buf, "\nTgid:");
+    if (!u || !g || !tg)
+        return -EINVAL;
+    unsigned long a, b, c;
+    if (sscanf(u + 5, "%lu %lu %lu", &a, &b, &c) != 3)
+        return -EINVAL;
+    uid[0] = (uid_t)a, uid[1] = (uid_t)b, uid[2] = (uid_t)c;
+    if (sscanf(g + 5, "%lu %lu %lu", &a, &b, &c) != 3)
+        return -EINVAL;
+    gid[0] = (gid_t)a, gid[1] = (gid_t)b, gid[2] = (gid_t)c;
+    *tgid = (pid_t)strtol(tg + 6, NULL, 10);
+    return 0;
+}
+
+static pid_t tracer_of(pid_t tid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/status", tid);
+    if (read_file(path, buf, sizeof(buf)) < 0)
+        return -1;
+    const char *p = strstr(buf, "\nTracerPid:");
+    return p ? (pid_t)strtol(p + 11, NULL, 10) : -1;
+}
+
+static void ring_evict(void *ctx, const struct ring_entry *e)
+{
+    struct target *t = ctx;
+    stacks_unref(&t->stacks, e->stack);
+}
+
+static void target_free(struct target *t)
+{
+    for (struct target **p = &targets; *p; p = &(*p)->next) {
+        if (*p == t) {
+            *p = t->next;
+            break;
+        }
+    }
+    sched_stop(&t->sched);
+    while (t->nthreads)
+        thread_remove(t->threads[0]);
+    free(t->threads);
+    ring_finish(&t->ring);
+    stacks_finish(&t->stacks);
+    maps_finish(&t->maps);
+    for (size_t i = 0; i < t->nepochs; i++)
+        maps_finish(&t->epochs[i].maps);
+    free(t->epochs);
+    unwinder_finish(&t->unw);
+    if (t->status_fd >= 0)
+        close(t->status_fd);
+    free(t->names);
+    free(t->exe);
+    free(t);
+}
+
+/* Seize every thread, rescanning /proc/PID/task until a pass finds none new: threads
+ * created by seized threads are attached by the kernel (PTRACE_O_TRACECLONE), and ones
+ * created by not-yet-seized threads are caught by the next pass. */
+static int seize_all(struct target *t, char *why, size_t whylen)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", t->pid);
+    for (int pass = 0; pass < 100; pass++) {
+        DIR *d = opendir(path);
+        if (!d)
+            return -ESRCH;
+        int added = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                continue;
+            pid_t tid = (pid_t)atoi(de->d_name);
+            if (thread_find(tid))
+                continue;
+            if (ptrace(PTRACE_SEIZE, tid, 0, SEIZE_OPTIONS) < 0) {
+                int e = errno;
+                if (e == ESRCH)
+                    continue; /* exited meanwhile */
+                if (e == EPERM && tracer_of(tid) == getpid()) {
+                    /* Auto-attached through a seized thread's clone. */
+                } else {
+                    pid_t tracer = tracer_of(tid);
+                    if (e == EPERM && tracer > 0)
+                        snprintf(why, whylen, "process %d is already traced by pid %d",
+                                 t->pid, tracer);
+                    else
+                        snprintf(why, whylen, "ptrace(PTRACE_SEIZE, %d): %s", tid, strerror(e));
+                    closedir(d);
+                    return -e;
+                }
+            }
+            thread_add(t, tid);
+            added++;
+        }
+        closedir(d);
+        if (!added)
+            return t->nthreads ? 0 : -ESRCH;
+    }
+    snprintf(why, whylen, "threads of %d kept appearing faster than they could be attached",
+             t->pid);
+    return -EAGAIN;
+}
+
+int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **out, char *why,
+                  size_t whylen)
+{
+    why[0] = '\0';
+    if (pid <= 0)
+        return -ESRCH;
+    if (target_find(pid)) {
+        snprintf(why, whylen, "process %d is already attached", pid);
+        return -EEXIST;
+    }
+    if (pid == getpid()) {
+        snprintf(why, whylen, "profd cannot profile itself");
+        return -EPERM;
+    }
+    struct target *t = xcalloc(1, sizeof(*t));
+    t->pid = pid;
+    t->status_fd = -1;
+    pid_t tgid;
+    int r = read_ids(pid, t->uid, t->gid, &tgid);
+    if (r < 0) {
+        snprintf(why, whylen, "no such process: %d", pid);
+        free(t);
+        return -ESRCH;
+    }
+    if (tgid != pid) {
+        snprintf(why, whylen, "%d is a thread of process %d: attach to the process", pid, tgid);
+        free(t);
+        return -EINVAL;
+    }
+    char path[64], buf[4096];
+    bool zombie = false;
+    if (read_thread_stat(pid, pid, t->comm, &zombie) < 0 || zombie) {
+        snprintf(why, whylen, "no such process: %d", pid);
+        free(t);
+        return -ESRCH;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+    ssize_t n = readlink(path, buf, sizeof(buf) - 1);
+    t->exe = xstrdup(n > 0 ? (buf[n] = '\0', buf) : t->comm);
+    t->hz = hz;
+    t->buffer_ns = buffer_ns;
+    t->attach_ns = now_ns();
+    t->state = T_ATTACHED;
+    stacks_init(&t->stacks);
+    uint64_t max_entries = (uint64_t)hz * (buffer_ns / NS_PER_SEC + 1) * 64;
+    if (max_entries > RING_MAX_ENTRIES)
+        max_entries = RING_MAX_ENTRIES;
+    ring_init(&t->ring, buffer_ns, (size_t)max_entries, ring_evict, t);
+    epoch_begin(t);
+    t->next = targets;
+    targets = t;
+
+    r = seize_all(t, why, whylen);
+    if (r < 0) {
+        /* Undo: release what we seized. They are running; interrupt each and detach at its
+         * stop (target_detach does exactly that). */
+        if (t->nthreads) {
+            target_detach(t, NULL, NULL);
+        } else {
+            target_free(t);
+        }
+        if (r == -ESRCH && !why[0])
+            snprintf(why, whylen, "no such process: %d", pid);
+        return r;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    t->status_fd = open(path, O_RDONLY | O_CLOEXEC);
+    maps_read(pid, true, NULL, &t->maps);
+    epoch_merge(t, &t->maps);
+    r = unwinder_init(&t->unw, pid, &t->maps);
+    if (r < 0) {
+        snprintf(why, whylen, "cannot set up unwinding: %s", strerror(-r));
+        target_detach(t, NULL, NULL);
+        return r;
+    }
+    sched_start(&t->sched, loop, t, hz);
+    log_info("attached to %d (%s), %zu threads, %u Hz, %" PRIu64 " s buffer", pid, t->comm,
+             t->nthreads, hz, buffer_ns / NS_PER_SEC);
+    *out = t;
+    return 0;
+}
+
+void target_resume(struct thread *th, int sig)
+{
+    if (ptrace(PTRACE_CONT, th->tid, 0, (long)sig) < 0 && errno != ESRCH)
+        log_warn("PTRACE_CONT %d: %s", th->tid, strerror(errno));
+}
+
+/* All threads released: report and free. */
+static void detach_finished(struct target *t)
+{
+    log_info("detached from %d (%s)", t->pid, t->comm);
+    if (t->on_detached)
+        t->on_detached(t, t->on_detached_ctx, 0);
+    target_free(t);
+}
+
+/* Detach one thread from a ptrace stop, passing sig (a signal it was about to receive). */
+static void detach_thread(struct thread *th, int sig)
+{
+    struct target *t = th->t;
+    if (ptrace(PTRACE_DETACH, th->tid, 0, (long)sig) < 0 && errno != ESRCH)
+        log_warn("PTRACE_DETACH %d: %s", th->tid, strerror(errno));
+    thread_remove(th);
+    if (t->state == T_DETACHING && t->nthreads == 0)
+        detach_finished(t);
+}
+
+void target_detach(struct target *t, void (*done)(struct target *, void *, int), void *ctx)
+{
+    t->on_detached = done;
+    t->on_detached_ctx = ctx;
+    if (t->state == T_EXITED) {
+        if (done)
+            done(t, ctx, 0);
+        t->on_detached = NULL;
+        target_free(t);
+        return;
+    }
+    t->state = T_DETACHING;
+    sched_stop(&t->sched);
+    /* PTRACE_DETACH needs the thread in a ptrace stop. Threads parked in a group-stop are;
+     * the kernel puts them back into the group-stop. Running threads are interrupted and
+     * detached at their stop, passing on any signal they stop for meanwhile. */
+    for (size_t i = t->nthreads; i-- > 0;) {
+        if (i >= t->nthreads)
+            continue;
+        struct thread *th = t->threads[i];
+        if (th->state == TH_GROUP_STOP) {
+            if (ptrace(PTRACE_DETACH, th->tid, 0, 0) == 0 || errno == ESRCH) {
+                thread_remove(th);
+                continue;
+            }
+            /* Woken from LISTEN meanwhile (SIGCONT): treat as running. */
+            th->state = TH_RUNNING;
+        }
+        if (!th->interrupt_pending) {
+            if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0 && errno == ESRCH) {
+                /* Gone: its exit status will be reaped. */
+            }
+            th->interrupt_pending = true;
+            th->interrupt_sent_ns = now_ns();
+        }
+    }
+    if (t->nthreads == 0)
+        detach_finished(t);
+}
+
+/* The process is gone: keep its samples for slicing until they expire. */
+static void target_exited(struct target *t, int status)
+{
+    t->exit_status = status;
+    t->exit_ns = now_ns();
+    sched_stop(&t->sched);
+    while (t->nthreads)
+        thread_remove(t->threads[0]);
+    unwinder_finish(&t->unw);
+    if (t->status_fd >= 0)
+        close(t->status_fd);
+    t->status_fd = -1;
+    if (t->state == T_DETACHING) {
+        detach_finished(t);
+        return;
+    }
+    t->state = T_EXITED;
+    if (WIFEXITED(status))
+        log_info("process %d (%s) exited with status %d", t->pid, t->comm, WEXITSTATUS(status));
+    else
+        log_info("process %d (%s) killed by signal %d", t->pid, t->comm, WTERMSIG(status));
+}
+
+/* PTRACE_EVENT_EXEC, reported by the thread that called execve after it took over the
+ * leader's tid: every other thread is gone (ptrace(2), "execve(2) under ptrace"). Start a
+ * new generation: new maps, fresh unwind caches, fresh thread state. */
+static void target_execed(struct target *t, struct thread *th)
+{
+    (void)th;
+    while (t->nthreads)
+        thread_remove(t->threads[0]);
+    struct thread *leader = thread_add(t, t->pid);
+    read_thread_stat(t->pid, t->pid, t->comm, NULL);
+    memcpy(leader->name, t->comm, sizeof(leader->name));
+    remember_name(t, t->pid, leader->name, now_ns());
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/exe", t->pid);
+    ssize_t n = readlink(path, buf, sizeof(buf) - 1);
+    if (n > 0) {
+        buf[n] = '\0';
+        free(t->exe);
+        t->exe = xstrdup(buf);
+    }
+    t->epoch++;
+    epoch_begin(t);
+    maps_finish(&t->maps);
+    maps_read(t->pid, true, NULL, &t->maps);
+    epoch_merge(t, &t->maps);
+    unwinder_flush(&t->unw);
+    log_info("process %d exec'd %s", t->pid, t->exe);
+    if (t->state == T_DETACHING)
+        detach_thread(leader, 0);
+    else
+        target_resume(leader, 0);
+}
+
+/* A thread we do not know stopped: a new thread whose first stop arrived before its
+ * creator's PTRACE_EVENT_CLONE. Adopt it into its process, or let it go. */
+static struct thread *adopt_unknown(pid_t tid)
+{
+    uid_t u[3];
+    gid_t g[3];
+    pid_t tgid;
+    if (read_ids(tid, u, g, &tgid) == 0) {
+        struct target *t = target_find(tgid);
+        if (t && t->state != T_EXITED)
+            return thread_add(t, tid);
+    }
+    /* Not one of our processes' threads (a clone() that made a new process): release it. */
+    ptrace(PTRACE_DETACH, tid, 0, 0);
+    return NULL;
+}
+
+/* The kernel can rewrite an ignored signal's interruption into a restart: the program
+ * would never have been woken without the tracer (traced threads get even ignored
+ * signals, which interrupt their system calls). */
+static void repair_ignored_signal(struct thread *th, int sig)
+{
+    struct target *t = th->t;
+    struct user_regs_struct regs;
+    if (ptrace(PTRACE_GETREGS, th->tid, 0, &regs) < 0)
+        return;
+    if ((long)regs.rax != -EINTR || !sysc_restartable((long)regs.orig_rax))
+        return;
+    uint64_t ign, cgt;
+    if (proc_read_sigdisp(t->status_fd, &ign, &cgt) < 0 || !sig_is_ignored(ign, cgt, sig))
+        return;
+    /* How long has it waited? If we saw it blocked in this very call and it has run exactly
+     * once since (this wake-up), at least since then. */
+    uint64_t elapsed = 0, run, pcount;
+    if (th->blk_valid && th->blk_nr == (long)regs.orig_rax &&
+        proc_read_schedstat(th->schedstat_fd, &run, &pcount) == 0 &&
+        pcount == th->blk_pcount + 1 && th->blk_args[0] == regs.rdi &&
+        th->blk_args[1] == regs.rsi && th->blk_args[2] == regs.rdx)
+        elapsed = now_ns() - th->blk_since_ns;
+    if (sysc_repair_eintr(th->tid, &regs, elapsed) &&
+        ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0)
+        t->stats.eintr_repaired++;
+}
+
+/* Handle one wait status. */
+static void handle_wait(pid_t tid, int status)
+{
+    struct thread *th = thread_find(tid);
+    if (!th) {
+        if (!WIFSTOPPED(status))
+            return; /* exit of a thread we already forgot (after exec or detach) */
+        th = adopt_unknown(tid);
+        if (!th)
+            return;
+    }
+    struct target *t = th->t;
+    if (WIFEXITED(status) || WIFSIGNALED(status)) {
+        bool leader = tid == t->pid;
+        thread_remove(th);
+        /* The leader is reported last, once the whole group is gone (__WALL). */
+        if (leader)
+            target_exited(t, status);
+        else if (t->state == T_DETACHING && t->nthreads == 0)
+            detach_finished(t);
+        return;
+    }
+    if (!WIFSTOPPED(status))
+        return;
+    int sig = WSTOPSIG(status);
+    int event = (unsigned)status >> 16;
+    bool detaching = t->state == T_DETACHING;
+    switch (event) {
+    case PTRACE_EVENT_STOP:
+        if (sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) {
+            /* Group-stop. PTRACE_LISTEN keeps it stopped as job control wants, yet lets
+             * SIGCONT through; PTRACE_CONT here would break Ctrl-Z and SIGSTOP. A pending
+             * interrupt of ours was consumed by this stop. */
+            th->interrupt_pending = false;
+            t->stats.group_stops++;
+            if (detaching) {
+                detach_thread(th, 0);
+            } else if (ptrace(PTRACE_LISTEN, tid, 0, 0) == 0) {
+                th->state = TH_GROUP_STOP;
+            }
+            return;
+        }
+        /* SIGTRAP: our interrupt, a new thread's first stop, or the end of a LISTEN. */
+        th->state = TH_RUNNING;
+        if (detaching)
+            detach_thread(th, 0);
+        else if (th->interrupt_pending)
+            sampler_on_stop(th);
+        else
+            target_resume(th, 0);
+        return;
+    case PTRACE_EVENT_CLONE: {
+        unsigned long msg = 0;
+        if (ptrace(PTRACE_GETEVENTMSG, tid, 0, &msg) == 0 && !thread_find((pid_t)msg))
+            thread_add(t, (pid_t)msg);
+        if (detaching)
+            detach_thread(th, 0);
+        else
+            target_resume(th, 0);
+        return;
+    }
+    case PTRACE_EVENT_EXEC:
+        target_execed(t, th);
+        return;
+    case 0:
+        /* Signal-delivery-stop: re-inject now, in this callback. */
+        t->stats.signals_forwarded++;
+        repair_ignored_signal(th, sig);
+        if (detaching)
+            detach_thread(th, sig);
+        else
+            target_resume(th, sig);
+        return;
+    default:
+        if (detaching)
+            detach_thread(th, 0);
+        else
+            target_resume(th, 0);
+        return;
+    }
+}
+
+void targets_reap(void)
+{
+    for (;;) {
+        int status;
+        pid_t tid = waitpid(-1, &status, __WALL | WNOHANG);
+        if (tid <= 0)
+            return;
+        handle_wait(tid, status);
+    }
+}
+
+void target_sample(struct target *t, uint64_t tick_ns)
+{
+    if (t->state != T_ATTACHED)
+        return;
+    sampler_tick(t, tick_ns);
+}
+
+/* Catch threads that escaped attach (should not happen) and refresh names and zombies. */
+static void refresh_threads(struct target *t, uint64_t now)
+{
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        bool zombie = false;
+        if (read_thread_stat(t->pid, th->tid, th->name, &zombie) == 0) {
+            th->zombie = zombie;
+            remember_name(t, th->tid, th->name, now);
+        }
+    }
+    read_thread_stat(t->pid, t->pid, t->comm, NULL);
+    /* Forget names of threads gone for longer than the buffer holds samples. */
+    for (size_t i = 0; i < t->nnames;) {
+        if (t->names[i].last_seen_ns + t->buffer_ns < now && !thread_find(t->names[i].tid))
+            t->names[i] = t->names[--t->nnames];
+        else
+            i++;
+    }
+}
+
+void targets_housekeeping(uint64_t now)
+{
+    struct target *next;
+    for (struct target *t = targets; t; t = next) {
+        next = t->next;
+        ring_expire(&t->ring, now);
+        if (t->state == T_EXITED) {
+            if (now > t->exit_ns + t->buffer_ns) {
+                log_info("forgetting exited process %d (%s)", t->pid, t->comm);
+                target_free(t);
+            }
+            continue;
+        }
+        if (t->state != T_ATTACHED)
+            continue;
+        refresh_threads(t, now);
+        target_refresh_maps(t);
+    }
+}
+
+void targets_shutdown(uint64_t timeout_ns)
+{
+    struct target *next;
+    for (struct target *t = targets; t; t = next) {
+        next = t->next;
+        target_detach(t, NULL, NULL);
+    }
+    uint64_t deadline = now_ns() + timeout_ns;
+    while (targets && now_ns() < deadline) {
+        targets_reap();
+        if (!targets)
+            break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (targets)
+        log_warn("%zu processes not fully detached at exit: threads that never stopped "
+                 "(uninterruptible sleep) are released by the kernel as profd exits",
+                 targets_count());
+}
+
+size_t target_memory(const struct target *t)
+{
+    size_t m = sizeof(*t) + ring_memory(&t->ring) + stacks_memory(&t->stacks);
+    m += t->nthreads * sizeof(struct thread) + t->cap_names * sizeof(struct thread_name);
+    m += t->unw.pages ? PAGE_CACHE_SLOTS * sizeof(struct page_slot) : 0;
+    for (size_t i = 0; i < t->nepochs; i++)
+        m += t->epochs[i].maps.n * sizeof(struct map_entry);
+    m += t->maps.n * sizeof(struct map_entry);
+    return m;
+}

@@ -1,0 +1,162 @@
+/* target.h: an attached process, its threads, their ptrace state, and its sample buffer. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "maps.h"
+#include "ring.h"
+#include "schedule.h"
+#include "stacks.h"
+#include "unwind.h"
+
+struct target;
+
+enum thread_state {
+    TH_RUNNING,    /* not in a ptrace stop (possibly with an interrupt pending) */
+    TH_GROUP_STOP, /* in a group-stop (SIGSTOP, Ctrl-Z), parked with PTRACE_LISTEN */
+};
+
+struct thread {
+    pid_t tid;
+    struct target *t;
+    enum thread_state state;
+    bool interrupt_pending;     /* PTRACE_INTERRUPT sent, stop not yet seen */
+    uint64_t interrupt_sent_ns;
+    uint64_t sample_tick_ns;    /* tick the pending stop belongs to */
+    int schedstat_fd;           /* /proc/PID/task/TID/schedstat, kept open */
+    int syscall_fd;             /* /proc/PID/task/TID/syscall */
+    /* "Has it run since the last sample?": schedstat when its last stack was taken. */
+    bool have_sched;
+    uint64_t run_ns, pcount;
+    uint32_t last_stack;        /* holds a reference; STACK_NONE if none */
+    /* Last observed blocking system call, to bound how long it has been waiting. */
+    bool blk_valid;
+    long blk_nr;
+    uint64_t blk_args[6];
+    uint64_t blk_pcount;
+    uint64_t blk_since_ns;
+    bool zombie;                /* leader that called pthread_exit: no more samples */
+    char name[16];
+    struct thread *hnext;       /* tid hash chain */
+};
+
+/* A thread name remembered for slices after the thread is gone. */
+struct thread_name {
+    int32_t tid;
+    char name[16];
+    uint64_t last_seen_ns;
+};
+
+/* Executable mappings seen during one exec generation, for symbolizing its samples. */
+struct epoch_maps {
+    uint32_t epoch;
+    struct maps maps; /* union of every mapping seen in that generation */
+};
+
+enum target_state {
+    T_ATTACHED,
+    T_DETACHING,
+    T_EXITED, /* process gone; its samples stay readable until buffer expiry or detach */
+};
+
+struct target_stats {
+    uint64_t ticks;
+    uint64_t samples;         /* entries added to the buffer */
+    uint64_t samples_stopped; /* taken in a ptrace stop */
+    uint64_t samples_blocked; /* taken without stopping (thread blocked in a syscall) */
+    uint64_t samples_reused;  /* thread had not run: previous stack recorded again */
+    uint64_t unwind_complete;
+    uint64_t unwind_truncated;
+    uint64_t unwind_too_deep;
+    uint64_t skipped_pending;    /* previous stop still outstanding */
+    uint64_t skipped_stopped;    /* thread in group-stop with no earlier stack */
+    uint64_t failed_vanished;    /* thread exited while being sampled */
+    uint64_t failed_regs;        /* GETREGS failed */
+    uint64_t failed_copy;        /* stack copy failed */
+    uint64_t torn;               /* blocked-thread copy raced with the thread running */
+    uint64_t interrupts;         /* threads stopped */
+    uint64_t stop_latency_ns;    /* sum of interrupt -> stop */
+    uint64_t eintr_repaired;     /* system calls restarted instead of failing with EINTR */
+    uint64_t signals_forwarded;
+    uint64_t group_stops;
+    uint64_t threads_seen;
+};
+
+struct target {
+    pid_t pid;
+    enum target_state state;
+    char comm[16];
+    char *exe;
+    uid_t uid[3]; /* real, effective, saved at attach (for permission checks after exit) */
+    gid_t gid[3];
+    unsigned hz;
+    uint64_t buffer_ns;
+    uint64_t attach_ns;
+    uint64_t exit_ns;
+    int exit_status;        /* wait status of the leader */
+
+    struct thread **threads;
+    size_t nthreads, cap_threads;
+
+    struct ring ring;
+    struct stack_table stacks;
+    uint32_t epoch;         /* exec generation */
+    struct maps maps;       /* current maps */
+    bool maps_dirty;
+    struct epoch_maps *epochs;
+    size_t nepochs;
+    struct unwinder unw;
+    struct sched sched;
+    int status_fd;          /* /proc/PID/status (signal dispositions) */
+
+    struct thread_name *names;
+    size_t nnames, cap_names;
+
+    struct target_stats stats;
+    /* Called once when a detach has finished (every thread released) or failed. */
+    void (*on_detached)(struct target *t, void *ctx, int err);
+    void *on_detached_ctx;
+    struct target *next;
+};
+
+struct ev_loop;
+
+/* Set up the module: loop used for timers, sampling defaults. */
+void targets_init(struct ev_loop *loop);
+/* Detach from everything, synchronously with a deadline (daemon shutdown). */
+void targets_shutdown(uint64_t timeout_ns);
+
+/* Attach to process pid: seize every thread. Returns 0 or -errno: -ESRCH (no such process),
+ * -EPERM (not allowed, or already traced: why says by whom), -EEXIST (already attached),
+ * -EINVAL (pid is a thread, not a process). */
+int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **out, char *why,
+                  size_t whylen);
+/* Begin detaching; done() is called when every thread is released (possibly at once). */
+void target_detach(struct target *t, void (*done)(struct target *, void *, int), void *ctx);
+struct target *target_find(pid_t pid);
+struct target *targets_first(void);
+size_t targets_count(void);
+
+/* Reap and handle every pending ptrace event (waitpid(-1, __WALL|WNOHANG) until empty). */
+void targets_reap(void);
+/* Periodic housekeeping (1 Hz): thread names, maps changes, expiry of exited targets. */
+void targets_housekeeping(uint64_t now);
+
+/* Sample every thread of t once (called by the scheduler). */
+void target_sample(struct target *t, uint64_t tick_ns);
+
+/* Resume a thread from a ptrace stop, passing sig (0 for none). ESRCH is ignored: the thread
+ * died meanwhile and its exit status follows. */
+void target_resume(struct thread *th, int sig);
+/* Re-read the maps; flush unwind caches if code was unmapped. Returns 1 if changed, 0 if
+ * not, or -errno. */
+int target_refresh_maps(struct target *t);
+
+const char *target_state_name(enum target_state s);
+size_t target_memory(const struct target *t);
+/* Name of thread tid (live or remembered), or NULL. */
+const char *target_thread_name(const struct target *t, int32_t tid);
+/* Maps of exec generation epoch, or NULL if forgotten. */
+const struct maps *target_epoch_maps(const struct target *t, uint32_t epoch);

@@ -1,0 +1,68 @@
+/* unwind.h: DWARF unwinding of a copied stack with libunwind's remote API and our accessors. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/user.h>
+
+#include <libunwind.h>
+
+struct maps;
+
+/* Registers and a copy of the stack of one thread at one instant. */
+struct snapshot {
+    struct user_regs_struct regs;
+    bool full_regs;     /* all registers (ptrace stop) or only rip/rsp (blocked thread) */
+    bool bp_tried;      /* frame-pointer guess attempted (blocked threads only) */
+    bool bp_found;
+    uint64_t bp_guess;
+    uint64_t base;      /* target address of data[0] (sp - red zone) */
+    size_t len;         /* bytes copied */
+    size_t cap;         /* size of data */
+    bool hit_cap;       /* the copy was cut at cap, not at the end of the stack */
+    uint8_t *data;
+};
+
+#define UNWIND_MAX_FRAMES 256
+#define PAGE_CACHE_SLOTS 64
+
+struct page_slot {
+    uint64_t addr; /* page address; 0 = empty */
+    uint8_t data[4096];
+};
+
+/* Unwinding state of one process: one libunwind address space with a global cache, one
+ * long-lived _UPT handle for finding unwind tables, and a small cache of pages of
+ * file-backed memory (.eh_frame, code) read with process_vm_readv. */
+struct unwinder {
+    pid_t pid;
+    unw_addr_space_t as;
+    void *upt;
+    const struct maps *maps; /* the process's current maps (owned by the target) */
+    struct page_slot *pages; /* PAGE_CACHE_SLOTS, allocated on first use */
+    bool maps_miss;          /* an address outside every known mapping was asked for */
+    uint64_t page_reads;     /* process_vm_readv calls for the page cache */
+};
+
+int unwinder_init(struct unwinder *u, pid_t pid, const struct maps *maps);
+void unwinder_finish(struct unwinder *u);
+/* Forget everything cached about the process's code (after exec, dlclose, ...). */
+void unwinder_flush(struct unwinder *u);
+
+enum unwind_end {
+    UNWIND_COMPLETE,  /* reached the outermost frame (libunwind step returned 0) */
+    UNWIND_TRUNCATED, /* stopped early: missing unwind info, copy too short, bad frame */
+    UNWIND_TOO_DEEP,  /* more than max frames */
+};
+
+/* Unwind the snapshot into ips (leaf first: ips[0] = pc, then return addresses). Returns
+ * the number of frames (0 if even the first failed). */
+int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int max,
+                    enum unwind_end *end);
+
+/* Copy a thread's stack from sp - 128 (the red zone) upwards, up to cap bytes or the end of
+ * its mapping, with process_vm_readv (works on running threads, unlike PEEKDATA). Fills
+ * s->base/len/hit_cap. Returns 0 or -errno. */
+int snapshot_copy_stack(pid_t tid, uint64_t sp, struct snapshot *s);
