@@ -40,7 +40,8 @@ struct module {
  * /proc/PID/maps is `path` (may end in " (deleted)"). Opens /proc/PID/map_files/START-END
  * first (the exact mapped file, even if deleted), else /proc/PID/root/PATH, and checks the
  * build-id of a path-opened file against the mapped one when both can be read.
- * Returns a new reference, or NULL with errno set (ENOENT, EACCES, ENOEXEC for non-ELF). */
+ * Returns a new reference, or NULL with errno set (ENOENT, EACCES, ENOEXEC for non-ELF,
+ * ESTALE if the file at PATH is not the one mapped, ESRCH if the process is gone). */
 struct module *module_get(int pid, uint64_t start, uint64_t end, const char *path);
 /* Open a module from a file path (tests, tools). */
 struct module *module_open_path(const char *path);

@@ -82,6 +82,22 @@ static uint32_t unwind_and_intern(struct target *t)
     return stacks_intern(&t->stacks, t->epoch, flags, ips, (uint16_t)n);
 }
 
+/* Fallback copy size when the mapping holding sp is not known yet (a thread whose stack was
+ * mapped after the maps were last read): perf's default is 8 KiB; be more generous. */
+#define UNKNOWN_STACK_COPY (64 * 1024)
+
+/* End of the stack mapping holding sp, from the maps read earlier: a thread stack is usually
+ * followed by other readable memory, so a copy "until it fails" would run far past the
+ * stack's top (into the next mapping) and cost the target time for nothing. */
+static uint64_t stack_limit(struct target *t, uint64_t sp)
+{
+    const struct map_entry *m = maps_find(&t->maps, sp);
+    if (m && (m->prot & MAP_PROT_W))
+        return m->end;
+    t->maps_dirty = true;
+    return sp + UNKNOWN_STACK_COPY;
+}
+
 /* Remember the stack as the thread's latest, for reuse while it does not run. */
 static void set_last(struct thread *th, uint32_t stack, uint64_t run_ns, uint64_t pcount)
 {
@@ -151,7 +167,7 @@ static void sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
         snap.regs.rsp = si.sp;
         snap.regs.rip = si.pc;
         snap.full_regs = false;
-        if (snapshot_copy_stack(th->tid, si.sp, &snap) < 0) {
+        if (snapshot_copy_stack(th->tid, si.sp, stack_limit(t, si.sp), &snap) < 0) {
             t->stats.failed_copy++;
             return;
         }
@@ -184,6 +200,10 @@ static void sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
 void sampler_tick(struct target *t, uint64_t tick_ns)
 {
     t->stats.ticks++;
+    /* New threads (new stacks) or an unknown stack seen last time: re-read the maps now,
+     * before stopping anything. */
+    if (t->maps_dirty)
+        target_refresh_maps(t);
     for (size_t i = 0; i < t->nthreads; i++) {
         struct thread *th = t->threads[i];
         if (th->zombie)
@@ -217,7 +237,8 @@ void sampler_on_stop(struct thread *th)
     bool have_regs = ptrace(PTRACE_GETREGS, th->tid, 0, &snap.regs) == 0;
     if (have_regs) {
         snap.full_regs = true;
-        copy_err = snapshot_copy_stack(th->tid, snap.regs.rsp, &snap);
+        copy_err = snapshot_copy_stack(th->tid, snap.regs.rsp, stack_limit(t, snap.regs.rsp),
+                                       &snap);
         /* The stop interrupted an epoll wait or a socket call with a timeout, which the
          * kernel would now fail with EINTR: make it restart instead. We sent the interrupt
          * right after seeing the thread running, so it has been blocked only since then;

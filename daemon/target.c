@@ -659,6 +659,7 @@ static void handle_wait(pid_t tid, int status)
         th = adopt_unknown(tid);
         if (!th)
             return;
+        th->t->maps_dirty = true;
     }
     struct target *t = th->t;
     if (WIFEXITED(status) || WIFSIGNALED(status)) {
@@ -704,6 +705,7 @@ static void handle_wait(pid_t tid, int status)
         unsigned long msg = 0;
         if (ptrace(PTRACE_GETEVENTMSG, tid, 0, &msg) == 0 && !thread_find((pid_t)msg))
             thread_add(t, (pid_t)msg);
+        t->maps_dirty = true; /* its stack was mapped: re-read at the next tick */
         if (detaching)
             detach_thread(th, 0);
         else

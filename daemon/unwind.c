@@ -8,6 +8,7 @@
  * search for unwind tables to one long-lived _UPT handle. */
 #include "unwind.h"
 
+#include <elf.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +27,16 @@
 struct uctx {
     struct unwinder *u;
     struct snapshot *s;
+    bool noinfo;        /* some frame had no unwind info: libunwind then guesses from rbp */
+    uint64_t noinfo_ip;
 };
 static struct uctx *cur;
+
+/* libunwind's binary search of a .eh_frame_hdr table in the target's memory. Exported by
+ * libunwind-x86_64 (it is what _UPT_find_proc_info calls) but not declared in its headers. */
+extern int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t as, unw_word_t ip,
+                                              unw_dyn_info_t *di, unw_proc_info_t *pi,
+                                              int need_unwind_info, void *arg);
 
 /* Read one word of file-backed memory through the page cache. */
 static int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val)
@@ -37,9 +46,9 @@ static int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val)
         u->maps_miss = true;
         return -UNW_EINVAL;
     }
-    /* Only file-backed memory (code, .eh_frame, relocated read-only data) is read live:
-     * anonymous memory (other stacks, heap) may have changed since the snapshot. */
-    if (!m->path || m->path[0] == '[')
+    /* Only file-backed memory (code, .eh_frame, relocated read-only data) and the vDSO are
+     * read live: anonymous memory (other stacks, heap) may have changed since the snapshot. */
+    if (!m->path || (m->path[0] == '[' && strcmp(m->path, "[vdso]") != 0))
         return -UNW_EINVAL;
     if (addr + sizeof(*val) > m->end)
         return -UNW_EINVAL;
@@ -211,15 +220,147 @@ static int access_fpreg(unw_addr_space_t as, unw_regnum_t reg, unw_fpreg_t *val,
     return -UNW_EBADREG;
 }
 
-/* Unwind tables are found by the _UPT handle, which maps the ELF file once per library and
- * reads .eh_frame through our access_mem (the page cache). */
+/* Read a DWARF-encoded pointer (the forms .eh_frame_hdr uses) at p; addr is p's address in
+ * the target, base the start of the header (for datarel). */
+static bool read_encoded(const uint8_t **p, const uint8_t *end, uint8_t enc, uint64_t addr,
+                         uint64_t hdr_addr, uint64_t *out)
+{
+    uint64_t v;
+    switch (enc & 0x0f) {
+    case 0x00: /* absptr */
+    case 0x04: /* udata8 */
+    case 0x0c: /* sdata8 */
+        if (end - *p < 8)
+            return false;
+        memcpy(&v, *p, 8);
+        *p += 8;
+        break;
+    case 0x03: { /* udata4 */
+        uint32_t x;
+        if (end - *p < 4)
+            return false;
+        memcpy(&x, *p, 4);
+        v = x;
+        *p += 4;
+        break;
+    }
+    case 0x0b: { /* sdata4 */
+        int32_t x;
+        if (end - *p < 4)
+            return false;
+        memcpy(&x, *p, 4);
+        v = (uint64_t)(int64_t)x;
+        *p += 4;
+        break;
+    }
+    default:
+        return false;
+    }
+    switch (enc & 0x70) {
+    case 0x00:
+        break;
+    case 0x10: /* pcrel */
+        v += addr;
+        break;
+    case 0x30: /* datarel */
+        v += hdr_addr;
+        break;
+    default:
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* Set up unwinding through the vDSO (clock_gettime and friends): copy its image once, find
+ * PT_GNU_EH_FRAME and describe its search table to libunwind. */
+static bool vdso_setup(struct unwinder *u, const struct map_entry *m)
+{
+    struct vdso_info *v = &u->vdso;
+    v->tried = true;
+    v->ok = false;
+    v->start = m->start;
+    v->end = m->end;
+    size_t size = (size_t)(m->end - m->start);
+    if (size > (1u << 20))
+        return false;
+    uint8_t *img = malloc(size);
+    if (!img)
+        return false;
+    struct iovec l = {img, size}, r = {(void *)(uintptr_t)m->start, size};
+    bool ok = false;
+    if (process_vm_readv(u->pid, &l, 1, &r, 1, 0) != (ssize_t)size || size < sizeof(Elf64_Ehdr))
+        goto out;
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_phoff + (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) > size)
+        goto out;
+    const Elf64_Phdr *ph = (const Elf64_Phdr *)(img + eh->e_phoff);
+    const Elf64_Phdr *load = NULL, *hdr = NULL;
+    for (int i = 0; i < eh->e_phnum; i++) {
+        if (ph[i].p_type == PT_LOAD && !load)
+            load = &ph[i];
+        if (ph[i].p_type == PT_GNU_EH_FRAME)
+            hdr = &ph[i];
+    }
+    if (!load || !hdr || hdr->p_offset + hdr->p_filesz > size || hdr->p_filesz < 4)
+        goto out;
+    uint64_t bias = m->start + load->p_offset - load->p_vaddr;
+    uint64_t hdr_addr = bias + hdr->p_vaddr;
+    const uint8_t *p = img + hdr->p_offset, *end = p + hdr->p_filesz;
+    uint8_t version = p[0], ptr_enc = p[1], count_enc = p[2], table_enc = p[3];
+    p += 4;
+    uint64_t eh_frame, count;
+    if (version != 1 || table_enc != 0x3b /* datarel | sdata4 */ ||
+        !read_encoded(&p, end, ptr_enc, hdr_addr + (uint64_t)(p - (img + hdr->p_offset)), hdr_addr,
+                      &eh_frame) ||
+        !read_encoded(&p, end, count_enc, hdr_addr + (uint64_t)(p - (img + hdr->p_offset)),
+                      hdr_addr, &count))
+        goto out;
+    memset(&v->di, 0, sizeof(v->di));
+    v->di.start_ip = m->start;
+    v->di.end_ip = m->end;
+    v->di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
+    v->di.u.rti.segbase = hdr_addr;
+    v->di.u.rti.table_len = count * 8 / sizeof(unw_word_t);
+    v->di.u.rti.table_data = hdr_addr + (uint64_t)(p - (img + hdr->p_offset));
+    ok = true;
+out:
+    free(img);
+    v->ok = ok;
+    return ok;
+}
+
+/* Unwind tables: for ELF files, the _UPT handle (it maps the file once per library and reads
+ * .eh_frame through our access_mem, the page cache); for the vDSO, our own table; nothing
+ * for anonymous memory (JIT code), without asking _UPT, which would re-read the maps each
+ * time. A frame without unwind info is remembered: libunwind then falls back to the rbp
+ * chain, which in code built without frame pointers yields invented frames. */
 static int find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi,
                           int need_unwind_info, void *arg)
 {
     (void)arg;
-    if (!cur)
+    struct uctx *c = cur;
+    if (!c)
         return -UNW_EINVAL;
-    return _UPT_find_proc_info(as, ip, pi, need_unwind_info, cur->u->upt);
+    struct unwinder *u = c->u;
+    const struct map_entry *m = u->maps ? maps_find(u->maps, ip) : NULL;
+    int r = -UNW_ENOINFO;
+    if (!m) {
+        u->maps_miss = true;
+    } else if (m->mod) {
+        r = _UPT_find_proc_info(as, ip, pi, need_unwind_info, u->upt);
+    } else if (m->path && !strcmp(m->path, "[vdso]")) {
+        if (!u->vdso.tried || u->vdso.start != m->start)
+            vdso_setup(u, m);
+        if (u->vdso.ok)
+            r = _Ux86_64_dwarf_search_unwind_table(as, ip, &u->vdso.di, pi, need_unwind_info,
+                                                   c);
+    }
+    if (r < 0 && !c->noinfo) {
+        c->noinfo = true;
+        c->noinfo_ip = ip;
+    }
+    return r;
 }
 
 static void put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
@@ -305,6 +446,7 @@ void unwinder_flush(struct unwinder *u)
         for (int i = 0; i < PAGE_CACHE_SLOTS; i++)
             u->pages[i].addr = 0;
     u->maps_miss = false;
+    u->vdso.tried = false;
 }
 
 int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int max,
@@ -338,18 +480,32 @@ int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int m
     }
 out:
     cur = NULL;
+    if (c.noinfo && n > 0) {
+        /* Keep the frames up to the one without unwind info; what libunwind guessed beyond
+         * it from rbp is not trustworthy. (ip - 1 is what it looks up for callers.) */
+        for (int i = 0; i < n; i++) {
+            if (ips[i] == c.noinfo_ip || ips[i] - 1 == c.noinfo_ip) {
+                n = i + 1;
+                *end = UNWIND_TRUNCATED;
+                break;
+            }
+        }
+    }
     return n;
 }
 
-int snapshot_copy_stack(pid_t tid, uint64_t sp, struct snapshot *s)
+int snapshot_copy_stack(pid_t tid, uint64_t sp, uint64_t limit, struct snapshot *s)
 {
     uint64_t base = sp > RED_ZONE ? sp - RED_ZONE : 0;
+    if (limit <= base)
+        return -EFAULT;
     /* Remote side split into pages: the copy then ends exactly at the first unreadable page
      * (the top of the stack mapping, or a guard page), whatever the kernel's granularity for
      * partial transfers. */
     enum { MAXIOV = 1024 };
     struct iovec remote[MAXIOV];
-    size_t want = s->cap;
+    size_t want = limit - base < s->cap ? (size_t)(limit - base) : s->cap;
+    size_t total = want;
     int n = 0;
     uint64_t a = base;
     while (want > 0 && n < MAXIOV) {
@@ -363,7 +519,7 @@ int snapshot_copy_stack(pid_t tid, uint64_t sp, struct snapshot *s)
         a += chunk;
         want -= chunk;
     }
-    struct iovec local = {s->data, s->cap - want};
+    struct iovec local = {s->data, total - want};
     ssize_t got = process_vm_readv(tid, &local, 1, remote, (unsigned long)n, 0);
     if (got < 0)
         return -errno;

@@ -36,8 +36,17 @@ struct page_slot {
 /* Unwinding state of one process: one libunwind address space with a global cache, one
  * long-lived _UPT handle for finding unwind tables, and a small cache of pages of
  * file-backed memory (.eh_frame, code) read with process_vm_readv. */
+/* The vDSO has no file to open: its unwind table is read from the process's memory. */
+struct vdso_info {
+    uint64_t start, end; /* mapping; 0 if not set up */
+    bool tried;
+    bool ok;
+    unw_dyn_info_t di;
+};
+
 struct unwinder {
     pid_t pid;
+    struct vdso_info vdso;
     unw_addr_space_t as;
     void *upt;
     const struct maps *maps; /* the process's current maps (owned by the target) */
@@ -62,7 +71,7 @@ enum unwind_end {
 int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int max,
                     enum unwind_end *end);
 
-/* Copy a thread's stack from sp - 128 (the red zone) upwards, up to cap bytes or the end of
- * its mapping, with process_vm_readv (works on running threads, unlike PEEKDATA). Fills
- * s->base/len/hit_cap. Returns 0 or -errno. */
-int snapshot_copy_stack(pid_t tid, uint64_t sp, struct snapshot *s);
+/* Copy a thread's stack from sp - 128 (the red zone) up to limit (the end of the mapping
+ * holding sp: the stack's top), at most s->cap bytes, with process_vm_readv (works on
+ * running threads, unlike PEEKDATA). Fills s->base/len/hit_cap. Returns 0 or -errno. */
+int snapshot_copy_stack(pid_t tid, uint64_t sp, uint64_t limit, struct snapshot *s);

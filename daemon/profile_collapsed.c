@@ -1,0 +1,241 @@
+/* profile_collapsed.c: collapsed ("folded") stacks, one line per distinct thread and stack.
+ *
+ * The readers are flamegraph.pl, inferno and speedscope (see shared/formats.md), and the
+ * conventions are those of stackcollapse-perf.pl, which turns `perf script` into this format:
+ * the thread name (spaces made '_') is the root, frames follow root first, an unresolved frame
+ * is [module+0xOFF] (or [unknown]), inlined and JIT frames carry _[i] and _[j], and a ';'
+ * inside a name becomes ':'. */
+#include "profile.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One (thread, stack) pair; samples sorted on it form runs that become lines. */
+struct key {
+    int32_t tid;
+    uint32_t stack;
+};
+
+struct line {
+    char *text; /* "THREAD;root;...;leaf", without the count */
+    uint64_t count;
+};
+
+/* Order keys by thread, then stack. */
+static int cmp_key(const void *a, const void *b)
+{
+    const struct key *x = a, *y = b;
+    if (x->tid != y->tid)
+        return x->tid < y->tid ? -1 : 1;
+    if (x->stack != y->stack)
+        return x->stack < y->stack ? -1 : 1;
+    return 0;
+}
+
+/* Order lines by their text, bytewise, so the output does not depend on sample order. */
+static int cmp_line(const void *a, const void *b)
+{
+    const struct line *x = a, *y = b;
+    return strcmp(x->text, y->text);
+}
+
+/* An ASCII digit, what \d matches in flamegraph.pl and speedscope. */
+static bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Where the space is in a trailing " 12" or " 1.5" of s[0..len), or len if there is none.
+ *
+ * flamegraph.pl splits a line with /^(.*)\s+?(\d+(?:\.\d*)?)$/ and then tries the same regex
+ * on the stack part to find a second column for differential graphs: a leaf named "tick 42"
+ * would turn "app;tick 42 7" into stack "app;tick" with counts 42 and 7, silently. */
+static size_t trailing_number_space(const char *s, size_t len)
+{
+    size_t i = len;
+    while (i > 0 && is_digit(s[i - 1]))
+        i--;
+    if (i > 0 && s[i - 1] == '.') {
+        /* \d+\.\d*: at least one digit must precede the dot. */
+        size_t dot = i - 1, k = dot;
+        while (k > 0 && is_digit(s[k - 1]))
+            k--;
+        if (k < dot && k > 0 && s[k - 1] == ' ')
+            return k - 1;
+        return len;
+    }
+    if (i < len && i > 0 && s[i - 1] == ' ')
+        return i - 1;
+    return len;
+}
+
+/* Append s, mapped so it cannot break a line: ';' (the frame separator) becomes ':' as
+ * stackcollapse does, control characters (a newline would end the line) become '_', and with
+ * `thread` spaces become '_' as stackcollapse-perf does with the comm. */
+static int put_name(struct strbuf *sb, const char *s, bool thread)
+{
+    size_t n = strlen(s);
+    int r = strbuf_reserve(sb, n);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == ';')
+            c = ':';
+        else if (c < 0x20 || c == 0x7f || (thread && c == ' '))
+            c = '_';
+        sb->buf[sb->len++] = (char)c;
+    }
+    sb->buf[sb->len] = '\0';
+    return 0;
+}
+
+/* Fix the frame that occupies sb->buf[start..len): readers split on ';' and trim nothing, so
+ * a name with a leading or trailing space would be a different frame from the same name
+ * elsewhere, and a trailing " NUMBER" is read as a count (see trailing_number_space). */
+static void fix_edges(struct strbuf *sb, size_t start)
+{
+    char *f = sb->buf + start;
+    size_t len = sb->len - start;
+    if (len == 0)
+        return;
+    if (f[0] == ' ')
+        f[0] = '_';
+    if (f[len - 1] == ' ')
+        f[len - 1] = '_';
+    size_t sp = trailing_number_space(f, len);
+    if (sp < len)
+        f[sp] = '_';
+}
+
+/* Append the root of a line: the thread's name, or "name-TID" when threads are kept apart.
+ * A thread missing from p->threads is labelled with the process name, as perf labels a
+ * sample with the comm it has. */
+static int put_thread(struct strbuf *sb, const struct profile *p, int32_t tid)
+{
+    const char *name = profile_thread_name(p, tid);
+    if (!name || !*name)
+        name = p->comm;
+    if (!name || !*name)
+        name = "[unknown]";
+    size_t start = sb->len;
+    int r = put_name(sb, name, true);
+    if (r == 0 && p->thread_ids)
+        r = strbuf_printf(sb, "-%" PRId32, tid);
+    if (r == 0)
+        fix_edges(sb, start);
+    return r;
+}
+
+/* Append one frame as stackcollapse-perf names it. */
+static int put_frame(struct strbuf *sb, const struct profile_frame *f)
+{
+    size_t start = sb->len;
+    int r;
+    if (f->function && *f->function) {
+        r = put_name(sb, f->function, false);
+        if (r == 0 && f->jit)
+            r = strbuf_puts(sb, "_[j]");
+        else if (r == 0 && f->inlined)
+            r = strbuf_puts(sb, "_[i]");
+    } else if (f->module && *f->module) {
+        const char *base = strrchr(f->module, '/');
+        base = base && base[1] ? base + 1 : f->module;
+        r = strbuf_puts(sb, "[");
+        if (r == 0)
+            r = put_name(sb, base, false);
+        if (r == 0)
+            r = strbuf_printf(sb, "+0x%" PRIx64 "]", f->module_off);
+    } else {
+        r = strbuf_puts(sb, "[unknown]");
+    }
+    if (r == 0)
+        fix_edges(sb, start);
+    return r;
+}
+
+/* Render "THREAD;root;...;leaf" for one key. Frame indices out of range are skipped: the
+ * sample still counts, under the frames that are known. */
+static int render(struct strbuf *sb, const struct profile *p, const struct key *k)
+{
+    int r = put_thread(sb, p, k->tid);
+    const struct profile_stack *st = &p->stacks[k->stack];
+    uint32_t n = st->frames ? st->n : 0;
+    for (uint32_t i = n; r == 0 && i-- > 0;) {
+        uint32_t fi = st->frames[i]; /* leaf first in the profile: walk it backwards */
+        if (fi >= p->nframes)
+            continue;
+        r = strbuf_puts(sb, ";");
+        if (r == 0)
+            r = put_frame(sb, &p->frames[fi]);
+    }
+    return r;
+}
+
+/* Count samples per distinct (thread, stack) pair, render each pair once, then merge the
+ * pairs whose text is equal (same-named threads, duplicate stacks, different addresses in
+ * the same function) and print them sorted. On failure out is left as it was. */
+int profile_write_collapsed(const struct profile *p, struct strbuf *out)
+{
+    size_t base = out->len;
+    struct key *keys = NULL;
+    struct line *lines = NULL;
+    size_t nkeys = 0, nlines = 0;
+    struct strbuf sb = {0};
+    int r = -ENOMEM;
+
+    keys = malloc((p->nsamples ? p->nsamples : 1) * sizeof(*keys));
+    if (!keys)
+        goto out;
+    for (size_t i = 0; i < p->nsamples; i++) {
+        const struct profile_sample *s = &p->samples[i];
+        if (s->stack >= p->nstacks) /* a broken slice: drop the sample rather than guess */
+            continue;
+        keys[nkeys++] = (struct key){.tid = s->tid, .stack = s->stack};
+    }
+    qsort(keys, nkeys, sizeof(*keys), cmp_key);
+
+    lines = malloc((nkeys ? nkeys : 1) * sizeof(*lines));
+    if (!lines)
+        goto out;
+    for (size_t i = 0; i < nkeys;) {
+        size_t j = i + 1;
+        while (j < nkeys && cmp_key(&keys[i], &keys[j]) == 0)
+            j++;
+        r = render(&sb, p, &keys[i]);
+        if (r < 0)
+            goto out;
+        r = -ENOMEM;
+        char *text = strbuf_steal(&sb);
+        if (!text)
+            goto out;
+        lines[nlines++] = (struct line){.text = text, .count = j - i};
+        i = j;
+    }
+    qsort(lines, nlines, sizeof(*lines), cmp_line);
+
+    for (size_t i = 0; i < nlines;) {
+        uint64_t count = lines[i].count;
+        size_t j = i + 1;
+        for (; j < nlines && strcmp(lines[i].text, lines[j].text) == 0; j++)
+            count += lines[j].count;
+        r = strbuf_printf(out, "%s %" PRIu64 "\n", lines[i].text, count);
+        if (r < 0)
+            goto out;
+        i = j;
+    }
+    r = 0;
+out:
+    if (r < 0 && out->buf) {
+        out->len = base;
+        out->buf[base] = '\0';
+    }
+    for (size_t i = 0; i < nlines; i++)
+        free(lines[i].text);
+    free(lines);
+    free(keys);
+    strbuf_finish(&sb);
+    return r;
+}

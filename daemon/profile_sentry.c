@@ -1,0 +1,737 @@
+/* profile_sentry.c: Sentry's sampled profile format, version "1", as relay and vroom read it.
+ *
+ * The format is defined by its readers: relay (relay-profiling/src/sample/v1.rs, sample/mod.rs,
+ * transaction_metadata.rs, debug_image.rs, utils.rs) parses and normalizes the envelope item
+ * `profile`, then Sentry (src/sentry/profiles/task.py) and vroom (sample/sample.go, and its
+ * Rust port vroomrs) store it and build call trees. What relay does with a profile from here:
+ *
+ * - It deserializes it with serde: a field of the wrong type, a bad uuid, an address that is
+ *   not a "0x..." string or a string that is not UTF-8 rejects the whole item (InvalidJson).
+ *   Fields it does not know are dropped (it has no `package`, so the image path goes in
+ *   `module`; `code_id` of the images is dropped too, and kept only for other readers).
+ * - `platform` is free-form for version "1". We say "native" (Sentry's platform for C and
+ *   C++): relay counts it as a backend profile (ProfileType::from_platform), and Sentry
+ *   symbolicates server-side only cocoa, rust, javascript and node, so our frames, already
+ *   symbolized here, are kept as sent. With "rust" Sentry would re-symbolicate them from
+ *   uploaded debug files, and cut the two outermost frames of a stack whose second-outermost
+ *   it could not name (task.py, truncate_stack_needed).
+ *   vroom keeps our in_app because the frames' platform defaults to the profile's.
+ * - It keeps the samples with relative_start_ns <= elapsed <= relative_end_ns of the
+ *   transaction: ours spans the whole window, so every sample in the window stays.
+ * - It drops idle (empty-stack) samples before a thread's first and after its last non-empty
+ *   one, then every sample of a thread left with only one, and rejects the profile if none
+ *   remain (NotEnoughSamples). A profile of a few seconds at the usual rates keeps thousands.
+ * - It rejects a sample whose stack_id or a stack whose frame index is out of range
+ *   (MalformedSamples, MalformedStacks): indices here always refer to emitted entries.
+ * - It rejects the profile when its last sample is more than 30 s after the start
+ *   (DurationIsTooLong), looking only at the last one: samples are sorted, and a window
+ *   longer than 30 s is cut to its first 30 s here rather than lost there.
+ * - It replaces the transaction name, release, environment and SDK with those of the
+ *   transaction event that must travel in the same envelope (else the profile is dropped).
+ * vroom then builds call trees only from the samples of transaction.active_thread_id. */
+#include "profile.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/utsname.h>
+#include <time.h>
+
+#include "log.h"
+
+/* relay-profiling's MAX_PROFILE_DURATION. */
+#define MAX_DURATION_NS (30 * NS_PER_SEC)
+#define NONE UINT32_MAX
+
+/* A sample kept for output, with its position in p->samples to sort stably. */
+struct out_sample {
+    uint64_t elapsed;
+    int32_t tid;
+    uint32_t stack;
+    size_t order;
+};
+
+/* Stack frame sequences after frame renumbering, for stack deduplication. */
+struct seqs {
+    const uint32_t *buf; /* all sequences, one after another */
+    const size_t *off;   /* start of stack i's sequence in buf */
+    const uint32_t *len;
+};
+
+/* s, or NULL when it is NULL or empty: what the output leaves out. */
+static const char *nz(const char *s)
+{
+    return s && *s ? s : NULL;
+}
+
+/* strcmp where NULL and "" are equal (both are left out of the output) and sort first. */
+static int cmp_str(const char *a, const char *b)
+{
+    a = nz(a);
+    b = nz(b);
+    if (!a || !b)
+        return (a != NULL) - (b != NULL);
+    return strcmp(a, b);
+}
+
+/* Order frame indices by everything the output shows of a frame, then by index: equal
+ * neighbours are the same Sentry frame, and the first index of a run represents it. */
+static int cmp_frame(const void *a, const void *b, void *ctx)
+{
+    const struct profile *p = ctx;
+    uint32_t ia = *(const uint32_t *)a, ib = *(const uint32_t *)b;
+    const struct profile_frame *x = &p->frames[ia], *y = &p->frames[ib];
+    int r;
+    if ((r = cmp_str(x->function, y->function)) || (r = cmp_str(x->file, y->file)) ||
+        (r = cmp_str(x->module, y->module)))
+        return r;
+    int lx = x->line > 0 ? x->line : 0, ly = y->line > 0 ? y->line : 0;
+    if (lx != ly)
+        return lx < ly ? -1 : 1;
+    if (x->addr != y->addr)
+        return x->addr < y->addr ? -1 : 1;
+    if (x->in_app != y->in_app)
+        return x->in_app ? 1 : -1;
+    return ia < ib ? -1 : ia > ib;
+}
+
+/* Same frame as the neighbour in cmp_frame order (the index aside). */
+static bool same_frame(const struct profile *p, uint32_t ia, uint32_t ib)
+{
+    const struct profile_frame *x = &p->frames[ia], *y = &p->frames[ib];
+    return !cmp_str(x->function, y->function) && !cmp_str(x->file, y->file) &&
+           !cmp_str(x->module, y->module) &&
+           (x->line > 0 ? x->line : 0) == (y->line > 0 ? y->line : 0) && x->addr == y->addr &&
+           x->in_app == y->in_app;
+}
+
+/* Order stacks by their renumbered frame sequence, then by index. */
+static int cmp_stack(const void *a, const void *b, void *ctx)
+{
+    const struct seqs *s = ctx;
+    uint32_t ia = *(const uint32_t *)a, ib = *(const uint32_t *)b;
+    if (s->len[ia] != s->len[ib])
+        return s->len[ia] < s->len[ib] ? -1 : 1;
+    int r = memcmp(s->buf + s->off[ia], s->buf + s->off[ib], s->len[ia] * sizeof(uint32_t));
+    if (r)
+        return r;
+    return ia < ib ? -1 : ia > ib;
+}
+
+/* Same stack as the neighbour in cmp_stack order (the index aside). */
+static bool same_stack(const struct seqs *s, uint32_t ia, uint32_t ib)
+{
+    return s->len[ia] == s->len[ib] &&
+           !memcmp(s->buf + s->off[ia], s->buf + s->off[ib], s->len[ia] * sizeof(uint32_t));
+}
+
+/* Order output samples by time, keeping the input order of equal times. */
+static int cmp_sample(const void *a, const void *b)
+{
+    const struct out_sample *x = a, *y = b;
+    if (x->elapsed != y->elapsed)
+        return x->elapsed < y->elapsed ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* Order thread ids numerically. */
+static int cmp_tid(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Write n bytes as 2n lowercase hex digits and a NUL. */
+static void hex(const uint8_t *b, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* A random (version 4) uuid as 32 hex digits, the form Sentry SDKs send. Returns 0 or -errno
+ * from getrandom(2), which blocks only until the kernel's pool is first initialized. */
+static int random_uuid(char out[33])
+{
+    uint8_t b[16];
+    size_t got = 0;
+    while (got < sizeof(b)) {
+        ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        got += (size_t)n;
+    }
+    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4: never the nil uuid relay rejects */
+    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    hex(b, sizeof(b), out);
+    return 0;
+}
+
+/* Value of a hex digit, or -1. */
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Parse a uuid given as 32 hex digits or 8-4-4-4-12 into 32 lowercase hex digits. False
+ * for anything else and for the nil uuid, which relay refuses as a transaction or trace id. */
+static bool parse_uuid(const char *s, char out[33])
+{
+    size_t len = strlen(s), n = 0;
+    bool dashed = len == 36;
+    if (len != 32 && !dashed)
+        return false;
+    bool nil = true;
+    for (size_t i = 0; i < len; i++) {
+        if (dashed && (i == 8 || i == 13 || i == 18 || i == 23)) {
+            if (s[i] != '-')
+                return false;
+            continue;
+        }
+        int v = hexval(s[i]);
+        if (v < 0)
+            return false;
+        nil = nil && v == 0;
+        out[n++] = "0123456789abcdef"[v];
+    }
+    out[n] = '\0';
+    return !nil;
+}
+
+/* Sentry's debug_id for an ELF file, as sentry-rust's debug_id_from_build_id computes it:
+ * the first 16 bytes of the GNU build-id (zero-padded when shorter) read as a uuid whose
+ * first three fields are little-endian on x86, so they are byte-swapped. */
+static void debug_id_from_build_id(const uint8_t *id, size_t len, char out[37])
+{
+    uint8_t u[16] = {0};
+    memcpy(u, id, len < sizeof(u) ? len : sizeof(u));
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    static const uint8_t order[16] = {3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15};
+#else
+    static const uint8_t order[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#endif
+    char *o = out;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *o++ = '-';
+        hex(&u[order[i]], 1, o);
+        o += 2;
+    }
+    *o = '\0';
+}
+
+/* RFC 3339 in UTC with microseconds ("2023-11-14T22:13:20.123456Z"): what chrono (relay)
+ * and Go's time.Time (vroom) both parse. */
+static void format_rfc3339(int64_t ns, char *out, size_t size)
+{
+    if (ns < 0)
+        ns = 0;
+    time_t sec = (time_t)(ns / (int64_t)NS_PER_SEC);
+    long usec = (long)(ns % (int64_t)NS_PER_SEC / (int64_t)NS_PER_US);
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    snprintf(out, size, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, usec);
+}
+
+/* Length of the valid UTF-8 sequence at s (as Rust's str::from_utf8 accepts it: no overlong
+ * forms, no surrogates, nothing above U+10FFFF), or 0 if the byte at s starts none. */
+static size_t utf8_seq(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+    } else {
+        return 0;
+    }
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* Add a string member. Paths and thread names on Linux are bytes, but relay's parser takes
+ * only UTF-8 and would reject the whole profile for one bad byte: invalid sequences become
+ * U+FFFD, as String::from_utf8_lossy would make them. */
+static bool add_text(cJSON *o, const char *key, const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, bad = 0, len = strlen(s);
+    while (i < len) {
+        size_t n = utf8_seq(u + i);
+        bad += n == 0;
+        i += n ? n : 1;
+    }
+    if (!bad)
+        return cJSON_AddStringToObject(o, key, s) != NULL;
+    char *fixed = malloc(len + 2 * bad + 1);
+    if (!fixed)
+        return false;
+    size_t o_len = 0;
+    for (i = 0; i < len;) {
+        size_t n = utf8_seq(u + i);
+        if (n) {
+            memcpy(fixed + o_len, s + i, n);
+            o_len += n;
+            i += n;
+        } else {
+            memcpy(fixed + o_len, "\xef\xbf\xbd", 3);
+            o_len += 3;
+            i++;
+        }
+    }
+    fixed[o_len] = '\0';
+    bool ok = cJSON_AddStringToObject(o, key, fixed) != NULL;
+    free(fixed);
+    return ok;
+}
+
+/* Add item under key, or free it: the caller only learns whether it worked. */
+static bool put(cJSON *o, const char *key, cJSON *item)
+{
+    if (!item)
+        return false;
+    if (!cJSON_AddItemToObject(o, key, item)) {
+        cJSON_Delete(item);
+        return false;
+    }
+    return true;
+}
+
+/* Append item to array a, or free it. */
+static bool push(cJSON *a, cJSON *item)
+{
+    if (!item)
+        return false;
+    if (!cJSON_AddItemToArray(a, item)) {
+        cJSON_Delete(item);
+        return false;
+    }
+    return true;
+}
+
+/* Add a u64 as a JSON number written exactly: cJSON keeps numbers as doubles and prints
+ * 1e15 and above in exponent form, which relay's u64 fields refuse. */
+static bool add_u64(cJSON *o, const char *key, uint64_t v)
+{
+    char buf[24];
+    snprintf(buf, sizeof(buf), "%" PRIu64, v);
+    return cJSON_AddRawToObject(o, key, buf) != NULL;
+}
+
+/* One frame: the fields relay's sample::Frame knows. An unresolved frame has no function:
+ * Sentry shows it as unknown, with its module and address. */
+static cJSON *frame_json(const struct profile_frame *f)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    char addr[24];
+    snprintf(addr, sizeof(addr), "0x%" PRIx64, f->addr);
+    bool ok = cJSON_AddStringToObject(o, "instruction_addr", addr) != NULL;
+    if (nz(f->function))
+        ok = ok && add_text(o, "function", f->function);
+    if (nz(f->file)) {
+        /* filename is what Sentry shows, abs_path the full path; a relative path from the
+         * debug info (relative to its compilation directory) can only be a filename. */
+        if (f->file[0] == '/') {
+            const char *base = strrchr(f->file, '/') + 1;
+            ok = ok && add_text(o, "abs_path", f->file);
+            ok = ok && add_text(o, "filename", *base ? base : f->file);
+        } else {
+            ok = ok && add_text(o, "filename", f->file);
+        }
+    }
+    if (f->line > 0)
+        ok = ok && cJSON_AddNumberToObject(o, "lineno", f->line) != NULL;
+    if (nz(f->module))
+        ok = ok && add_text(o, "module", f->module);
+    ok = ok && cJSON_AddBoolToObject(o, "in_app", f->in_app) != NULL;
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* One debug_meta image, in the form relay's "symbolic" image takes for ELF files. */
+static cJSON *image_json(const struct profile_image *im)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    char debug_id[37], code_id[2 * PROFILE_MAX_BUILD_ID + 1], addr[24];
+    size_t idlen =
+        im->build_id_len < PROFILE_MAX_BUILD_ID ? im->build_id_len : PROFILE_MAX_BUILD_ID;
+    debug_id_from_build_id(im->build_id, idlen, debug_id);
+    hex(im->build_id, idlen, code_id);
+    snprintf(addr, sizeof(addr), "0x%" PRIx64, im->addr);
+    bool ok = cJSON_AddStringToObject(o, "type", "symbolic") != NULL;
+    ok = ok && add_text(o, "code_file", im->code_file);
+    ok = ok && cJSON_AddStringToObject(o, "debug_id", debug_id) != NULL;
+    ok = ok && cJSON_AddStringToObject(o, "code_id", code_id) != NULL;
+    ok = ok && cJSON_AddStringToObject(o, "image_addr", addr) != NULL;
+    ok = ok && add_u64(o, "image_size", im->size);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Everything the output refers to, renumbered: samples kept, and old -> new frame and stack
+ * indices (NONE for those left out). */
+struct plan {
+    struct out_sample *samples;
+    size_t nsamples;
+    uint32_t *frame_new;
+    uint32_t *frame_old; /* new -> old */
+    uint32_t nframes_out;
+    uint32_t *stack_new;
+    uint32_t *stack_old;
+    uint32_t nstacks_out;
+    uint32_t *seq_buf; /* renumbered frames of each used stack, one after another */
+    size_t *seq_off;
+    uint32_t *seq_len;
+    uint64_t relative_end_ns;
+};
+
+/* Free what plan_build allocated. */
+static void plan_finish(struct plan *pl)
+{
+    free(pl->samples);
+    free(pl->frame_new);
+    free(pl->frame_old);
+    free(pl->stack_new);
+    free(pl->stack_old);
+    free(pl->seq_buf);
+    free(pl->seq_off);
+    free(pl->seq_len);
+}
+
+/* Number the distinct entries. On entry map[i] is NONE for an unused index, else the smallest
+ * index equal to i (its representative, so map[i] <= i). On return map[i] is the new index,
+ * representatives numbered in their original order, and old_of[new] their old index.
+ * Returns how many there are. */
+static uint32_t number_runs(uint32_t *map, uint32_t n, uint32_t *old_of)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (map[i] == NONE)
+            continue;
+        if (map[i] == i) {
+            old_of[k] = i;
+            map[i] = k++;
+        } else {
+            map[i] = map[map[i]]; /* the representative came earlier: already renumbered */
+        }
+    }
+    return k;
+}
+
+/* Choose the samples (in the window, at most 30 s in, with a valid stack and a tid relay can
+ * read as u64), then keep only the stacks and frames they use, merging duplicates: relay and
+ * vroom index both, so equal entries would only make the item bigger and show a function
+ * twice. Returns 0 or -ENOMEM. */
+static int plan_build(const struct profile *p, struct plan *pl)
+{
+    uint64_t start = p->start_ns, end = p->end_ns > start ? p->end_ns : start;
+    uint64_t span = end - start;
+    if (span > MAX_DURATION_NS)
+        span = MAX_DURATION_NS;
+    /* Older relays require relative_start_ns < relative_end_ns. */
+    pl->relative_end_ns = span ? span : 1;
+
+    /* Stacks hold 32-bit frame indices and samples 32-bit stack indices. */
+    uint32_t nf = p->nframes > NONE ? NONE : (uint32_t)p->nframes;
+    uint32_t nst = p->nstacks > NONE ? NONE : (uint32_t)p->nstacks;
+    size_t ns = p->nsamples;
+    pl->samples = malloc((ns ? ns : 1) * sizeof(*pl->samples));
+    pl->frame_new = malloc((nf ? nf : 1) * sizeof(uint32_t));
+    pl->frame_old = malloc((nf ? nf : 1) * sizeof(uint32_t));
+    pl->stack_new = malloc((nst ? nst : 1) * sizeof(uint32_t));
+    pl->stack_old = malloc((nst ? nst : 1) * sizeof(uint32_t));
+    pl->seq_off = calloc(nst ? nst : 1, sizeof(size_t));
+    pl->seq_len = calloc(nst ? nst : 1, sizeof(uint32_t));
+    if (!pl->samples || !pl->frame_new || !pl->frame_old || !pl->stack_new || !pl->stack_old ||
+        !pl->seq_off || !pl->seq_len)
+        return -ENOMEM;
+
+    for (size_t i = 0; i < ns; i++) {
+        const struct profile_sample *s = &p->samples[i];
+        if (s->t_ns < start || s->t_ns - start > pl->relative_end_ns || s->stack >= nst ||
+            s->tid < 0)
+            continue;
+        pl->samples[pl->nsamples++] = (struct out_sample){
+            .elapsed = s->t_ns - start, .tid = s->tid, .stack = s->stack, .order = i};
+    }
+    qsort(pl->samples, pl->nsamples, sizeof(*pl->samples), cmp_sample);
+
+    /* Mark the stacks the samples use and the valid frames of those (0 = used). */
+    for (uint32_t i = 0; i < nst; i++)
+        pl->stack_new[i] = NONE;
+    for (uint32_t i = 0; i < nf; i++)
+        pl->frame_new[i] = NONE;
+    size_t total = 0;
+    for (size_t i = 0; i < pl->nsamples; i++) {
+        uint32_t si = pl->samples[i].stack;
+        if (pl->stack_new[si] != NONE)
+            continue;
+        pl->stack_new[si] = 0;
+        const struct profile_stack *st = &p->stacks[si];
+        for (uint32_t j = 0; st->frames && j < st->n; j++)
+            if (st->frames[j] < nf) {
+                pl->frame_new[st->frames[j]] = 0;
+                total++;
+            }
+    }
+
+    /* Frames: sort the used ones so that equal frames are neighbours, the smallest index of
+     * each run first, and map each to that one. frame_old serves as scratch until numbered. */
+    uint32_t *idx = pl->frame_old, n = 0;
+    for (uint32_t i = 0; i < nf; i++)
+        if (pl->frame_new[i] != NONE)
+            idx[n++] = i;
+    qsort_r(idx, n, sizeof(*idx), cmp_frame, (void *)p);
+    for (uint32_t i = 0, rep = 0; i < n; i++) {
+        if (i == 0 || !same_frame(p, idx[i - 1], idx[i]))
+            rep = idx[i];
+        pl->frame_new[idx[i]] = rep;
+    }
+    pl->nframes_out = number_runs(pl->frame_new, nf, pl->frame_old);
+
+    /* Stacks: renumber their frames (dropping indices that were out of range), then merge
+     * equal sequences the same way. */
+    pl->seq_buf = malloc((total ? total : 1) * sizeof(uint32_t));
+    if (!pl->seq_buf)
+        return -ENOMEM;
+    size_t off = 0;
+    for (uint32_t i = 0; i < nst; i++) {
+        pl->seq_off[i] = off;
+        if (pl->stack_new[i] == NONE)
+            continue;
+        const struct profile_stack *st = &p->stacks[i];
+        for (uint32_t j = 0; st->frames && j < st->n; j++)
+            if (st->frames[j] < nf)
+                pl->seq_buf[off++] = pl->frame_new[st->frames[j]];
+        pl->seq_len[i] = (uint32_t)(off - pl->seq_off[i]);
+    }
+    struct seqs sq = {.buf = pl->seq_buf, .off = pl->seq_off, .len = pl->seq_len};
+    uint32_t *sidx = pl->stack_old, m = 0;
+    for (uint32_t i = 0; i < nst; i++)
+        if (pl->stack_new[i] != NONE)
+            sidx[m++] = i;
+    qsort_r(sidx, m, sizeof(*sidx), cmp_stack, &sq);
+    for (uint32_t i = 0, rep = 0; i < m; i++) {
+        if (i == 0 || !same_stack(&sq, sidx[i - 1], sidx[i]))
+            rep = sidx[i];
+        pl->stack_new[sidx[i]] = rep;
+    }
+    pl->nstacks_out = number_runs(pl->stack_new, nst, pl->stack_old);
+    return 0;
+}
+
+/* The "profile" member: samples, stacks, frames and thread_metadata. */
+static cJSON *trace_json(const struct profile *p, const struct plan *pl)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON *samples = cJSON_AddArrayToObject(o, "samples");
+    cJSON *stacks = cJSON_AddArrayToObject(o, "stacks");
+    cJSON *frames = cJSON_AddArrayToObject(o, "frames");
+    cJSON *threads = cJSON_AddObjectToObject(o, "thread_metadata");
+    bool ok = samples && stacks && frames && threads;
+
+    char buf[32];
+    for (size_t i = 0; ok && i < pl->nsamples; i++) {
+        const struct out_sample *s = &pl->samples[i];
+        cJSON *so = cJSON_CreateObject();
+        ok = push(samples, so);
+        ok = ok && cJSON_AddNumberToObject(so, "stack_id", pl->stack_new[s->stack]) != NULL;
+        /* Strings, as the SDKs send them: relay reads both through its
+         * deserialize_number_from_string, and a string stays exact in any reader. */
+        snprintf(buf, sizeof(buf), "%" PRId32, s->tid);
+        ok = ok && cJSON_AddStringToObject(so, "thread_id", buf) != NULL;
+        snprintf(buf, sizeof(buf), "%" PRIu64, s->elapsed);
+        ok = ok && cJSON_AddStringToObject(so, "elapsed_since_start_ns", buf) != NULL;
+    }
+    for (uint32_t k = 0; ok && k < pl->nstacks_out; k++) {
+        uint32_t old = pl->stack_old[k];
+        cJSON *a = cJSON_CreateArray();
+        ok = push(stacks, a);
+        /* Leaf first, as the profile stores them and Sentry expects. */
+        for (uint32_t j = 0; ok && j < pl->seq_len[old]; j++)
+            ok = push(a, cJSON_CreateNumber(pl->seq_buf[pl->seq_off[old] + j]));
+    }
+    for (uint32_t k = 0; ok && k < pl->nframes_out; k++)
+        ok = push(frames, frame_json(&p->frames[pl->frame_old[k]]));
+
+    /* Names of the threads that have samples (relay drops the others). */
+    int32_t *tids = malloc((pl->nsamples ? pl->nsamples : 1) * sizeof(*tids));
+    ok = ok && tids;
+    for (size_t i = 0; ok && i < pl->nsamples; i++)
+        tids[i] = pl->samples[i].tid;
+    if (ok)
+        qsort(tids, pl->nsamples, sizeof(*tids), cmp_tid);
+    for (size_t i = 0; ok && i < pl->nsamples; i++) {
+        if (i > 0 && tids[i] == tids[i - 1])
+            continue;
+        const char *name = profile_thread_name(p, tids[i]);
+        if (!name)
+            continue;
+        snprintf(buf, sizeof(buf), "%" PRId32, tids[i]);
+        cJSON *t = cJSON_AddObjectToObject(threads, buf);
+        ok = t && add_text(t, "name", name);
+    }
+    free(tids);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The transaction the profile belongs to: the caller's, or else the whole window as a
+ * transaction named after the process and run by its main thread (tid == pid). id and trace
+ * are 32 hex digits. */
+static cJSON *txn_json(const struct profile *p, const struct plan *pl, const char *id,
+                       const char *trace)
+{
+    /* relay refuses an empty name; it puts the transaction event's in its place anyway. */
+    const char *name = nz(p->txn.name);
+    if (!name)
+        name = nz(p->comm);
+    if (!name && nz(p->exe)) {
+        name = strrchr(p->exe, '/');
+        name = name && name[1] ? name + 1 : p->exe;
+    }
+    if (!name)
+        name = "profd";
+    int32_t active = p->txn.id && p->txn.active_tid > 0 ? p->txn.active_tid : p->pid;
+
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    bool ok = cJSON_AddStringToObject(o, "id", id) != NULL;
+    ok = ok && add_text(o, "name", name);
+    ok = ok && cJSON_AddStringToObject(o, "trace_id", trace) != NULL;
+    /* Numbers: every relay reads these as plain u64, the newer ones strings too. */
+    ok = ok && add_u64(o, "active_thread_id", active > 0 ? (uint64_t)active : 0);
+    ok = ok && add_u64(o, "relative_start_ns", 0);
+    ok = ok && add_u64(o, "relative_end_ns", pl->relative_end_ns);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The caller's id if it is a uuid relay accepts, else a new one: a malformed id would make
+ * relay reject the whole profile. */
+static int pick_id(const char *given, const char *what, char out[33])
+{
+    if (given && parse_uuid(given, out))
+        return 0;
+    if (given)
+        log_warn("sentry profile: %s \"%s\" is not a uuid relay accepts; using a new one", what,
+                 given);
+    return random_uuid(out);
+}
+
+/* Build the profile (see the comment at the top for what relay makes of it). Returns a new
+ * object, or NULL with errno set: ENOMEM, or getrandom's error for the ids. */
+cJSON *profile_to_sentry(const struct profile *p)
+{
+    struct plan pl = {0};
+    cJSON *root = NULL;
+    char event_id[33], txn_id[33], trace_id[33], ts[48];
+    struct utsname un;
+    int r;
+
+    if ((r = random_uuid(event_id)) < 0 || (r = pick_id(p->txn.id, "transaction id", txn_id)) < 0 ||
+        (r = pick_id(p->txn.trace_id, "trace id", trace_id)) < 0)
+        goto fail;
+    r = -ENOMEM;
+    if (plan_build(p, &pl) < 0)
+        goto fail;
+    if (uname(&un) < 0) {
+        snprintf(un.release, sizeof(un.release), "unknown");
+        snprintf(un.machine, sizeof(un.machine), "unknown");
+    }
+    format_rfc3339((int64_t)p->start_ns + p->realtime_offset_ns, ts, sizeof(ts));
+
+    root = cJSON_CreateObject();
+    if (!root)
+        goto fail;
+    bool ok = cJSON_AddStringToObject(root, "version", "1") != NULL;
+    ok = ok && cJSON_AddStringToObject(root, "event_id", event_id) != NULL;
+    ok = ok && cJSON_AddStringToObject(root, "platform", "native") != NULL;
+    ok = ok && cJSON_AddStringToObject(root, "timestamp", ts) != NULL;
+    cJSON *os = ok ? cJSON_AddObjectToObject(root, "os") : NULL;
+    ok = os && cJSON_AddStringToObject(os, "name", "Linux") != NULL;
+    ok = ok && add_text(os, "version", un.release);
+    cJSON *dev = ok ? cJSON_AddObjectToObject(root, "device") : NULL;
+    ok = dev && add_text(dev, "architecture", un.machine);
+    /* No "runtime": a native program has none (relay's needs a name and a version, and the
+     * C library we could name is the daemon's, not necessarily the target's). */
+    ok = ok && put(root, "transaction", txn_json(p, &pl, txn_id, trace_id));
+
+    /* Only images with a build-id: the debug_id is derived from it, and a nil one matches
+     * no debug file. */
+    bool any_image = false;
+    for (size_t i = 0; i < p->nimages; i++)
+        any_image = any_image || (p->images[i].build_id_len > 0 && nz(p->images[i].code_file));
+    if (ok && any_image) {
+        cJSON *dm = cJSON_AddObjectToObject(root, "debug_meta");
+        cJSON *images = dm ? cJSON_AddArrayToObject(dm, "images") : NULL;
+        ok = images != NULL;
+        for (size_t i = 0; ok && i < p->nimages; i++)
+            if (p->images[i].build_id_len > 0 && nz(p->images[i].code_file))
+                ok = push(images, image_json(&p->images[i]));
+    }
+    ok = ok && put(root, "profile", trace_json(p, &pl));
+    if (!ok)
+        goto fail;
+    plan_finish(&pl);
+    return root;
+
+fail:
+    cJSON_Delete(root);
+    plan_finish(&pl);
+    errno = -r;
+    return NULL;
+}
