@@ -4,7 +4,9 @@
 #include "sampler.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/user.h>
@@ -125,26 +127,29 @@ static void observe_blocked(struct thread *th, const struct sysc_info *si, uint6
     th->blk_since_ns = now;
 }
 
-/* Ask the kernel to stop a running thread; the stop arrives through waitpid. */
-static void interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
+/* Ask the kernel to stop a running thread; the stop arrives through waitpid. Returns
+ * whether the interrupt was sent. */
+static bool interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0) {
         t->stats.failed_vanished++;
-        return;
+        return false;
     }
     th->interrupt_pending = true;
     th->interrupt_sent_ns = now_ns();
     th->sample_tick_ns = tick_ns;
     t->stats.interrupts++;
+    return true;
 }
 
-/* Sample one thread, stopping it only if it is running. */
-static void sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
+/* Sample one thread, stopping it only if it is running. Returns whether it was
+ * interrupted (its sample completes when the stop arrives). */
+static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     uint64_t run, pcount;
     if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0) {
         t->stats.failed_vanished++;
-        return;
+        return false;
     }
     /* Not run since its last sample: same stack, no need to look again. */
     if (th->have_sched && th->last_stack != STACK_NONE && run == th->run_ns &&
@@ -152,13 +157,13 @@ static void sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
         stacks_ref(&t->stacks, th->last_stack);
         push(t, th, tick_ns, th->last_stack);
         t->stats.samples_reused++;
-        return;
+        return false;
     }
     for (int attempt = 0; attempt < 2; attempt++) {
         struct sysc_info si;
         if (proc_read_syscall(th->syscall_fd, &si) < 0) {
             t->stats.failed_vanished++;
-            return;
+            return false;
         }
         if (si.state != SYSC_IN_SYSCALL)
             break;
@@ -169,12 +174,12 @@ static void sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
         snap.full_regs = false;
         if (snapshot_copy_stack(th->tid, si.sp, stack_limit(t, si.sp), &snap) < 0) {
             t->stats.failed_copy++;
-            return;
+            return false;
         }
         uint64_t run2, pcount2;
         if (proc_read_schedstat(th->schedstat_fd, &run2, &pcount2) < 0) {
             t->stats.failed_vanished++;
-            return;
+            return false;
         }
         if (pcount2 != pcount || run2 != run) {
             /* It ran while we copied: the copy may be torn. Look again. */
@@ -186,19 +191,50 @@ static void sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
         observe_blocked(th, &si, pcount, tick_ns);
         uint32_t id = unwind_and_intern(t);
         if (id == STACK_NONE)
-            return;
+            return false;
         set_last(th, id, run, pcount);
         push(t, th, tick_ns, id);
         t->stats.samples_blocked++;
-        return;
+        return false;
     }
     sampler_thread_reset(th);
     th->blk_valid = false;
-    interrupt(t, th, tick_ns);
+    return interrupt(t, th, tick_ns);
+}
+
+
+/* Longest we wait, inside the tick, for the threads we interrupted to stop. */
+#define STOP_WAIT_NS (2 * NS_PER_MS)
+
+/* Wait for the stops we just asked for and handle them at once, sleeping in sigtimedwait
+ * on SIGCHLD (blocked, as libev reads it through a signalfd) rather than going back
+ * through the event loop: one wake-up instead of epoll + signalfd, and the stopped threads
+ * are resumed sooner. Any other tracee's events that arrive meanwhile are handled too.
+ * Threads that take longer (uninterruptible sleep) are left to the SIGCHLD watcher. */
+static void await_stops(struct target *t, unsigned pending)
+{
+    uint64_t deadline = now_ns() + STOP_WAIT_NS;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    for (;;) {
+        targets_reap();
+        if (t->state != T_ATTACHED)
+            return;
+        pending = 0;
+        for (size_t i = 0; i < t->nthreads; i++)
+            pending += t->threads[i]->interrupt_pending;
+        uint64_t now = now_ns();
+        if (!pending || now >= deadline)
+            return;
+        struct timespec ts = {0, (long)(deadline - now)};
+        sigtimedwait(&set, NULL, &ts);
+    }
 }
 
 void sampler_tick(struct target *t, uint64_t tick_ns)
 {
+    unsigned interrupted = 0;
     t->stats.ticks++;
     /* New threads (new stacks) or an unknown stack seen last time: re-read the maps now,
      * before stopping anything. */
@@ -223,8 +259,10 @@ void sampler_tick(struct target *t, uint64_t tick_ns)
             t->stats.skipped_pending++;
             continue;
         }
-        sample_thread(t, th, tick_ns);
+        interrupted += sample_thread(t, th, tick_ns);
     }
+    if (interrupted)
+        await_stops(t, interrupted);
 }
 
 void sampler_on_stop(struct thread *th)
