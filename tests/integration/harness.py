@@ -1,0 +1,301 @@
+"""harness.py: shared helpers for profd's integration tests.
+
+Every test starts the real daemon on a private socket in a temporary directory, drives it
+with the real profctl, and profiles real programs from tests/programs (built -O2 without
+frame pointers). Tests touch only processes they started, and end them by pid.
+
+Environment (set by meson): PROFD_BUILD (the build directory). PROFD_WRAPPER, if set, is
+prefixed to the daemon's command line (e.g. valgrind); PROFD_SLOW multiplies timeouts.
+"""
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD = os.environ.get("PROFD_BUILD") or os.path.join(os.path.dirname(__file__), "..", "..", "build")
+BUILD = os.path.abspath(BUILD)
+PROFD = os.path.join(BUILD, "daemon", "profd")
+PROFCTL = os.path.join(BUILD, "client", "profctl")
+PROGRAMS = os.path.join(BUILD, "tests", "programs")
+SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SLOW = float(os.environ.get("PROFD_SLOW", "1"))
+
+SKIP = 77
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def fail(msg):
+    log("FAIL:", msg)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    log("ok:", msg)
+
+
+def skip(msg):
+    log("SKIP:", msg)
+    sys.exit(SKIP)
+
+
+def wait_until(pred, timeout, what, interval=0.02):
+    deadline = time.monotonic() + timeout * SLOW
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(interval)
+    fail("timed out waiting for " + what)
+
+
+class Daemon:
+    """A profd on a private socket. Use as a context manager."""
+
+    def __init__(self, *args, env=None, wrapper=True):
+        self.dir = tempfile.mkdtemp(prefix="profd-test-")
+        os.chmod(self.dir, 0o755)
+        self.socket = os.path.join(self.dir, "profd.sock")
+        self.log_path = os.path.join(self.dir, "profd.log")
+        cmd = [PROFD, "--socket", self.socket] + list(args)
+        w = os.environ.get("PROFD_WRAPPER") if wrapper else None
+        if w:
+            cmd = w.split() + cmd
+        e = dict(os.environ)
+        e.pop("PROFD_SOCKET", None)
+        if env:
+            e.update(env)
+        self.logf = open(self.log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=e)
+        wait_until(lambda: os.path.exists(self.socket) or self.proc.poll() is not None,
+                   30, "profd to listen")
+        if self.proc.poll() is not None:
+            fail("profd exited at start:\n" + self.log())
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def ctl(self, *args, check_rc=True, user=None, timeout=60):
+        """Run profctl against this daemon; returns CompletedProcess (text)."""
+        cmd = [PROFCTL, "--socket", self.socket] + [str(a) for a in args]
+        kw = {}
+        if user is not None:
+            kw["preexec_fn"] = lambda: drop_to(user)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout * SLOW, **kw)
+        if check_rc and r.returncode != 0:
+            fail("profctl %s failed (%d): %s%s" % (" ".join(map(str, args)), r.returncode,
+                                                   r.stderr, r.stdout))
+        return r
+
+    def status(self, pid=None):
+        args = ["status", "--json"] + ([pid] if pid else [])
+        return json.loads(self.ctl(*args).stdout)
+
+    def target_status(self, pid):
+        for t in self.status(pid)["targets"]:
+            if t["pid"] == pid:
+                return t
+        return None
+
+    def slice(self, pid, *args):
+        """Collapsed slice as {line_stack: count}."""
+        r = self.ctl("slice", pid, *args)
+        return parse_collapsed(r.stdout)
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout * SLOW)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                fail("profd did not exit on signal %d" % sig)
+        self.logf.close()
+        return self.proc.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        rc = self.stop()
+        if exc[0] is None and os.environ.get("PROFD_WRAPPER") and rc not in (0, None):
+            fail("profd under wrapper exited with %s:\n%s" % (rc, self.log()[-4000:]))
+        return False
+
+
+def drop_to(uid):
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+class Program:
+    """A test program from tests/programs, started by this test."""
+
+    def __init__(self, name, *args, stdin=True, user=None, env=None, expect_ready=True):
+        kw = {}
+        if user is not None:
+            kw["preexec_fn"] = lambda: drop_to(user)
+        self.proc = subprocess.Popen([os.path.join(PROGRAMS, name)] + [str(a) for a in args],
+                                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1, env=env, **kw)
+        self.tids = {}
+        if expect_ready:
+            while True:
+                line = self.proc.stdout.readline()
+                if not line:
+                    fail("%s exited before it was ready" % name)
+                f = line.split()
+                if f[0] == "tid":
+                    self.tids[f[1]] = int(f[2])
+                elif f[0] == "ready":
+                    break
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def send(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def readline(self, timeout=10):
+        import select
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout * SLOW)
+        if not r:
+            fail("no output from program within %ss" % timeout)
+        return self.proc.stdout.readline()
+
+    def report(self):
+        """For blocker: ask for counters, return them as a dict."""
+        self.send("report")
+        while True:
+            line = self.readline()
+            if line.startswith("report"):
+                return {k: int(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            # It may be stopped (job control tests): make sure SIGKILL lands.
+            self.proc.kill()
+        self.proc.wait()
+        return False
+
+
+def parse_collapsed(text):
+    out = {}
+    for line in text.splitlines():
+        if not line:
+            continue
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            fail("malformed collapsed line: %r" % line)
+        out[stack] = out.get(stack, 0) + int(count)
+    return out
+
+
+def thread_states(pid):
+    """{tid: state letter} from /proc."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                s = f.read()
+            out[int(tid)] = s[s.rindex(")") + 2]
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return out
+
+
+def tracer_pids(pid):
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith("TracerPid:"):
+                        out[int(tid)] = int(line.split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return out
+
+
+def tgkill(pid, tid, sig):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    SYS_tgkill = 234
+    if libc.syscall(SYS_tgkill, pid, tid, int(sig)) != 0:
+        fail("tgkill(%d, %d, %d) failed" % (pid, tid, sig))
+
+
+class RawClient:
+    """Speaks profd's protocol directly (tests/integration/test_protocol.py)."""
+
+    def __init__(self, path, hello=True):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(10 * SLOW)
+        self.s.connect(path)
+        if hello:
+            r = self.call({"cmd": "hello", "version": 1})
+            if "result" not in r:
+                fail("hello refused: %r" % r)
+
+    def send_raw(self, data):
+        self.s.sendall(data)
+
+    def send(self, obj):
+        payload = json.dumps(obj).encode() if not isinstance(obj, bytes) else obj
+        self.s.sendall(struct.pack(">I", len(payload)) + payload)
+
+    def recv(self):
+        hdr = self._recv_exact(4)
+        if hdr is None:
+            return None
+        (n,) = struct.unpack(">I", hdr)
+        body = self._recv_exact(n)
+        if body is None:
+            fail("connection closed inside a reply")
+        return json.loads(body)
+
+    def _recv_exact(self, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = self.s.recv(n - len(buf))
+            if not chunk:
+                return None if not buf else buf
+            buf += chunk
+        return buf
+
+    def call(self, obj):
+        self.send(obj)
+        return self.recv()
+
+    def close(self):
+        self.s.close()

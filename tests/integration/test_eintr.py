@@ -1,0 +1,66 @@
+"""No system call of the target fails with EINTR because profd is attached or sampling.
+
+blocker's threads wait in epoll_wait (with and without timeout), select, accept with
+SO_RCVTIMEO and read; one thread computes and handles real-time signals. At 999 Hz, with
+hundreds of queued real-time signals and SIGWINCH (ignored by default) aimed at each blocked
+thread, every call must see zero EINTR, no timeout may expire early, and every signal must be
+handled. The same with the program built with frame pointers (as Ubuntu and Fedora build)."""
+import re
+from harness import *
+
+RT = 400
+WINCH_ROUNDS = 20
+
+
+def run(prog):
+    log("== %s" % prog)
+    with Daemon() as d, Program(prog) as p:
+        d.ctl("attach", p.pid, "--hz", 999)
+        time.sleep(0.3)
+        blocked = [p.tids[n] for n in ("epoll", "epollinf", "select", "accept", "ctl")]
+        for i in range(RT):
+            os.kill(p.pid, signal.SIGRTMIN + (i % 8))
+            if i % (RT // WINCH_ROUNDS) == 0:
+                for tid in blocked:
+                    tgkill(p.pid, tid, signal.SIGWINCH)
+            time.sleep(0.003)
+        time.sleep(0.5)
+        rep = wait_until(lambda: (lambda r: r if r["rt_handled"] >= RT else None)(p.report()),
+                         10, "all real-time signals to be handled")
+        st = d.target_status(p.pid)
+        prof = d.slice(p.pid, "--last", 1)
+        log("counters: %s" % rep)
+        log("status: stopped %d (%.2f/tick), restarted %d, forwarded %d" % (
+            st["threads_stopped"], st["threads_stopped_per_tick"], st["syscalls_restarted"],
+            st["signals_forwarded"]))
+        for k in ("eintr_epoll", "eintr_epollinf", "eintr_select", "eintr_accept", "eintr_read"):
+            check(rep[k] == 0, "%s: %s = %d" % (prog, k, rep[k]))
+        for k in ("early_epoll", "early_select", "early_accept"):
+            check(rep[k] == 0, "%s: no timeout cut short: %s = %d" % (prog, k, rep[k]))
+        check(rep["rt_handled"] == RT, "%s: all %d real-time signals handled (%d)"
+              % (prog, RT, rep["rt_handled"]))
+        check(st["signals_forwarded"] >= RT + WINCH_ROUNDS * len(blocked),
+              "%s: every signal went through profd and was re-injected (%d)"
+              % (prog, st["signals_forwarded"]))
+        check(st["syscalls_restarted"] >= WINCH_ROUNDS,
+              "%s: SIGWINCH-interrupted epoll waits were restarted (%d)"
+              % (prog, st["syscalls_restarted"]))
+        # Only the computing thread runs; blocked threads are sampled without stopping.
+        check(st["threads_stopped_per_tick"] < 1.3,
+              "%s: %.2f threads stopped per tick (only the one computing thread runs)"
+              % (prog, st["threads_stopped_per_tick"]))
+        expect = {"epoll": "epoll_thread", "epollinf": "epollinf_thread",
+                  "select": "select_thread", "accept": "accept_thread", "sig": "sig_thread"}
+        for name, fn in expect.items():
+            stacks = [s for s in prof if s.startswith(name + ";")]
+            good = [s for s in stacks
+                    if re.match(r"%s;(__clone3|clone3|__clone|clone);start_thread;%s" % (name, fn), s)]
+            check(good, "%s: thread %s shows a complete stack through %s" % (prog, name, fn))
+        check(any(s.startswith("ctl;_start;") and ";main;" in s for s in prof),
+              "%s: the main thread's read() shows a complete stack from _start" % prog)
+        check(p.alive(), "%s: still running" % prog)
+        p.send("exit")
+
+
+run("blocker")
+run("blocker-fp")

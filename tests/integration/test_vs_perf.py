@@ -1,0 +1,61 @@
+"""profd's CPU split of busy matches what `perf record --call-graph dwarf` measures on the
+same program: each of work_alpha/beta/gamma within a few percentage points."""
+import shutil
+from harness import *
+
+SECS = 4
+FUNCS = ("work_alpha", "work_beta", "work_gamma")
+POINTS = 4.0
+
+
+def perf_shares(pid, out):
+    r = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999",
+                        "--call-graph", "dwarf,65528", "-p", str(pid), "-o", out, "--",
+                        "sleep", str(SECS)], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, r.stderr
+    s = subprocess.run(["perf", "script", "-i", out, "-F", "comm,tid,ip,sym"],
+                       capture_output=True, text=True)
+    counts = dict.fromkeys(FUNCS, 0)
+    total = 0
+    for block in s.stdout.split("\n\n"):
+        lines = [l for l in block.strip().split("\n") if l.strip()]
+        if not lines or not lines[0].startswith("busy-"):
+            continue
+        syms = set(l.split()[1].split("+")[0] for l in lines[1:] if len(l.split()) > 1)
+        total += 1
+        for f in FUNCS:
+            if f in syms:
+                counts[f] += 1
+    if not total:
+        return None, "perf recorded no samples of busy's workers:\n" + s.stderr[-2000:]
+    return {f: 100.0 * c / total for f, c in counts.items()}, total
+
+
+if not shutil.which("perf"):
+    skip("perf is not installed")
+probe = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-o", "/dev/null", "--",
+                        "true"], capture_output=True, text=True)
+if probe.returncode != 0:
+    skip("perf cannot record here (%s)" % probe.stderr.strip()[:200])
+
+with Daemon() as d, Program("busy", 2) as p:
+    d.ctl("attach", p.pid, "--hz", 999)
+    time.sleep(SECS + 0.3)
+    prof = d.slice(p.pid, "--last", SECS)
+    d.ctl("detach", p.pid)
+    import re
+    total = sum(c for s, c in prof.items() if re.match(r"busy-\d+;", s))
+    ours = {f: 100.0 * sum(c for s, c in prof.items()
+                           if re.match(r"busy-\d+;", s) and f in s.split(";")) / total
+            for f in FUNCS}
+    with tempfile.TemporaryDirectory() as tmp:
+        theirs, info = perf_shares(p.pid, os.path.join(tmp, "perf.data"))
+    if theirs is None:
+        fail("perf record failed: %s" % info)
+    log("profd (%d samples): %s" % (total, ", ".join("%s %.1f%%" % kv for kv in ours.items())))
+    log("perf  (%d samples): %s" % (info, ", ".join("%s %.1f%%" % kv for kv in theirs.items())))
+    for f in FUNCS:
+        check(abs(ours[f] - theirs[f]) <= POINTS,
+              "%s: profd %.1f%% vs perf %.1f%% (within %.0f points)"
+              % (f, ours[f], theirs[f], POINTS))
