@@ -522,28 +522,19 @@ void target_detach(struct target *t, void (*done)(struct target *, void *, int),
     }
     t->state = T_DETACHING;
     sched_stop(&t->sched);
-    /* PTRACE_DETACH needs the thread in a ptrace stop. Threads parked in a group-stop are;
-     * the kernel puts them back into the group-stop. Running threads are interrupted and
+    /* PTRACE_DETACH needs the thread in a ptrace stop it can be released from. A thread
+     * parked with PTRACE_LISTEN is not one (the kernel refuses with ESRCH): interrupt it too,
+     * and it re-traps at once with PTRACE_EVENT_STOP and its stop signal; the kernel then
+     * puts it back into the group-stop on detach. Running threads are interrupted and
      * detached at their stop, passing on any signal they stop for meanwhile. */
-    for (size_t i = t->nthreads; i-- > 0;) {
-        if (i >= t->nthreads)
-            continue;
+    for (size_t i = 0; i < t->nthreads; i++) {
         struct thread *th = t->threads[i];
-        if (th->state == TH_GROUP_STOP) {
-            if (ptrace(PTRACE_DETACH, th->tid, 0, 0) == 0 || errno == ESRCH) {
-                thread_remove(th);
-                continue;
-            }
-            /* Woken from LISTEN meanwhile (SIGCONT): treat as running. */
-            th->state = TH_RUNNING;
-        }
-        if (!th->interrupt_pending) {
-            if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0 && errno == ESRCH) {
-                /* Gone: its exit status will be reaped. */
-            }
-            th->interrupt_pending = true;
-            th->interrupt_sent_ns = now_ns();
-        }
+        if (th->interrupt_pending)
+            continue;
+        /* ESRCH: already dead; its exit status will be reaped and finish the detach. */
+        ptrace(PTRACE_INTERRUPT, th->tid, 0, 0);
+        th->interrupt_pending = true;
+        th->interrupt_sent_ns = now_ns();
     }
     if (t->nthreads == 0)
         detach_finished(t);
@@ -649,6 +640,17 @@ static void repair_ignored_signal(struct thread *th, int sig)
         t->stats.eintr_repaired++;
 }
 
+/* In the stop that our PTRACE_INTERRUPT caused: an epoll wait or a socket call with a
+ * timeout that it interrupted would now fail with EINTR; make the kernel restart it. */
+static void repair_interrupted_syscall(struct thread *th)
+{
+    struct user_regs_struct regs;
+    if (ptrace(PTRACE_GETREGS, th->tid, 0, &regs) < 0)
+        return;
+    if (sysc_repair_eintr(th->tid, &regs, 0) && ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0)
+        th->t->stats.eintr_repaired++;
+}
+
 /* Handle one wait status. */
 static void handle_wait(pid_t tid, int status)
 {
@@ -694,8 +696,12 @@ static void handle_wait(pid_t tid, int status)
         }
         /* SIGTRAP: our interrupt, a new thread's first stop, or the end of a LISTEN. */
         th->state = TH_RUNNING;
-        if (detaching)
+        if (detaching) {
+            /* Interrupted to be detached: a wait it was in must not fail because of it. */
+            if (th->interrupt_pending)
+                repair_interrupted_syscall(th);
             detach_thread(th, 0);
+        }
         else if (th->interrupt_pending)
             sampler_on_stop(th);
         else

@@ -148,8 +148,13 @@ def drop_to(uid):
 class Program:
     """A test program from tests/programs, started by this test."""
 
-    def __init__(self, name, *args, stdin=True, user=None, env=None, expect_ready=True):
+    def __init__(self, name, *args, stdin=True, user=None, env=None, expect_ready=True,
+                 own_pgrp=False):
         kw = {}
+        if own_pgrp:
+            # A process group of its own whose parent (this test) is in another group of
+            # the same session: not orphaned, so SIGTSTP stops it as Ctrl-Z would.
+            kw["process_group"] = 0
         if user is not None:
             kw["preexec_fn"] = lambda: drop_to(user)
         self.proc = subprocess.Popen([os.path.join(PROGRAMS, name)] + [str(a) for a in args],
