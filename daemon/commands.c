@@ -130,6 +130,7 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(o, "syscalls_restarted", (double)s->eintr_repaired);
     cJSON_AddNumberToObject(o, "signals_forwarded", (double)s->signals_forwarded);
     cJSON_AddNumberToObject(o, "group_stops", (double)s->group_stops);
+    cJSON_AddNumberToObject(o, "threads_seen", (double)s->threads_seen);
     cJSON_AddNumberToObject(o, "stacks", t->stacks.used);
     cJSON_AddNumberToObject(o, "memory_bytes", (double)target_memory(t));
     cJSON_AddNumberToObject(o, "ring_dropped_full", (double)t->ring.dropped);

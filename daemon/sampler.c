@@ -203,8 +203,11 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
 }
 
 
-/* Longest we wait, inside the tick, for the threads we interrupted to stop. */
-#define STOP_WAIT_NS (2 * NS_PER_MS)
+/* Longest we wait, inside the tick, for the threads we interrupted to stop: a quarter of
+ * the interval, at most 250 us. A running thread stops within ~30-60 us; one waiting for a
+ * CPU stops only when it gets one, and one exiting never does: those are handled when their
+ * stop arrives through SIGCHLD, without holding up the ticks. */
+#define STOP_WAIT_MAX_NS (250 * NS_PER_US)
 
 /* Wait for the stops we just asked for and handle them at once, sleeping in sigtimedwait
  * on SIGCHLD (blocked, as libev reads it through a signalfd) rather than going back
@@ -213,7 +216,8 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
  * Threads that take longer (uninterruptible sleep) are left to the SIGCHLD watcher. */
 static void await_stops(struct target *t, unsigned pending)
 {
-    uint64_t deadline = now_ns() + STOP_WAIT_NS;
+    uint64_t wait = t->sched.interval_ns / 4;
+    uint64_t deadline = now_ns() + (wait < STOP_WAIT_MAX_NS ? wait : STOP_WAIT_MAX_NS);
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
@@ -242,7 +246,7 @@ void sampler_tick(struct target *t, uint64_t tick_ns)
         target_refresh_maps(t);
     for (size_t i = 0; i < t->nthreads; i++) {
         struct thread *th = t->threads[i];
-        if (th->zombie)
+        if (th->zombie || !th->born)
             continue;
         if (th->state == TH_GROUP_STOP) {
             /* Stopped by job control: where it stopped is where its time goes. */
@@ -263,6 +267,12 @@ void sampler_tick(struct target *t, uint64_t tick_ns)
     }
     if (interrupted)
         await_stops(t, interrupted);
+    /* A new thread usually names itself (pthread_setname_np) just after it starts: look at
+     * the names of young threads again over their first samples, after the tick's stops. */
+    if (t->state == T_ATTACHED)
+        for (size_t i = 0; i < t->nthreads; i++)
+            if (t->threads[i]->name_checks < 3)
+                target_thread_refresh_name(t->threads[i]);
 }
 
 void sampler_on_stop(struct thread *th)

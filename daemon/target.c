@@ -389,7 +389,7 @@ static int seize_all(struct target *t, char *why, size_t whylen)
                     return -e;
                 }
             }
-            thread_add(t, tid);
+            thread_add(t, tid)->born = true; /* PTRACE_SEIZE does not stop it */
             added++;
         }
         closedir(d);
@@ -572,6 +572,7 @@ static void target_execed(struct target *t, struct thread *th)
     while (t->nthreads)
         thread_remove(t->threads[0]);
     struct thread *leader = thread_add(t, t->pid);
+    leader->born = true; /* it is in the exec stop right now */
     read_thread_stat(t->pid, t->pid, t->comm, NULL);
     memcpy(leader->name, t->comm, sizeof(leader->name));
     remember_name(t, t->pid, leader->name, now_ns());
@@ -696,6 +697,19 @@ static void handle_wait(pid_t tid, int status)
         }
         /* SIGTRAP: our interrupt, a new thread's first stop, or the end of a LISTEN. */
         th->state = TH_RUNNING;
+        if (!th->born) {
+            /* A new thread's first stop (PTRACE_O_TRACECLONE attaches it stopped): it has
+             * not run yet, and its creator may be waiting on it. Let it go at once; an
+             * interrupt sent meanwhile traps again right after. */
+            th->born = true;
+            if (detaching) {
+                th->interrupt_pending = false;
+                detach_thread(th, 0);
+            } else {
+                target_resume(th, 0);
+            }
+            return;
+        }
         if (detaching) {
             /* Interrupted to be detached: a wait it was in must not fail because of it. */
             if (th->interrupt_pending)
@@ -757,17 +771,22 @@ void target_sample(struct target *t, uint64_t tick_ns)
     sampler_tick(t, tick_ns);
 }
 
+void target_thread_refresh_name(struct thread *th)
+{
+    bool zombie = false;
+    if (th->name_checks < UINT8_MAX)
+        th->name_checks++;
+    if (read_thread_stat(th->t->pid, th->tid, th->name, &zombie) == 0) {
+        th->zombie = zombie;
+        remember_name(th->t, th->tid, th->name, now_ns());
+    }
+}
+
 /* Catch threads that escaped attach (should not happen) and refresh names and zombies. */
 static void refresh_threads(struct target *t, uint64_t now)
 {
-    for (size_t i = 0; i < t->nthreads; i++) {
-        struct thread *th = t->threads[i];
-        bool zombie = false;
-        if (read_thread_stat(t->pid, th->tid, th->name, &zombie) == 0) {
-            th->zombie = zombie;
-            remember_name(t, th->tid, th->name, now);
-        }
-    }
+    for (size_t i = 0; i < t->nthreads; i++)
+        target_thread_refresh_name(t->threads[i]);
     read_thread_stat(t->pid, t->pid, t->comm, NULL);
     /* Forget names of threads gone for longer than the buffer holds samples. */
     for (size_t i = 0; i < t->nnames;) {

@@ -38,6 +38,8 @@ struct thread {
     uint64_t blk_pcount;
     uint64_t blk_since_ns;
     bool zombie;                /* leader that called pthread_exit: no more samples */
+    bool born;                  /* past its first stop (threads new to ptrace start in one) */
+    uint8_t name_checks;        /* times the name was read since the thread appeared */
     char name[16];
     struct thread *hnext;       /* tid hash chain */
 };
@@ -150,6 +152,8 @@ void target_sample(struct target *t, uint64_t tick_ns);
 /* Resume a thread from a ptrace stop, passing sig (0 for none). ESRCH is ignored: the thread
  * died meanwhile and its exit status follows. */
 void target_resume(struct thread *th, int sig);
+/* Re-read a thread's name (comm) and remember it for slices. */
+void target_thread_refresh_name(struct thread *th);
 /* Re-read the maps; flush unwind caches if code was unmapped. Returns 1 if changed, 0 if
  * not, or -errno. */
 int target_refresh_maps(struct target *t);

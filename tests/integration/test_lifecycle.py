@@ -1,0 +1,80 @@
+"""Threads that come and go during sampling, a target that exits, a target that execs.
+
+- churn starts a thread every millisecond (each lives ~3 ms) for 3 s at 999 Hz: every
+  thread is followed and released (the program joins them all and exits 0 on time), the
+  daemon keeps serving, and samples of the short threads unwind.
+- busy exits on its own: profd keeps its samples (state "exited") for slicing.
+- execer execs busy from a non-main thread: profd follows into the new program (new name,
+  new maps, flushed unwind caches) and one slice across the exec symbolizes both sides."""
+from harness import *
+
+# Threads created and ending all the time.
+with Daemon() as d, Program("churn", 3, stdin=False) as p:
+    d.ctl("attach", p.pid, "--hz", 999)
+    time.sleep(1.5)
+    st = d.target_status(p.pid)
+    check(st and st["state"] == "attached", "attached to churn mid-run")
+    out = p.proc.stdout.readline()
+    p.proc.wait(timeout=15 * SLOW)
+    check(p.proc.returncode == 0 and out.startswith("created"),
+          "churn joined all its threads and exited 0 (%s)" % out.strip())
+    created = int(out.split()[1])
+    time.sleep(0.3)  # the exit is reaped
+    st = d.target_status(p.pid)
+    check(st["state"] == "exited", "profd saw churn exit (state %s)" % st["state"])
+    check(st["threads_seen"] >= 0.9 * created, "profd followed the threads as they came (%d of %d)"
+          % (st["threads_seen"], created))
+    prof = d.slice(p.pid, "--last", 3)
+    churners = {s: c for s, c in prof.items() if s.startswith("churner;")}
+    total = sum(churners.values())
+    import re
+    work = sum(c for s, c in churners.items() if ";churn_work" in s)
+    good = sum(c for s, c in churners.items()
+               if re.match(r"churner;(__clone3|clone3);start_thread;worker;churn_work", s))
+    named = total + sum(c for s, c in prof.items() if s.startswith("churn;clone3"))
+    check(total > 1000, "short-lived threads were sampled (%d samples of %d threads)"
+          % (total, created))
+    check(total >= 0.9 * named, "%.1f%% of them under the name the thread gave itself"
+          % (100.0 * total / named))
+    # The rest of a 3 ms thread's life is its start (a new thread waiting for a CPU is still
+    # at clone3's return) and its exit.
+    check(work >= 0.8 * total, "%.1f%% of their samples are in churn_work" % (100.0 * work / total))
+    check(good == work, "every sample in churn_work unwinds to the thread start (%d of %d)"
+          % (good, work))
+    # Two CPUs shared by a few computing threads and the daemon: ticks can be late (and are
+    # counted, not bunched), but slow stops must not hold them up wholesale.
+    check(st["achieved_hz"] > 600, "the tick rate held up (%.0f Hz of 999)" % st["achieved_hz"])
+    log("failures: %s" % st["failed"])
+
+# A target that exits: its samples stay available.
+with Daemon() as d, Program("busy", 2, 2) as p:
+    d.ctl("attach", p.pid, "--hz", 199)
+    p.proc.wait(timeout=10 * SLOW)
+    check(p.proc.returncode == 0, "busy exited normally while attached")
+    time.sleep(0.3)
+    lst = json.loads(d.ctl("list", "--json").stdout)["targets"]
+    check(any(t["pid"] == p.pid and t["state"] == "exited" for t in lst),
+          "profctl list shows it as exited")
+    prof = d.slice(p.pid, "--last", 5)
+    check(any("work_alpha" in s for s in prof), "its last seconds can still be sliced and symbolized")
+    r = d.ctl("attach", p.pid, check_rc=False)
+    check(r.returncode != 0 and "already" in r.stderr, "attach to the exited pid says it is already held: %s" % r.stderr.strip())
+    d.ctl("detach", p.pid)
+    check(d.status()["daemon"]["targets"] == 0, "detach forgets an exited process")
+
+# A target that execs (from a non-main thread) into another program.
+with Daemon() as d, Program("execer", 800, os.path.join(PROGRAMS, "busy"), 2) as p:
+    d.ctl("attach", p.pid, "--hz", 499)
+    wait_until(lambda: d.target_status(p.pid)["comm"] == "busy", 10, "the exec to be seen")
+    time.sleep(1.0)
+    st = d.target_status(p.pid)
+    check(st["state"] == "attached" and st["exe"].endswith("/busy"),
+          "still attached after exec, now %s" % st["exe"])
+    check(st["threads"] == 3, "follows the new program's threads (%d)" % st["threads"])
+    prof = d.slice(p.pid, "--last", 5)
+    check(any(";before_exec" in s for s in prof), "samples before the exec name execer's before_exec")
+    check(any(";work_alpha;spin" in s for s in prof), "samples after the exec name busy's work_alpha")
+    bad = [s for s in prof if "before_exec" in s and "work_" in s]
+    check(not bad, "no stack mixes the two programs")
+    tr = tracer_pids(p.pid)
+    check(all(v == d.pid for v in tr.values()), "every thread of the new program is traced")
