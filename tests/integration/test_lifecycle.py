@@ -32,7 +32,7 @@ with Daemon() as d, Program("churn", 3, stdin=False) as p:
     good = sum(c for s, c in churners.items()
                if re.match(r"churner;(__clone3|clone3);start_thread;worker;churn_work", s))
     named = total + sum(c for s, c in prof.items() if s.startswith("churn;clone3"))
-    check(total > 1000, "short-lived threads were sampled (%d samples of %d threads)"
+    check_timing(total > 1000, "short-lived threads were sampled (%d samples of %d threads)"
           % (total, created))
     check(total >= 0.9 * named, "%.1f%% of them under the name the thread gave itself"
           % (100.0 * total / named))
@@ -43,7 +43,7 @@ with Daemon() as d, Program("churn", 3, stdin=False) as p:
           % (good, work))
     # Two CPUs shared by a few computing threads and the daemon: ticks can be late (and are
     # counted, not bunched), but slow stops must not hold them up wholesale.
-    check(st["achieved_hz"] > 600, "the tick rate held up (%.0f Hz of 999)" % st["achieved_hz"])
+    check_timing(st["achieved_hz"] > 600, "the tick rate held up (%.0f Hz of 999)" % st["achieved_hz"])
     log("failures: %s" % st["failed"])
 
 # A target that exits: its samples stay available.

@@ -17,7 +17,7 @@ with Daemon() as d, Program("busy", 2) as p:
     # Workers are named busy-1, busy-2; with --thread-ids: "busy-1-TID". Main is "busy-PID".
     busy = {s: c for s, c in prof.items() if re.match(r"busy-\d+-\d+;", s)}
     total = sum(busy.values())
-    check(total >= HZ * SECS * 2 * 0.8,
+    check_timing(total >= HZ * SECS * 2 * 0.8,
           "busy threads sampled at about %d Hz each (%d samples in %d s)" % (HZ, total, SECS))
     complete = gamma_total = gamma_complete = 0
     share = {"work_alpha": 0, "work_beta": 0, "work_gamma": 0}
@@ -55,6 +55,6 @@ with Daemon() as d, Program("busy", 2) as p:
           % st["unwind"]["complete_pct"])
     # The main thread is blocked in pause(): it must never have been stopped. Only the two
     # workers are: at most 2 stops per tick.
-    check(st["threads_stopped_per_tick"] <= 2.0,
+    check_timing(st["threads_stopped_per_tick"] <= 2.0,
           "only running threads are stopped (%.2f per tick for 2 busy threads)"
           % st["threads_stopped_per_tick"])

@@ -1,0 +1,25 @@
+#!/bin/sh
+# run-all.sh: every test, three ways: the normal build; an ASan/UBSan build; valgrind (unit
+# tests under valgrind, integration tests with the daemon under valgrind). Expects .ci/setup
+# to have run (packages installed, ./build configured).
+set -eu
+cd "$(dirname "$0")/.."
+step() { printf '\n=== %s\n' "$*"; }
+
+step "build and test (debugoptimized)"
+ninja -C build
+meson test -C build --print-errorlogs
+
+step "ASan + UBSan build and test"
+[ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+ninja -C build-asan
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    meson test -C build-asan --print-errorlogs
+
+step "valgrind: unit tests"
+meson test -C build --setup valgrind --print-errorlogs
+
+step "valgrind: integration tests with the daemon under valgrind"
+meson test -C build --setup valgrinddaemon --print-errorlogs
+
+step "all tests passed"
