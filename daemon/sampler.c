@@ -189,6 +189,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
             continue;
         }
         observe_blocked(th, &si, pcount, tick_ns);
+        th->stop_eintr = false;
         uint32_t id = unwind_and_intern(t);
         if (id == STACK_NONE)
             return false;
@@ -280,6 +281,7 @@ void sampler_on_stop(struct thread *th)
     struct target *t = th->t;
     uint64_t stopped = now_ns();
     th->interrupt_pending = false;
+    th->stop_eintr = false;
     t->stats.stop_latency_ns += stopped - th->interrupt_sent_ns;
     int copy_err = -1;
     bool have_regs = ptrace(PTRACE_GETREGS, th->tid, 0, &snap.regs) == 0;

@@ -621,6 +621,11 @@ static void repair_ignored_signal(struct thread *th, int sig)
 {
     struct target *t = th->t;
     struct user_regs_struct regs;
+    if (th->stop_eintr) {
+        /* The EINTR came from a job-control stop: the program sees it natively too. */
+        th->stop_eintr = false;
+        return;
+    }
     if (ptrace(PTRACE_GETREGS, th->tid, 0, &regs) < 0)
         return;
     if ((long)regs.rax != -EINTR || !sysc_restartable((long)regs.orig_rax))
@@ -688,6 +693,12 @@ static void handle_wait(pid_t tid, int status)
              * interrupt of ours was consumed by this stop. */
             th->interrupt_pending = false;
             t->stats.group_stops++;
+            /* A stop signal makes an epoll wait fail with EINTR even without a tracer
+             * (signal(7)); the SIGCONT that ends the stop reaches a traced thread as a
+             * signal-delivery-stop, where that EINTR must not be mistaken for ours. */
+            struct user_regs_struct regs;
+            th->stop_eintr = ptrace(PTRACE_GETREGS, tid, 0, &regs) == 0 &&
+                             (long)regs.rax == -EINTR && sysc_restartable((long)regs.orig_rax);
             if (detaching) {
                 detach_thread(th, 0);
             } else if (ptrace(PTRACE_LISTEN, tid, 0, 0) == 0) {

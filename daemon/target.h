@@ -39,6 +39,7 @@ struct thread {
     uint64_t blk_since_ns;
     bool zombie;                /* leader that called pthread_exit: no more samples */
     bool born;                  /* past its first stop (threads new to ptrace start in one) */
+    bool stop_eintr;            /* a job-control stop (not us) made its wait fail with EINTR */
     uint8_t name_checks;        /* times the name was read since the thread appeared */
     char name[16];
     struct thread *hnext;       /* tid hash chain */
