@@ -281,7 +281,6 @@ void sampler_on_stop(struct thread *th)
     struct target *t = th->t;
     uint64_t stopped = now_ns();
     th->interrupt_pending = false;
-    th->stop_eintr = false;
     t->stats.stop_latency_ns += stopped - th->interrupt_sent_ns;
     int copy_err = -1;
     bool have_regs = ptrace(PTRACE_GETREGS, th->tid, 0, &snap.regs) == 0;
@@ -294,9 +293,12 @@ void sampler_on_stop(struct thread *th)
          * right after seeing the thread running, so it has been blocked only since then;
          * restarting with the whole timeout is late by at most that. */
         struct user_regs_struct regs = snap.regs;
-        if (sysc_repair_eintr(th->tid, &regs, 0) &&
-            ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0)
+        if ((long)regs.rax != -EINTR) {
+            th->stop_eintr = false; /* past the job-control EINTR, if there was one */
+        } else if (!th->stop_eintr && sysc_repair_eintr(th->tid, &regs, 0) &&
+                   ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0) {
             t->stats.eintr_repaired++;
+        }
     }
     target_resume(th, 0);
     if (!have_regs) {

@@ -622,8 +622,9 @@ static void repair_ignored_signal(struct thread *th, int sig)
     struct target *t = th->t;
     struct user_regs_struct regs;
     if (th->stop_eintr) {
-        /* The EINTR came from a job-control stop: the program sees it natively too. */
-        th->stop_eintr = false;
+        /* The EINTR came from a job-control stop: the program sees it natively too. The
+         * flag stays until the thread is seen past it (back in user mode or in another
+         * call): more signals may be delivered before it returns. */
         return;
     }
     if (ptrace(PTRACE_GETREGS, th->tid, 0, &regs) < 0)
@@ -723,7 +724,7 @@ static void handle_wait(pid_t tid, int status)
         }
         if (detaching) {
             /* Interrupted to be detached: a wait it was in must not fail because of it. */
-            if (th->interrupt_pending)
+            if (th->interrupt_pending && !th->stop_eintr)
                 repair_interrupted_syscall(th);
             detach_thread(th, 0);
         }
