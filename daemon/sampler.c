@@ -144,6 +144,8 @@ static bool interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
 
 /* Sample one thread, stopping it only if it is running. Returns whether it was
  * interrupted (its sample completes when the stop arrives). */
+static void young_name(struct thread *th);
+
 static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     uint64_t run, pcount;
@@ -196,6 +198,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
         set_last(th, id, run, pcount);
         push(t, th, tick_ns, id);
         t->stats.samples_blocked++;
+        young_name(th);
         return false;
     }
     sampler_thread_reset(th);
@@ -268,12 +271,15 @@ void sampler_tick(struct target *t, uint64_t tick_ns)
     }
     if (interrupted)
         await_stops(t, interrupted);
-    /* A new thread usually names itself (pthread_setname_np) just after it starts: look at
-     * the names of young threads again over their first samples, after the tick's stops. */
-    if (t->state == T_ATTACHED)
-        for (size_t i = 0; i < t->nthreads; i++)
-            if (t->threads[i]->name_checks < 3)
-                target_thread_refresh_name(t->threads[i]);
+}
+
+/* A new thread usually names itself (pthread_setname_np) just after it starts: read the
+ * names of young threads again with their first samples (never while one is stopped), so
+ * even short-lived threads' samples carry the name they gave themselves. */
+static void young_name(struct thread *th)
+{
+    if (th->name_checks < 3)
+        target_thread_refresh_name(th);
 }
 
 void sampler_on_stop(struct thread *th)
@@ -301,6 +307,7 @@ void sampler_on_stop(struct thread *th)
         }
     }
     target_resume(th, 0);
+    young_name(th);
     if (!have_regs) {
         t->stats.failed_regs++;
         return;

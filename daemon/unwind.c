@@ -29,6 +29,7 @@ struct uctx {
     struct snapshot *s;
     bool noinfo;        /* some frame had no unwind info: libunwind then guesses from rbp */
     uint64_t noinfo_ip;
+    uint64_t cur_sp;    /* stack pointer of the frame being stepped */
 };
 static struct uctx *cur;
 
@@ -129,10 +130,13 @@ static bool preceded_by_call(struct unwinder *u, uint64_t ret)
 /* A blocked thread has no saved RBP. Frame-pointer code needs it for the caller's CFA
  * (rbp + 16). Find the lowest aligned stack slot that looks like a frame record: [slot + 8]
  * is a return address (in an executable mapping, after a call instruction) and [slot] is 0
- * or the address of a higher such record. Checked against gdb: it finds the same RBP. */
-static bool guess_bp(struct unwinder *u, struct snapshot *s, uint64_t *bp)
+ * or the address of a higher such record. The scan starts at the stack pointer of the frame
+ * that needs rbp (libunwind asks while stepping it), not at the leaf's: a frame record lies
+ * above its own frame's locals, and the leaf (the syscall wrapper) may hold a 0 just below
+ * its return address, which looks like a record but is not. Checked against gdb. */
+static bool guess_bp(struct unwinder *u, struct snapshot *s, uint64_t from, uint64_t *bp)
 {
-    uint64_t sp = s->regs.rsp;
+    uint64_t sp = from > s->regs.rsp ? from : s->regs.rsp;
     uint64_t end = s->base + s->len;
     for (uint64_t slot = (sp + 7) & ~7ull; slot + 16 <= end; slot += 8) {
         uint64_t saved, ret;
@@ -181,7 +185,7 @@ static int access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *val, in
         }
         if (!c->s->bp_tried) {
             c->s->bp_tried = true;
-            c->s->bp_found = guess_bp(c->u, c->s, &c->s->bp_guess);
+            c->s->bp_found = guess_bp(c->u, c->s, c->cur_sp, &c->s->bp_guess);
         }
         if (!c->s->bp_found)
             return -UNW_EBADREG;
@@ -470,6 +474,9 @@ int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int m
             break;
         }
         ips[n++] = ip;
+        unw_word_t sp;
+        if (unw_get_reg(&cursor, UNW_REG_SP, &sp) == 0)
+            c.cur_sp = sp;
         int r = unw_step(&cursor);
         if (r == 0) {
             *end = UNWIND_COMPLETE;
