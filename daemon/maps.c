@@ -274,6 +274,36 @@ static void attach_modules(int pid, const struct maps *prev, struct maps *m)
     free(old);
 }
 
+/* The [vdso] entry of m, or NULL (none under valgrind, or with vdso=0 on the kernel command
+ * line). */
+static struct map_entry *find_vdso(const struct maps *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->v[i].path && !strcmp(m->v[i].path, MODULE_VDSO))
+            return &m->v[i];
+    return NULL;
+}
+
+/* Give the vDSO mapping its module: prev's if the vDSO is still where it was (an exec maps
+ * a new one, maybe of another ABI, at a new random address), else module_get's, which copies
+ * the image out of the target. */
+static void attach_vdso(int pid, const struct maps *prev, struct maps *m)
+{
+    struct map_entry *e = find_vdso(m);
+    if (!e)
+        return;
+    const struct map_entry *o = prev ? find_vdso(prev) : NULL;
+    if (o && o->start == e->start && o->end == e->end && (o->mod || o->mod_err)) {
+        e->mod = module_ref(o->mod);
+        e->mod_err = o->mod_err;
+        return;
+    }
+    e->mod = module_get(pid, e->start, e->end, e->path);
+    e->mod_err = e->mod ? 0 : errno;
+    if (!e->mod)
+        log_debug("pid %d: cannot read its vDSO: %s", pid, strerror(e->mod_err));
+}
+
 /* Read /proc/PID/maps and, with open_modules, the modules behind it; see maps.h. */
 int maps_read(int pid, bool open_modules, const struct maps *prev, struct maps *out)
 {
@@ -294,8 +324,10 @@ int maps_read(int pid, bool open_modules, const struct maps *prev, struct maps *
     /* An exited process that is not yet reaped reads as an empty file. */
     if (!out->n && kill(pid, 0) < 0 && errno == ESRCH)
         return -ESRCH;
-    if (open_modules)
+    if (open_modules) {
         attach_modules(pid, prev, out);
+        attach_vdso(pid, prev, out);
+    }
     return 0;
 }
 

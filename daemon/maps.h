@@ -18,7 +18,7 @@ struct map_entry {
     uint64_t inode;      /* inode and device as printed in maps (0 if anonymous) */
     uint32_t dev_major, dev_minor;
     char *path;          /* as printed in maps ("[stack]", "/usr/lib/...", NULL if anonymous) */
-    struct module *mod;  /* ELF file behind it (reference), NULL if anonymous or unreadable */
+    struct module *mod;  /* ELF file or vDSO image (reference), NULL if anonymous or unreadable */
     int mod_err;         /* errno of the failed module_get when mod is NULL, else 0 */
 };
 
@@ -29,10 +29,11 @@ struct maps {
 
 /* Read /proc/PID/maps. With open_modules, also open (module_get) the ELF file behind each
  * file-backed mapping that is executable or shares its file with an executable mapping (data
- * files such as locale archives are skipped). When prev (may be NULL) holds an entry with the
- * same path, device and inode, its module (or its mod_err) is reused instead of opening the
- * file again, so re-reading the maps of a process costs little. Returns 0 or -errno (-ESRCH
- * if the process is gone). */
+ * files such as locale archives are skipped), and the vDSO's image behind [vdso]. When prev
+ * (may be NULL) holds an entry with the same path, device and inode (for [vdso]: the same
+ * start and end), its module (or its mod_err) is reused instead of opening the file again,
+ * so re-reading the maps of a process costs little. Returns 0 or -errno (-ESRCH if the
+ * process is gone). */
 int maps_read(int pid, bool open_modules, const struct maps *prev, struct maps *out);
 /* Parse maps text (tests; no modules opened). Returns 0 or -EINVAL. */
 int maps_parse(const char *text, struct maps *out);

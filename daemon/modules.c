@@ -14,11 +14,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #define DELETED_SUFFIX " (deleted)"
+/* The vDSO is a few pages (two on x86-64; its data is in the separate [vvar] mapping): a
+ * larger [vdso] mapping is not one we understand. */
+#define VDSO_MAX_SIZE (1u << 20)
 
 /* A module with what only the registry needs: the list link and the identity of the opened
  * file, which lets module_get skip parsing a file it already holds. */
@@ -100,6 +104,18 @@ static struct module *find_same(const struct module_priv *n)
     return NULL;
 }
 
+/* Registry entry with the build-id read into info (which must have one), with a new
+ * reference, or NULL. */
+static struct module *find_build_id(const struct elf_info *info)
+{
+    struct module_priv key = {.pub.build_id_len = info->build_id_len};
+    memcpy(key.pub.build_id, info->build_id, info->build_id_len);
+    pthread_mutex_lock(&registry_lock);
+    struct module *m = find_same(&key);
+    pthread_mutex_unlock(&registry_lock);
+    return m;
+}
+
 /* Find the NT_GNU_BUILD_ID note in the PT_NOTE segment ph. */
 static void read_build_id(Elf *elf, const GElf_Phdr *ph, struct elf_info *info)
 {
@@ -123,30 +139,24 @@ static void read_build_id(Elf *elf, const GElf_Phdr *ph, struct elf_info *info)
     }
 }
 
-/* Read the ELF type, PT_LOAD headers and build-id of the file open on fd. Returns 0,
- * -ENOEXEC if it is not a loadable ELF file, or -EIO if libelf cannot read it. */
-static int read_elf(int fd, struct elf_info *info)
+/* Read the ELF type, PT_LOAD headers and build-id of elf (a file or an image in memory).
+ * Returns 0, or -ENOEXEC if it is not a loadable ELF object. */
+static int parse_elf(Elf *elf, struct elf_info *info)
 {
-    pthread_once(&elf_once, elf_init);
     memset(info, 0, sizeof(*info));
-    /* READ_MMAP: only the headers and the notes are touched, so only those pages are read. */
-    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-    if (!elf)
-        return -EIO;
-    int r = -ENOEXEC;
     GElf_Ehdr eh;
     size_t phnum;
     if (elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh))
-        goto out;
+        return -ENOEXEC;
     if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN)
-        goto out;
+        return -ENOEXEC;
     if (elf_getphdrnum(elf, &phnum) != 0)
-        goto out;
+        return -ENOEXEC;
     info->e_type = eh.e_type;
     for (size_t i = 0; i < phnum; i++) {
         GElf_Phdr ph;
         if (!gelf_getphdr(elf, (int)i, &ph))
-            goto out;
+            return -ENOEXEC;
         if (ph.p_type == PT_LOAD) {
             if (info->nloads == MODULE_MAX_LOADS) {
                 log_debug("more than %d PT_LOAD headers; ignoring the rest", MODULE_MAX_LOADS);
@@ -163,8 +173,19 @@ static int read_elf(int fd, struct elf_info *info)
             read_build_id(elf, &ph, info);
         }
     }
-    r = info->nloads ? 0 : -ENOEXEC;
-out:
+    return info->nloads ? 0 : -ENOEXEC;
+}
+
+/* parse_elf() for the file open on fd. Returns 0, -ENOEXEC if it is not a loadable ELF
+ * file, or -EIO if libelf cannot read it. */
+static int read_elf(int fd, struct elf_info *info)
+{
+    pthread_once(&elf_once, elf_init);
+    /* READ_MMAP: only the headers and the notes are touched, so only those pages are read. */
+    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    if (!elf)
+        return -EIO;
+    int r = parse_elf(elf, info);
     elf_end(elf);
     return r;
 }
@@ -319,9 +340,79 @@ static struct module *from_root_path(int pid, uint64_t start, const char *path, 
     return publish(fd, &st, &info, path, deleted);
 }
 
+/* A new memfd holding [img, img + size), for readers that want a file (libdwfl reads the
+ * descriptor it is given; nothing ever writes to it again). Returns it, or -errno. */
+static int memfd_from(const char *name, const void *img, size_t size)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    for (size_t done = 0; done < size;) {
+        ssize_t w = write(fd, (const char *)img + done, size - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? -errno : -EIO;
+            close(fd);
+            return e;
+        }
+        done += (size_t)w;
+    }
+    return fd;
+}
+
+/* The module for the vDSO mapped at [start, end) in pid. It has no file, but its image in
+ * the target's memory is a whole ELF object (headers, .dynsym, a build-id note, section
+ * headers; only the [vvar] data pages are elsewhere): copy it out with process_vm_readv and
+ * give libdwfl a memfd of it. Every process of one ABI on a kernel maps the same image, so
+ * the build-id almost always finds it in the registry and nothing is created. */
+static struct module *from_vdso(int pid, uint64_t start, uint64_t end)
+{
+    if (end <= start || end - start > VDSO_MAX_SIZE) {
+        errno = ENOEXEC;
+        return NULL;
+    }
+    pthread_once(&elf_once, elf_init);
+    size_t size = (size_t)(end - start);
+    char *img = xmalloc(size);
+    struct iovec local = {img, size};
+    struct iovec remote = {(void *)(uintptr_t)start, size};
+    ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    int r = n < 0 ? -errno : (size_t)n != size ? -EIO : 0;
+    struct elf_info info;
+    if (r == 0) {
+        Elf *elf = elf_memory(img, size);
+        r = elf ? parse_elf(elf, &info) : -EIO;
+        elf_end(elf);
+    }
+    struct module *m = NULL;
+    if (r == 0 && info.build_id_len)
+        m = find_build_id(&info);
+    if (r == 0 && !m) {
+        /* Without a build-id (never seen on Linux) every process gets its own copy: the
+         * memfd's identity matches nothing else. */
+        int fd = memfd_from(MODULE_VDSO, img, size);
+        struct stat st;
+        if (fd < 0) {
+            r = fd;
+        } else if (fstat(fd, &st) < 0) {
+            r = -errno;
+            close(fd);
+        } else {
+            m = publish(fd, &st, &info, MODULE_VDSO, false);
+        }
+    }
+    free(img);
+    if (!m)
+        errno = -r;
+    return m;
+}
+
 /* Find or open the module behind mapping [start, end) of pid; see modules.h. */
 struct module *module_get(int pid, uint64_t start, uint64_t end, const char *path)
 {
+    if (path && !strcmp(path, MODULE_VDSO))
+        return from_vdso(pid, start, end);
     if (!path || path[0] != '/') {
         errno = EINVAL;
         return NULL;

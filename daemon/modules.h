@@ -2,7 +2,8 @@
  *
  * A module is the exact file a target mapped, identified by its GNU build-id (or, without
  * one, by device/inode/size/mtime). It keeps an open descriptor so the file can still be read
- * after the target exits or the file is deleted or replaced on disk (package upgrade).
+ * after the target exits or the file is deleted or replaced on disk (package upgrade). The
+ * vDSO, which has no file, is a module too: its image copied from a target into a memfd.
  * Modules are reference counted and immutable after module_get() returns, except `sym`,
  * which only the symbolizer (one thread) touches. The registry is thread-safe. */
 #pragma once
@@ -12,6 +13,8 @@
 #include <stdint.h>
 
 #define MODULE_MAX_BUILD_ID 64
+/* Path and name of the vDSO's module, as /proc/PID/maps names its mapping. */
+#define MODULE_VDSO "[vdso]"
 #define MODULE_MAX_LOADS 16
 
 struct module_load {
@@ -26,7 +29,7 @@ struct module {
     int refs;           /* atomic */
     char *path;         /* path as mapped, without " (deleted)" */
     const char *name;   /* basename of path */
-    int fd;             /* O_RDONLY descriptor onto the mapped file */
+    int fd;             /* O_RDONLY onto the mapped file (the vDSO: a memfd of its image) */
     bool deleted;       /* the target's maps said "(deleted)" when first seen */
     uint8_t build_id[MODULE_MAX_BUILD_ID];
     size_t build_id_len; /* 0 if the file has no NT_GNU_BUILD_ID note */
@@ -40,8 +43,12 @@ struct module {
  * /proc/PID/maps is `path` (may end in " (deleted)"). Opens /proc/PID/map_files/START-END
  * first (the exact mapped file, even if deleted), else /proc/PID/root/PATH, and checks the
  * build-id of a path-opened file against the mapped one when both can be read.
- * Returns a new reference, or NULL with errno set (ENOENT, EACCES, ENOEXEC for non-ELF,
- * ESTALE if the file at PATH is not the one mapped, ESRCH if the process is gone). */
+ * For path MODULE_VDSO, reads the image of the mapping with process_vm_readv (which needs
+ * the right to ptrace pid) and returns the registry's module with its build-id, or a new
+ * one (path and name "[vdso]") holding a memfd copy of it.
+ * Returns a new reference, or NULL with errno set (ENOENT, EACCES, EPERM, ENOEXEC for
+ * non-ELF, ESTALE if the file at PATH is not the one mapped, ESRCH if the process is gone,
+ * EFAULT if the vDSO mapping cannot be read). */
 struct module *module_get(int pid, uint64_t start, uint64_t end, const char *path);
 /* Open a module from a file path (tests, tools). */
 struct module *module_open_path(const char *path);

@@ -188,6 +188,9 @@ static bool is_system_path(const char *path)
 {
     static const char *const dirs[] = {"/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/",
                                        "/usr/libexec/", "/usr/local/lib/"};
+    /* [vdso] and the other kernel-provided mappings are not the application's code. */
+    if (path[0] == '[')
+        return true;
     for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
         if (!strncmp(path, dirs[i], strlen(dirs[i])))
             return true;
@@ -228,9 +231,12 @@ static void expand_ip(struct builder *b, uint32_t epoch, uint64_t ip, bool calle
         const struct sym_frame *sf;
         int n = symbolizer_lookup(b->sym, m->mod, caller && off ? off - 1 : off, &sf, NULL);
         bool in_app = !strcmp(m->mod->path, job->exe) || !is_system_path(m->mod->path);
+        /* vDSO code that no symbol covers is named after the mapping, as below: the
+         * module-only form would print as "[[vdso]+0x780]". */
+        const char *special = m->mod->path[0] == '[' ? m->mod->path : NULL;
         for (int i = 0; i < n; i++) {
             struct profile_frame *f = new_frame(b);
-            f->function = dup_or_null(sf[i].function);
+            f->function = dup_or_null(sf[i].function ? sf[i].function : special);
             f->file = dup_or_null(sf[i].file);
             f->line = sf[i].line;
             f->inlined = sf[i].inlined;
@@ -245,9 +251,14 @@ static void expand_ip(struct builder *b, uint32_t epoch, uint64_t ip, bool calle
     struct profile_frame *f = new_frame(b);
     f->addr = ip;
     if (m && m->path) {
-        /* [vdso] and other special mappings: named by their mapping. */
+        /* A file we could not open: its module and offset, "[file+0xOFF]" in collapsed
+         * output. A special mapping ([vsyscall], or [vdso] if its image could not be read)
+         * also gets its name as the function, so that it prints as "[vsyscall]" rather than
+         * "[[vsyscall]+0x0]". */
         f->module = xstrdup(m->path);
         f->module_off = ip - m->start;
+        if (m->path[0] == '[')
+            f->function = xstrdup(m->path);
         return;
     }
     const char *jit = symbolizer_jit_lookup(b->sym, job->pid, ip);

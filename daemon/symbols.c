@@ -638,7 +638,9 @@ static const char *symtab_name(struct modsym *st, uint64_t vaddr, enum sym_sourc
     Elf *elf = NULL;
     Dwarf_Addr bias;
     const char *name = dwfl_module_addrinfo(st->dmod, vaddr, &off, &sym, NULL, &elf, &bias);
-    if (!name || !*name || !elf) {
+    /* An absolute symbol is a value, not code: version names such as the vDSO's LINUX_2.6
+     * or libc's GLIBC_2.2.5 are sizeless ABS symbols at 0 that libdwfl offers for address 0. */
+    if (!name || !*name || !elf || sym.st_shndx == SHN_ABS) {
         *src = SYM_NONE;
         return NULL;
     }

@@ -351,14 +351,16 @@ static int find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *p
     int r = -UNW_ENOINFO;
     if (!m) {
         u->maps_miss = true;
-    } else if (m->mod) {
-        r = _UPT_find_proc_info(as, ip, pi, need_unwind_info, u->upt);
     } else if (m->path && !strcmp(m->path, "[vdso]")) {
+        /* Before m->mod: the vDSO has a module (for its symbols) but no file that
+         * _UPT_find_proc_info could open. */
         if (!u->vdso.tried || u->vdso.start != m->start)
             vdso_setup(u, m);
         if (u->vdso.ok)
             r = _Ux86_64_dwarf_search_unwind_table(as, ip, &u->vdso.di, pi, need_unwind_info,
                                                    c);
+    } else if (m->mod) {
+        r = _UPT_find_proc_info(as, ip, pi, need_unwind_info, u->upt);
     }
     if (r < 0 && !c->noinfo) {
         c->noinfo = true;

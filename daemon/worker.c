@@ -22,6 +22,7 @@ static ev_async done_watcher;
 static struct ev_loop *main_loop;
 static struct symbolizer *sym;
 
+/* The worker thread: run the queued jobs one by one and hand each back to the loop. */
 static void *worker_main(void *arg)
 {
     (void)arg;
@@ -39,6 +40,10 @@ static void *worker_main(void *arg)
 
         job->next = NULL;
         slice_run(job, sym);
+        /* Let go of what was kept for modules no target maps any more (detached or exited
+         * targets, unloaded libraries) so that a daemon running for months stays small;
+         * the job still holds its modules, so nothing it used is dropped. */
+        symbolizer_trim(sym);
 
         pthread_mutex_lock(&lock);
         *done_tail = job;
@@ -66,9 +71,18 @@ static void on_done(struct ev_loop *loop, ev_async *w, int revents)
     }
 }
 
+/* Create the symbolizer and start the thread; see worker.h. */
 int worker_start(struct ev_loop *loop)
 {
     main_loop = loop;
+    /* elfutils asks the debuginfod servers in DEBUGINFOD_URLS for every debug file it does
+     * not find locally (/etc/profile.d/debuginfod.sh sets it in login shells where
+     * debuginfod is configured, so a daemon started by hand inherits it). A profiler must
+     * not send the build-ids of what runs on the machine over the network, stall a slice on
+     * HTTP or fill a cache in root's home. libdebuginfod reads the variable at each query,
+     * so removing it before the first lookup is enough. This runs before any other thread
+     * exists, as unsetenv() requires (a getenv() elsewhere could see it half done). */
+    unsetenv("DEBUGINFOD_URLS");
     sym = symbolizer_create();
     if (!sym)
         return -ENOMEM;
