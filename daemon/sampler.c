@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include <sys/ptrace.h>
 #include <sys/user.h>
+#include <sys/wait.h>
 
 #include "log.h"
 #include "ptrace_util.h"
@@ -18,9 +20,31 @@
 
 static struct snapshot snap;
 static uint64_t ips[UNWIND_MAX_FRAMES];
+static timer_t stop_timer; /* bounds the wait for stops; see await_stops */
+static bool have_stop_timer;
+static volatile sig_atomic_t stop_timer_fired;
+
+static void on_stop_timer(int sig)
+{
+    (void)sig;
+    stop_timer_fired = 1;
+}
 
 int sampler_init(size_t max_stack)
 {
+    /* The stop timer's signal: a handler without SA_RESTART, so it interrupts waitpid. The
+     * timer targets this (the loop) thread only. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_timer;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SAMPLER_TIMER_SIGNAL, &sa, NULL);
+    struct sigevent sev;
+    memset(&sev, 0, sizeof(sev));
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = SAMPLER_TIMER_SIGNAL;
+    sev._sigev_un._tid = gettid();
+    have_stop_timer = timer_create(CLOCK_MONOTONIC, &sev, &stop_timer) == 0;
     snap.cap = max_stack;
     snap.data = malloc(max_stack);
     return snap.data ? 0 : -ENOMEM;
@@ -28,6 +52,9 @@ int sampler_init(size_t max_stack)
 
 void sampler_finish(void)
 {
+    if (have_stop_timer)
+        timer_delete(stop_timer);
+    have_stop_timer = false;
     free(snap.data);
     memset(&snap, 0, sizeof(snap));
 }
@@ -213,31 +240,58 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
  * stop arrives through SIGCHLD, without holding up the ticks. */
 #define STOP_WAIT_MAX_NS (250 * NS_PER_US)
 
-/* Wait for the stops we just asked for and handle them at once, sleeping in sigtimedwait
- * on SIGCHLD (blocked, as libev reads it through a signalfd) rather than going back
- * through the event loop: one wake-up instead of epoll + signalfd, and the stopped threads
- * are resumed sooner. Any other tracee's events that arrive meanwhile are handled too.
- * Threads that take longer (uninterruptible sleep) are left to the SIGCHLD watcher. */
+/* Wait for the stops we just asked for and handle them at once, sleeping in a blocking
+ * waitpid rather than going back through the event loop (epoll, then the SIGCHLD signalfd,
+ * then waitpid). Measured here per sample: ~30 us of tracer CPU this way, ~47 us through
+ * sigtimedwait on SIGCHLD, more through the loop; the stopped thread is also resumed
+ * sooner. waitpid has no timeout: a per-thread POSIX timer interrupts it (EINTR) at the
+ * deadline, and keeps firing every period after it, so a firing that lands just before
+ * the call (and is missed) only costs one more period. Events of other tracees that arrive
+ * meanwhile are handled too. Threads that have not stopped by then (waiting for a CPU,
+ * exiting, in uninterruptible sleep) are handled when their stop arrives via SIGCHLD. */
+
+static void arm_stop_timer(uint64_t ns)
+{
+    struct itimerspec it = {
+        .it_value = {(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)},
+        .it_interval = {(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)},
+    };
+    timer_settime(stop_timer, 0, &it, NULL);
+}
+
 static void await_stops(struct target *t, unsigned pending)
 {
     uint64_t wait = t->sched.interval_ns / 4;
-    uint64_t deadline = now_ns() + (wait < STOP_WAIT_MAX_NS ? wait : STOP_WAIT_MAX_NS);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    for (;;) {
-        targets_reap();
+    if (wait > STOP_WAIT_MAX_NS)
+        wait = STOP_WAIT_MAX_NS;
+    if (!have_stop_timer)
+        return;
+    stop_timer_fired = 0;
+    arm_stop_timer(wait);
+    while (pending && !stop_timer_fired) {
+        int status;
+        pid_t tid = waitpid(-1, &status, __WALL);
+        if (tid < 0) {
+            if (errno == EINTR)
+                continue;
+            break; /* ECHILD: nothing traced any more */
+        }
+        targets_handle_wait(tid, status);
         if (t->state != T_ATTACHED)
-            return;
+            break;
         pending = 0;
         for (size_t i = 0; i < t->nthreads; i++)
             pending += t->threads[i]->interrupt_pending;
-        uint64_t now = now_ns();
-        if (!pending || now >= deadline)
-            return;
-        struct timespec ts = {0, (long)(deadline - now)};
-        sigtimedwait(&set, NULL, &ts);
     }
+    arm_stop_timer(0);
+    /* The stops reaped here also raised SIGCHLD, pending on the loop's signalfd: clear it so
+     * the loop does not wake for nothing, then reap whatever came in between. */
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    struct timespec zero = {0, 0};
+    sigtimedwait(&chld, NULL, &zero);
+    targets_reap();
 }
 
 void sampler_tick(struct target *t, uint64_t tick_ns)

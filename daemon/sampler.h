@@ -3,12 +3,17 @@
 #pragma once
 
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 
 struct target;
 struct thread;
 
-/* Allocate the stack-copy buffer. max_stack is the most bytes copied per sample. */
+/* The signal of the timer that bounds the wait for stops, on the loop thread only. */
+#define SAMPLER_TIMER_SIGNAL (SIGRTMIN)
+
+/* Allocate the stack-copy buffer and the stop timer. max_stack is the most bytes copied
+ * per sample. Call on the loop thread. */
 int sampler_init(size_t max_stack);
 void sampler_finish(void);
 

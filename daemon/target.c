@@ -658,8 +658,7 @@ static void repair_interrupted_syscall(struct thread *th)
         th->t->stats.eintr_repaired++;
 }
 
-/* Handle one wait status. */
-static void handle_wait(pid_t tid, int status)
+void targets_handle_wait(pid_t tid, int status)
 {
     struct thread *th = thread_find(tid);
     if (!th) {
@@ -772,7 +771,7 @@ void targets_reap(void)
         pid_t tid = waitpid(-1, &status, __WALL | WNOHANG);
         if (tid <= 0)
             return;
-        handle_wait(tid, status);
+        targets_handle_wait(tid, status);
     }
 }
 

@@ -144,6 +144,8 @@ size_t targets_count(void);
 
 /* Reap and handle every pending ptrace event (waitpid(-1, __WALL|WNOHANG) until empty). */
 void targets_reap(void);
+/* Handle one wait status of a traced thread. */
+void targets_handle_wait(pid_t tid, int status);
 /* Periodic housekeeping (1 Hz): thread names, maps changes, expiry of exited targets. */
 void targets_housekeeping(uint64_t now);
 
