@@ -40,7 +40,8 @@ static void usage(FILE *f)
             "            [-o FILE] [--thread-ids] [--top N]\n"
             "                                           write a profile of a time window\n\n"
             "The socket is --socket, else $PROFD_SOCKET, else /run/profd/profd.sock as root,\n"
-            "else $XDG_RUNTIME_DIR/profd.sock. --from/--to are CLOCK_MONOTONIC nanoseconds.\n"
+            "else $XDG_RUNTIME_DIR/profd.sock (or /run/profd/profd.sock if only that exists).\n"
+            "--from/--to are CLOCK_MONOTONIC nanoseconds.\n"
             "Exit status: 0 ok, 1 error, 2 usage, 3 profd not running, 4 no such process,\n"
             "5 permission denied, 6 not attached.\n");
 }
@@ -60,7 +61,7 @@ static void die(int code, const char *fmt, ...)
 /* Connect and shake hands. */
 static int connect_daemon(void)
 {
-    socket_path = profd_socket_path(socket_opt);
+    socket_path = profd_client_socket_path(socket_opt);
     if (!socket_path)
         die(EXIT_FAIL, "out of memory");
     int fd = proto_connect(socket_path);

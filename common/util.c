@@ -158,6 +158,19 @@ char *profd_socket_path(const char *explicit_path)
     return r < 0 ? NULL : p;
 }
 
+char *profd_client_socket_path(const char *explicit_path)
+{
+    char *p = profd_socket_path(explicit_path);
+    if (!p || (explicit_path && *explicit_path) || getenv("PROFD_SOCKET") || geteuid() == 0)
+        return p;
+    static const char sys[] = "/run/profd/profd.sock";
+    if (access(p, F_OK) != 0 && access(sys, F_OK) == 0) {
+        free(p);
+        return strdup(sys);
+    }
+    return p;
+}
+
 int strbuf_reserve(struct strbuf *sb, size_t extra)
 {
     if (sb->len + extra + 1 <= sb->cap)

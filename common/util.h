@@ -34,6 +34,9 @@ int parse_duration_ns(const char *s, uint64_t *out);
  * else $XDG_RUNTIME_DIR/profd.sock, else /tmp/profd-UID.sock. Returns a malloc'd string,
  * NULL on out-of-memory. */
 char *profd_socket_path(const char *explicit_path);
+/* The same for clients, except that when no path was given and the caller's own default
+ * socket does not exist, the system daemon's /run/profd/profd.sock is used if it exists. */
+char *profd_client_socket_path(const char *explicit_path);
 
 /* Growable byte buffer. Functions return 0 or -ENOMEM. */
 struct strbuf {

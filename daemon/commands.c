@@ -47,6 +47,8 @@ static enum proto_error errno_code(int e)
         return PE_PERMISSION_DENIED;
     case EEXIST:
         return PE_ALREADY_ATTACHED;
+    case EBUSY:
+        return PE_ATTACH_FAILED;
     case EINVAL:
         return PE_BAD_REQUEST;
     default:
@@ -191,17 +193,23 @@ static cJSON *cmd_status(struct request *r)
     cJSON_AddNumberToObject(d, "system_s", (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6);
     cJSON_AddNumberToObject(d, "max_rss_kib", (double)ru.ru_maxrss);
     cJSON_AddNumberToObject(d, "clients", (double)server_client_count());
-    cJSON_AddNumberToObject(d, "targets", (double)targets_count());
+    char why[256];
+    size_t visible = 0;
+    uint64_t samples = 0;
+    for (struct target *t = targets_first(); t; t = t->next) {
+        if (may_access(r->c, t, t->pid, why, sizeof(why)) == 0) {
+            visible++;
+            samples += t->stats.samples;
+        }
+    }
+    /* Totals over what this client may see, like the list below. */
+    cJSON_AddNumberToObject(d, "targets", (double)visible);
     cJSON_AddNumberToObject(d, "modules", (double)modules_count());
     cJSON_AddNumberToObject(d, "slices_queued", worker_queue_length());
     cJSON_AddNumberToObject(d, "default_hz", server_cfg.default_hz);
     cJSON_AddNumberToObject(d, "default_buffer_s", (double)(server_cfg.default_buffer_ns / NS_PER_SEC));
-    uint64_t samples = 0;
-    for (struct target *t = targets_first(); t; t = t->next)
-        samples += t->stats.samples;
     cJSON_AddNumberToObject(d, "samples", (double)samples);
     cJSON *arr = cJSON_AddArrayToObject(res, "targets");
-    char why[256];
     for (struct target *t = targets_first(); t; t = t->next) {
         if (r->pid && t->pid != r->pid)
             continue;
@@ -218,7 +226,7 @@ static cJSON *cmd_attach(struct request *r)
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"hz\" must be an integer from 1 to %u",
                                  server_cfg.max_hz);
     int got = json_get_u64(r->req, "buffer_s", &buf_s);
-    if (got < 0 || (got && (buf_s < 1 || buf_s * NS_PER_SEC > server_cfg.max_buffer_ns)))
+    if (got < 0 || (got && (buf_s < 1 || buf_s > server_cfg.max_buffer_ns / NS_PER_SEC)))
         return proto_error_reply(r->id, PE_BAD_REQUEST,
                                  "\"buffer_s\" must be an integer from 1 to %" PRIu64,
                                  server_cfg.max_buffer_ns / NS_PER_SEC);
@@ -334,6 +342,91 @@ static void slice_done(struct slice_job *job)
     slice_job_free(job);
 }
 
+/* A slice request waiting for its window's last samples. */
+struct slice_wait {
+    struct pending *p;
+    pid_t pid;
+    uint64_t from, to;
+    enum slice_format format;
+    bool thread_ids;
+    ev_timer timer;
+    int tries;
+    struct slice_wait *next; /* waits with an armed timer, freed at shutdown */
+};
+
+static struct slice_wait *waits;
+
+static void wait_unlink(struct slice_wait *w)
+{
+    for (struct slice_wait **p = &waits; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            return;
+        }
+}
+
+void commands_shutdown(void)
+{
+    while (waits) {
+        struct slice_wait *w = waits;
+        waits = w->next;
+        ev_timer_stop(server_loop(), &w->timer);
+        pending_finish(w->p, proto_error_reply(NULL, PE_SHUTTING_DOWN, "profd is exiting"));
+        free(w);
+    }
+}
+
+/* Does t have a stop outstanding for a tick at or before `to`? */
+static bool stops_in_flight(const struct target *t, uint64_t to)
+{
+    if (t->state != T_ATTACHED)
+        return false;
+    for (size_t i = 0; i < t->nthreads; i++)
+        if (t->threads[i]->interrupt_pending && t->threads[i]->sample_tick_ns <= to)
+            return true;
+    return false;
+}
+
+/* Copy the window out of the ring and hand it to the worker. */
+static void slice_start(struct slice_wait *w, const struct target *t)
+{
+    struct slice_job *job = slice_collect(t, w->from, w->to, w->format);
+    job->thread_ids = w->thread_ids;
+    job->ctx = w->p;
+    job->done = slice_done;
+    worker_submit(job);
+    free(w);
+}
+
+/* Up to 50 ms for stops that belong to the window; then slice what there is. */
+static void slice_retry(struct ev_loop *l, ev_timer *tm, int revents)
+{
+    (void)revents;
+    struct slice_wait *w = tm->data;
+    struct target *t = target_find(w->pid);
+    if (!w->p->client) {
+        /* The requester went away. */
+        ev_timer_stop(l, tm);
+        wait_unlink(w);
+        pending_finish(w->p, cJSON_CreateObject());
+        free(w);
+        return;
+    }
+    if (!t) {
+        ev_timer_stop(l, tm);
+        wait_unlink(w);
+        pending_finish(w->p, proto_error_reply(NULL, PE_NOT_ATTACHED,
+                                               "process %d was detached", w->pid));
+        free(w);
+        return;
+    }
+    if (stops_in_flight(t, w->to) && ++w->tries < 50)
+        return;
+    ev_timer_stop(l, tm);
+    wait_unlink(w);
+    slice_start(w, t);
+}
+
 static cJSON *cmd_slice(struct request *r)
 {
     if (!r->t)
@@ -366,21 +459,35 @@ static cJSON *cmd_slice(struct request *r)
             from = ring_at(&r->t->ring, 0)->t_ns;
         if (!has_to)
             to = r->t->state == T_EXITED ? r->t->exit_ns : now;
+        if (!has_from && from > to)
+            from = to; /* a window that ends before the oldest sample: empty */
     }
     if (from > to)
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"from_ns\" is after \"to_ns\"");
     const cJSON *tids = cJSON_GetObjectItemCaseSensitive(r->req, "thread_ids");
     if (tids && !cJSON_IsBool(tids))
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"thread_ids\" must be a boolean");
-    struct slice_job *job = slice_collect(r->t, from, to, (enum slice_format)format);
-    job->thread_ids = tids && cJSON_IsTrue(tids);
-    struct pending *p = xcalloc(1, sizeof(*p));
-    p->client = r->c;
-    p->id = r->id ? cJSON_Duplicate(r->id, 1) : NULL;
-    job->ctx = p;
-    job->done = slice_done;
-    r->c->pending = p;
-    worker_submit(job);
+    struct slice_wait *w = xcalloc(1, sizeof(*w));
+    w->p = xcalloc(1, sizeof(*w->p));
+    w->p->client = r->c;
+    w->p->id = r->id ? cJSON_Duplicate(r->id, 1) : NULL;
+    w->pid = r->pid;
+    w->from = from;
+    w->to = to;
+    w->format = (enum slice_format)format;
+    w->thread_ids = tids && cJSON_IsTrue(tids);
+    r->c->pending = w->p;
+    if (stops_in_flight(r->t, to)) {
+        /* Samples of ticks inside the window are still being taken (their threads have not
+         * stopped yet): give them a moment, so the window is complete. */
+        ev_timer_init(&w->timer, slice_retry, 0.001, 0.001);
+        w->timer.data = w;
+        ev_timer_start(server_loop(), &w->timer);
+        w->next = waits;
+        waits = w;
+        return NULL;
+    }
+    slice_start(w, r->t);
     return NULL;
 }
 

@@ -185,6 +185,7 @@ int main(int argc, char **argv)
 
     ev_run(loop, 0);
 
+    commands_shutdown();
     server_shutdown();
     targets_shutdown(5 * NS_PER_SEC);
     worker_stop();

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
 
 #include "util.h"
@@ -51,10 +52,12 @@ int proc_creds_read(pid_t pid, struct proc_creds *c)
         c->gid[i] = (gid_t)b[i];
     }
     c->cap_prm = cp ? strtoull(cp + 8, NULL, 16) : 0;
-    /* A non-dumpable process's /proc/PID belongs to root (proc(5), "/proc/pid"): the
-     * kernel's own signal of the dumpable flag, which /proc does not print otherwise. */
+    /* A non-dumpable process's /proc/PID files belong to root (proc(5), "/proc/pid";
+     * task_dump_owner in fs/proc/base.c): the kernel's own signal of the dumpable flag,
+     * which /proc does not print otherwise. The /proc/PID directory itself is exempt, so
+     * look at a file in it. */
     struct stat st;
-    snprintf(path, sizeof(path), "/proc/%d", pid);
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
     if (stat(path, &st) < 0)
         return -ESRCH;
     c->dumpable = st.st_uid == c->uid[1] || c->uid[1] == 0;
@@ -63,7 +66,9 @@ int proc_creds_read(pid_t pid, struct proc_creds *c)
 
 int perms_check(const struct peer *p, const struct proc_creds *c, char *why, size_t whylen)
 {
-    if (p->uid == 0)
+    /* What makes root all-powerful here is what makes it so for ptrace: CAP_SYS_PTRACE.
+     * A uid-0 client that dropped it is held to the same rule as everyone else. */
+    if (p->cap_eff & (1ull << CAP_SYS_PTRACE))
         return 0;
     for (int i = 0; i < 3; i++) {
         if (c->uid[i] != p->uid || c->gid[i] != p->gid) {

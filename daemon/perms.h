@@ -28,8 +28,8 @@ struct proc_creds {
 /* Read a live process's credentials. Returns 0, -ESRCH. */
 int proc_creds_read(pid_t pid, struct proc_creds *c);
 
-/* The rule (ptrace(2), "Ptrace access mode checking"): root may; otherwise the client's uid
- * and gid must equal the target's real, effective and saved ones, the target must be
- * dumpable, and it must hold no capability the client lacks. Returns 0 or -EPERM with a
- * reason in why. */
+/* The rule (ptrace(2), "Ptrace access mode checking"): a client with CAP_SYS_PTRACE (root)
+ * may; otherwise the client's uid and gid must equal the target's real, effective and saved
+ * ones, the target must be dumpable, and it must hold no capability the client lacks.
+ * Returns 0 or -EPERM with a reason in why. */
 int perms_check(const struct peer *p, const struct proc_creds *c, char *why, size_t whylen);

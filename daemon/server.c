@@ -16,6 +16,9 @@
 #include "util.h"
 
 #define MAX_CLIENTS 1024
+/* A client with this much unread output gets no more requests processed until it reads:
+ * a client that never reads cannot grow the daemon's memory. */
+#define OUT_HIGH_WATER (1u << 20)
 /* A client that leaves output unread this long is dropped (it may have stopped reading). */
 #define STALL_TIMEOUT 30.0
 
@@ -35,6 +38,11 @@ static char *socket_path;
 
 static void client_close(struct client *c);
 static void on_read(struct ev_loop *l, ev_io *w, int revents);
+
+struct ev_loop *server_loop(void)
+{
+    return loop;
+}
 
 size_t server_client_count(void)
 {
@@ -107,6 +115,11 @@ static void fail_and_close(struct client *c, enum proto_error code, const char *
 static void process(struct client *c)
 {
     while (!c->pending && !c->closing && !c->dead) {
+        if (c->out.len - c->out_off >= OUT_HIGH_WATER) {
+            c->throttled = true;
+            ev_io_stop(loop, &c->rio);
+            return;
+        }
         const char *payload;
         size_t len;
         int r = frame_reader_next(&c->in, &payload, &len);
@@ -175,7 +188,15 @@ static void on_read(struct ev_loop *l, ev_io *w, int revents)
 static void on_write(struct ev_loop *l, ev_io *w, int revents)
 {
     (void)l, (void)revents;
-    flush(w->data);
+    struct client *c = w->data;
+    flush(c);
+    if (!c->dead && c->throttled && c->out.len - c->out_off < OUT_HIGH_WATER / 2) {
+        c->throttled = false;
+        if (!c->pending && !c->closing) {
+            ev_io_start(loop, &c->rio);
+            process(c);
+        }
+    }
 }
 
 static void on_stall(struct ev_loop *l, ev_timer *w, int revents)
@@ -243,7 +264,7 @@ void pending_finish(struct pending *p, cJSON *reply)
     if (c->closing) {
         if (c->out.len == c->out_off)
             client_close(c);
-    } else {
+    } else if (!c->throttled) {
         ev_io_start(loop, &c->rio);
         process(c);
     }
@@ -301,21 +322,25 @@ static void on_accept(struct ev_loop *l, ev_io *w, int revents)
     }
 }
 
-/* mkdir -p for the socket's directory. */
+/* mkdir -p for the socket's directory. Directories it creates are 0755 whatever the umask:
+ * other users must reach the socket (each request is checked on its own). */
 static void make_parent(const char *path)
 {
     char *dir = xstrdup(path);
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = '\0';
-        for (char *p = dir + 1; *p; p++) {
-            if (*p == '/') {
+        for (char *p = dir + 1;; p++) {
+            if (*p == '/' || !*p) {
+                char c = *p;
                 *p = '\0';
-                mkdir(dir, 0755);
-                *p = '/';
+                if (mkdir(dir, 0755) == 0)
+                    chmod(dir, 0755);
+                *p = c;
+                if (!c)
+                    break;
             }
         }
-        mkdir(dir, 0755);
     }
     free(dir);
 }

@@ -23,6 +23,7 @@ struct client {
     bool handshaken;
     bool closing;              /* close once the output is flushed */
     bool dead;                 /* closed; freed after the current loop iteration */
+    bool throttled;            /* reading paused until the client reads its replies */
     struct pending *pending;   /* request being answered asynchronously */
     uint64_t id;               /* connection number, for logs */
     struct client *next;
@@ -48,6 +49,9 @@ struct server_config {
 extern struct server_config server_cfg;
 extern uint64_t server_start_ns;
 
+/* The event loop the server runs on. */
+struct ev_loop *server_loop(void);
+
 /* Listen on the socket. Returns 0 or -errno (with a logged reason). */
 int server_listen(struct ev_loop *loop, const char *path);
 /* Stop accepting, drop every client, remove the socket file. */
@@ -63,3 +67,5 @@ void pending_finish(struct pending *p, cJSON *reply);
 /* commands.c: handle one request. Returns the reply, or NULL when it will be sent later
  * through a pending (then reading from the client pauses until it is). */
 cJSON *commands_dispatch(struct client *c, const cJSON *req);
+/* Answer and free requests still waiting (at exit). */
+void commands_shutdown(void);

@@ -380,12 +380,14 @@ static int seize_all(struct target *t, char *why, size_t whylen)
                     /* Auto-attached through a seized thread's clone. */
                 } else {
                     pid_t tracer = tracer_of(tid);
-                    if (e == EPERM && tracer > 0)
-                        snprintf(why, whylen, "process %d is already traced by pid %d",
-                                 t->pid, tracer);
-                    else
-                        snprintf(why, whylen, "ptrace(PTRACE_SEIZE, %d): %s", tid, strerror(e));
                     closedir(d);
+                    if (e == EPERM && tracer > 0) {
+                        snprintf(why, whylen,
+                                 "process %d is already traced by pid %d (a debugger or "
+                                 "another profiler)", t->pid, tracer);
+                        return -EBUSY;
+                    }
+                    snprintf(why, whylen, "ptrace(PTRACE_SEIZE, %d): %s", tid, strerror(e));
                     return -e;
                 }
             }

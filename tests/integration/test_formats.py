@@ -1,0 +1,221 @@
+"""Real profiles of busy (2 worker threads) through the readers' rules: the collapsed output
+passes tests/unit/profile/check_collapsed.py and speedscope's line rule `^(.*) (\\d+)$`; the
+Sentry output passes tests/unit/profile/check_sentry.py, and its content is right: busy's
+frames carry instruction_addr (inside busy's image, inside the function's symbol), function,
+filename and a lineno inside that function in tests/programs/busy.c; thread_metadata names
+busy-1 and busy-2 by their tids; debug_meta.images has busy and libc with the debug_id derived
+from each file's GNU build-id (read here from the ELF note, per docs formats.md) and the load
+address from /proc/PID/maps; active_thread_id is a sampled thread; samples are sorted."""
+import re
+from harness import *
+
+CHECKERS = os.path.join(SOURCE, "tests", "unit", "profile")
+BUSY_C = os.path.join(SOURCE, "tests", "programs", "busy.c")
+SPEEDSCOPE_LINE = re.compile(r"^(.*) (\d+)$")
+
+
+def run_checker(name, path, *args):
+    r = subprocess.run([sys.executable, os.path.join(CHECKERS, name)] + list(args) + [path],
+                       capture_output=True, text=True, timeout=120 * SLOW)
+    return r.returncode, (r.stdout + r.stderr).strip()
+
+
+def align(n, a):
+    return (n + a - 1) // a * a
+
+
+def elf_read(path):
+    """(GNU build-id bytes or None, {name: (value, size)} of defined functions) of an ELF64
+    little-endian file, from its section headers."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        fail("%s: not a little-endian ELF64 file" % path)
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    build_id, syms = None, {}
+    for (_name, typ, _fl, _addr, off, size, link, _info, salign, _ent) in secs:
+        if typ == 7:  # SHT_NOTE: namesz, descsz, type, name, desc, each padded
+            a = 8 if salign == 8 else 4
+            pos = off
+            while pos + 12 <= off + size:
+                namesz, descsz, ntype = struct.unpack_from("<III", data, pos)
+                name = data[pos + 12:pos + 12 + namesz]
+                dpos = pos + 12 + align(namesz, a)
+                if name == b"GNU\0" and ntype == 3:  # NT_GNU_BUILD_ID
+                    build_id = data[dpos:dpos + descsz]
+                pos = dpos + align(descsz, a)
+        elif typ in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
+            stroff = secs[link][4]
+            for k in range(size // 24):
+                st_name, st_info, _o, shndx, value, ssize = struct.unpack_from(
+                    "<IBBHQQ", data, off + 24 * k)
+                if st_info & 0xF == 2 and shndx != 0:  # STT_FUNC, defined
+                    end = data.index(b"\0", stroff + st_name)
+                    syms[data[stroff + st_name:end].decode()] = (value, ssize)
+    return build_id, syms
+
+
+def debug_id(build_id):
+    """Sentry's debug_id of an ELF file: the first 16 bytes of the build-id (zero-padded),
+    with the groups [0..4], [4..6], [6..8] byte-reversed, as a uuid."""
+    b = (build_id + bytes(16))[:16]
+    b = b[0:4][::-1] + b[4:6][::-1] + b[6:8][::-1] + b[8:16]
+    h = b.hex()
+    return "-".join((h[:8], h[8:12], h[12:16], h[16:20], h[20:]))
+
+
+def readelf_build_id(path):
+    try:
+        out = subprocess.run(["readelf", "-n", path], capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        return None
+    m = re.search(r"Build ID: ([0-9a-f]+)", out)
+    return m.group(1) if m else None
+
+
+def function_lines(path):
+    """{function: (first line, last line)} of the top-level function definitions in a C file
+    laid out as busy.c is (header at column 0, closing brace alone at column 0)."""
+    with open(path) as f:
+        lines = f.read().split("\n")
+    out = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"^[A-Za-z].*?\b(\w+)\([^;]*\)\s*$", line)
+        if m:
+            end = next(j for j in range(i + 1, len(lines)) if lines[j] == "}")
+            out[m.group(1)] = (i + 1, end + 1)
+    return out
+
+
+def mappings(pid, path):
+    """(start, offset) of each mapping of path in the process."""
+    out = []
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            fl = line.split(None, 5)
+            if len(fl) == 6 and fl[5].strip() == path:
+                out.append((int(fl[0].split("-")[0], 16), int(fl[2], 16)))
+    return out
+
+
+SUMMARY = re.compile(r"^profctl: (\d+) samples of (\d+) threads")
+
+with Daemon() as d, Program("busy", 2) as p:
+    exe = os.path.realpath("/proc/%d/exe" % p.pid)
+    tids = {int(t) for t in os.listdir("/proc/%d/task" % p.pid)}
+
+    def thread_names():
+        out = {}
+        for tid in tids:
+            with open("/proc/%d/task/%d/comm" % (p.pid, tid)) as f:
+                out[tid] = f.read().strip()
+        return out if sorted(out.values()) == ["busy", "busy-1", "busy-2"] else None
+    # busy says ready before its threads have named themselves.
+    names = wait_until(thread_names, 5, "busy's threads to be named busy-1 and busy-2")
+    d.ctl("attach", p.pid, "--hz", 499)
+    time.sleep(2)
+
+    # 1. Collapsed.
+    for extra in ([], ["--thread-ids"]):
+        out = os.path.join(d.dir, "busy%s.folded" % "".join(extra))
+        r = d.ctl("slice", p.pid, "-o", out, "--top", "0", *extra)
+        n = int(SUMMARY.match(r.stderr).group(1))
+        rc, msg = run_checker("check_collapsed.py", out)
+        check(rc == 0, "collapsed%s passes check_collapsed (%s)" % (" ".join([""] + extra), msg))
+        with open(out) as f:
+            lines = f.read().splitlines()
+        matched = [SPEEDSCOPE_LINE.match(l) for l in lines]
+        check(all(matched), "every line matches speedscope's ^(.*) (\\d+)$ (%s)"
+              % [l for l, m in zip(lines, matched) if not m][:3])
+        check(sum(int(m.group(2)) for m in matched) == n > 0,
+              "  and the counts add up to the %d samples of the summary" % n)
+        stacks = [m.group(1) for m in matched]
+        for w in ("busy-1", "busy-2"):
+            check(any(s.split(";")[0].startswith(w) and s.endswith(";work_alpha;spin")
+                      for s in stacks), "  %s has the stack ...;worker;work_alpha;spin" % w)
+
+    # 2. Sentry.
+    out = os.path.join(d.dir, "busy.sentry.json")
+    r = d.ctl("slice", p.pid, "--format", "sentry", "-o", out)
+    n = int(SUMMARY.match(r.stderr).group(1))
+    rc, msg = run_checker("check_sentry.py", out)
+    check(rc == 0, "sentry profile passes check_sentry (%s)" % msg)
+    with open(out) as f:
+        prof = json.load(f)
+    trace = prof["profile"]
+    samples, stacks, frames = trace["samples"], trace["stacks"], trace["frames"]
+    check(0.95 * n <= len(samples) <= n, "the profile holds the samples of the summary "
+          "(%d of %d)" % (len(samples), n))
+
+    # Frames of busy's own functions.
+    lines = function_lines(BUSY_C)
+    check(set(lines) >= {"spin", "work_alpha", "work_beta", "work_gamma", "worker", "main"},
+          "(set-up) function line ranges of busy.c: %s" % lines)
+    busy_build_id, busy_syms = elf_read(exe)
+    images = prof.get("debug_meta", {}).get("images", [])
+    busy_img = [im for im in images if im.get("code_file") == exe]
+    check(len(busy_img) == 1, "debug_meta.images has one image for %s" % exe)
+    base = int(busy_img[0]["image_addr"], 16)
+    size = busy_img[0]["image_size"]
+    for fn in ("work_alpha", "work_beta", "work_gamma", "spin", "worker"):
+        fr = [f for f in frames if f.get("function") == fn]
+        check(fr, "frames of %s" % fn)
+        lo, hi = lines[fn]
+        for f in fr:
+            addr = int(f["instruction_addr"], 16)
+            sv, ss = busy_syms[fn]
+            check(os.path.basename(f.get("filename", "")) == "busy.c" and
+                  lo <= f.get("lineno", 0) <= hi and f.get("module") == exe and
+                  f.get("in_app") is True,
+                  "  %s at %s: busy.c line %s is within %s (lines %d-%d), module busy, in_app"
+                  % (fn, f["instruction_addr"], f.get("lineno"), fn, lo, hi))
+            check(base <= addr < base + size and sv <= addr - base <= sv + ss,
+                  "  %s: its address is inside busy's image, at offset %#x in the symbol "
+                  "%s [%#x, %#x]" % (fn, addr - base, fn, sv, sv + ss))
+    check(any(lines["work_alpha"][0] < f["lineno"] < lines["work_alpha"][1]
+              for f in frames if f.get("function") == "work_alpha"),
+          "work_alpha's frame points into its body (the call of spin)")
+
+    # Threads.
+    sampled = {int(s["thread_id"]) for s in samples}
+    tm = trace.get("thread_metadata", {})
+    check(sampled == tids, "every thread is sampled and no other tid appears (%s)" % sampled)
+    check({int(k): v.get("name") for k, v in tm.items()} == names,
+          "thread_metadata names each tid as /proc does: %s" % tm)
+    active = prof["transaction"].get("active_thread_id")
+    check(active in sampled and sum(1 for s in samples if int(s["thread_id"]) == active) >= 2,
+          "transaction.active_thread_id %s is a sampled thread" % active)
+    elapsed = [int(s["elapsed_since_start_ns"]) for s in samples]
+    check(elapsed == sorted(elapsed) and len(set(elapsed)) > 1, "samples are sorted by time")
+    check_timing(len(set(elapsed)) > 100, "  over more than 100 ticks (%d)" % len(set(elapsed)))
+    check(all(0 <= s["stack_id"] < len(stacks) for s in samples) and
+          all(0 <= i < len(frames) for st in stacks for i in st), "indices are in range")
+
+    # Images: busy and libc, debug_id from the build-id, load address from the maps.
+    check(busy_build_id is not None and len(busy_build_id) >= 16, "(set-up) busy has a GNU "
+          "build-id: %s" % (busy_build_id or b"").hex())
+    rb = readelf_build_id(exe)
+    if rb is not None:
+        check(rb == busy_build_id.hex(), "  readelf -n agrees: %s" % rb)
+    im = busy_img[0]
+    check(im.get("type") == "symbolic" and im.get("debug_id") == debug_id(busy_build_id) and
+          im.get("code_id") == busy_build_id.hex(),
+          "busy's image: type symbolic, debug_id %s from build-id %s"
+          % (debug_id(busy_build_id), busy_build_id.hex()))
+    maps = mappings(p.pid, exe)
+    check(base == min(s for s, off in maps if off == 0),
+          "busy's image_addr %#x is where its offset-0 mapping starts" % base)
+    libc_paths = {fl for fl in (l.split(None, 5)[-1].strip() for l in open("/proc/%d/maps" % p.pid))
+                  if re.match(r"libc[.-]", os.path.basename(fl))}
+    check(len(libc_paths) == 1, "(set-up) busy maps one libc: %s" % libc_paths)
+    libc = libc_paths.pop()
+    libc_img = [i for i in images if i.get("code_file") == libc]
+    libc_id, _ = elf_read(libc)
+    check(len(libc_img) == 1 and libc_id is not None and
+          libc_img[0].get("debug_id") == debug_id(libc_id) and
+          int(libc_img[0]["image_addr"], 16) == min(s for s, off in mappings(p.pid, libc)
+                                                    if off == 0),
+          "libc's image (%s): debug_id from its build-id, image_addr its load address" % libc)
+    check(len({i["code_file"] for i in images}) == len(images), "one image per file")

@@ -1,0 +1,285 @@
+"""profctl, the command-line client: its one-line errors and exit codes (2 usage, 3 profd not
+running, 4 no such process, 5 permission denied, 6 not attached, 1 anything else), socket
+path resolution (--socket, $PROFD_SOCKET, /run/profd/profd.sock for root,
+$XDG_RUNTIME_DIR/profd.sock or /tmp/profd-UID.sock for others), and the happy paths of
+attach, list, status, slice and detach: --json output with the documented fields, -o FILE
+with the one-line summary, --from/--to windows in CLOCK_MONOTONIC ns, --thread-ids."""
+import atexit
+import re
+import shutil
+from harness import *
+
+NOBODY = 65534
+empty_dir = tempfile.mkdtemp(prefix="profctl-test-")
+atexit.register(shutil.rmtree, empty_dir, True)
+os.chmod(empty_dir, 0o755)
+NOWHERE = os.path.join(empty_dir, "profd.sock")
+
+
+def run(*args, env=None, user=None, socket_path=None):
+    """profctl with exactly these arguments and environment (PROFD_SOCKET removed unless
+    given in env)."""
+    cmd = [PROFCTL] + (["--socket", socket_path] if socket_path else []) + [str(a) for a in args]
+    e = dict(os.environ)
+    e.pop("PROFD_SOCKET", None)
+    e.pop("XDG_RUNTIME_DIR", None)
+    e.update(env or {})
+    kw = {"preexec_fn": (lambda: drop_to(user))} if user is not None else {}
+    return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=60 * SLOW, **kw)
+
+
+def one_line(r):
+    return r.stderr.count("\n") == 1 and r.stderr.startswith("profctl: ") and r.stdout == ""
+
+
+def dead_pid():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+SUMMARY = re.compile(r"^profctl: (\d+) samples of (\d+) threads of (\d+) over ([0-9.]+) s "
+                     r"\(([0-9.]+)% of stacks truncated\), (\w+) format(?:, written to (.*))?$")
+
+
+def summary(r):
+    """The slice summary line: (samples, threads, seconds, format, file)."""
+    m = SUMMARY.match(r.stderr.splitlines()[0]) if r.stderr else None
+    if not m:
+        fail("no slice summary on stderr: %r" % r.stderr)
+    return int(m.group(1)), int(m.group(2)), float(m.group(4)), m.group(6), m.group(7)
+
+
+# 1. profd not running: exit 3, one line naming the socket path tried.
+for args in (["list"], ["status"], ["attach", os.getpid()], ["slice", "1"]):
+    r = run(*args, socket_path=NOWHERE)
+    check(r.returncode == 3 and one_line(r) and NOWHERE in r.stderr and "profd" in r.stderr,
+          "profd not running, %s: exit 3, one line naming %s (%d: %r)"
+          % (args[0], NOWHERE, r.returncode, r.stderr))
+r = run("list", env={"PROFD_SOCKET": NOWHERE})
+check(r.returncode == 3 and NOWHERE in r.stderr, "$PROFD_SOCKET is the path tried without "
+      "--socket (%r)" % r.stderr)
+if not os.path.exists("/run/profd/profd.sock"):
+    r = run("list")
+    check(r.returncode == 3 and "/run/profd/profd.sock" in r.stderr,
+          "as root without --socket or $PROFD_SOCKET: /run/profd/profd.sock (%r)" % r.stderr)
+else:
+    log("note: /run/profd/profd.sock exists; root's default path not checked")
+def nobody_can_run(path):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            drop_to(NOBODY)
+            os._exit(0 if os.access(path, os.X_OK) else 1)
+        finally:
+            os._exit(2)
+    return os.waitpid(pid, 0)[1] == 0
+
+
+as_user = nobody_can_run(PROFCTL)
+if as_user:
+    r = run("list", user=NOBODY, env={"XDG_RUNTIME_DIR": empty_dir})
+    check(r.returncode == 3 and os.path.join(empty_dir, "profd.sock") in r.stderr,
+          "as a user: $XDG_RUNTIME_DIR/profd.sock (%r)" % r.stderr)
+else:
+    log("note: uid %d cannot run %s; the default paths of users are not checked"
+        % (NOBODY, PROFCTL))
+if as_user and not os.path.exists("/tmp/profd-%d.sock" % NOBODY):
+    r = run("list", user=NOBODY)
+    check(r.returncode == 3 and "/tmp/profd-%d.sock" % NOBODY in r.stderr,
+          "as a user without $XDG_RUNTIME_DIR: /tmp/profd-UID.sock (%r)" % r.stderr)
+
+# 2. Usage errors: exit 2, decided before any connection (the socket here does not exist, so
+#    a connection attempt would give 3).
+for args in (["frobnicate"], [], ["attach"], ["attach", "abc"], ["attach", "12x"],
+             ["attach", "-5"], ["attach", "1", "2"], ["list", "extra"], ["detach"],
+             ["--hz", "abc", "attach", "1"], ["attach", "1", "--hz", "0"],
+             ["attach", "1", "--buffer", "0"], ["slice", "1", "--last", "5", "--from", "10"],
+             ["slice", "1", "--to", "10", "--last", "5"], ["slice", "1", "--format", "xml"],
+             ["slice", "1", "--last", "soon"], ["slice", "1", "--from", "-3"],
+             ["slice", "1", "--bogus"]):
+    r = run(*args, socket_path=NOWHERE)
+    check(r.returncode == 2 and r.stdout == "" and r.stderr.strip() != "",
+          "usage error %r: exit 2 without contacting profd (%d: %r)"
+          % (args, r.returncode, r.stderr.splitlines()[:1]))
+for args in (["attach", "abc"], ["--hz", "abc", "attach", "1"],
+             ["slice", "1", "--last", "5", "--from", "10"]):
+    r = run(*args, socket_path=NOWHERE)
+    check(one_line(r), "  %r: a one-line reason, not the whole usage (%r)" % (args, r.stderr))
+r = run("--help")
+check(r.returncode == 0 and r.stdout.startswith("usage: profctl"), "--help: usage on stdout, 0")
+
+with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
+    # 3. The socket: $PROFD_SOCKET is honoured, --socket wins over it.
+    r = run("status", env={"PROFD_SOCKET": d.socket})
+    check(r.returncode == 0 and ("(pid %d) on %s" % (d.pid, d.socket)) in r.stdout,
+          "$PROFD_SOCKET without --socket reaches the daemon (status names its socket)")
+    r = run("list", env={"PROFD_SOCKET": NOWHERE}, socket_path=d.socket)
+    check(r.returncode == 0, "--socket wins over $PROFD_SOCKET")
+
+    # 4. Errors from the daemon: one line, the matching exit code.
+    gone = dead_pid()
+    for args in (["attach", gone], ["slice", gone], ["detach", gone], ["status", gone]):
+        r = d.ctl(*args, check_rc=False)
+        check(r.returncode == 4 and one_line(r) and str(gone) in r.stderr,
+              "%s of a pid that does not exist: exit 4, one line (%d: %r)"
+              % (args[0], r.returncode, r.stderr))
+    for args in (["slice", q.pid], ["detach", q.pid], ["slice", q.pid, "--format", "sentry"]):
+        r = d.ctl(*args, check_rc=False)
+        check(r.returncode == 6 and one_line(r) and "not attached" in r.stderr,
+              "%s of a process not attached: exit 6, one line (%d: %r)"
+              % (" ".join(map(str, args)), r.returncode, r.stderr))
+    r = d.ctl("attach", d.pid, check_rc=False)
+    check(r.returncode == 5 and one_line(r), "attach of profd itself: exit 5 (%r)" % r.stderr)
+    r = d.ctl("attach", p.pid, "--hz", 20000, check_rc=False)
+    check(r.returncode == 1 and one_line(r) and "hz" in r.stderr,
+          "--hz above the daemon's maximum: exit 1 with the daemon's reason (%r)" % r.stderr)
+
+    # 5. Happy paths.
+    r = d.ctl("attach", p.pid, "--hz", 499, "--buffer", "30")
+    check(r.stdout == "attached to %d (busy): 3 threads, 499 Hz, 30 s buffer\n" % p.pid,
+          "attach: one line with name, threads, rate and buffer (%r)" % r.stdout)
+    r = d.ctl("attach", p.pid, check_rc=False)
+    check(r.returncode == 1 and one_line(r) and "already attached" in r.stderr,
+          "attach twice: exit 1, 'already attached' (%r)" % r.stderr)
+    r = d.ctl("attach", q.pid, "--json", "--buffer", "2m")
+    j = json.loads(r.stdout)
+    check(j["pid"] == q.pid and j["hz"] == 101 and j["buffer_s"] == 120 and j["threads"] == 2,
+          "attach --json: the summary as JSON, default rate, --buffer 2m is 120 s")
+    time.sleep(1.5)
+
+    r = d.ctl("list")
+    lines = r.stdout.splitlines()
+    check(lines[0].split() == ["PID", "COMMAND", "STATE", "THREADS", "HZ", "SAMPLES", "BUFFER"]
+          and any(l.split()[:5] == [str(p.pid), "busy", "attached", "3", "499"] for l in lines),
+          "list: a table with a row per target")
+    lst = json.loads(d.ctl("list", "--json").stdout)
+    targets = {t["pid"]: t for t in lst["targets"]}
+    check(sorted(targets) == sorted([p.pid, q.pid]), "list --json: {targets: [both]}")
+    fields = {"pid", "comm", "exe", "state", "threads", "hz", "buffer_s", "samples",
+              "buffered", "oldest_ns", "newest_ns", "attached_s"}
+    t = targets[p.pid]
+    check(set(t) == fields, "list --json: the documented fields (%s)" % sorted(set(t) ^ fields))
+    check(t["comm"] == "busy" and os.path.realpath(t["exe"]) ==
+          os.path.realpath(os.path.join(PROGRAMS, "busy")) and t["state"] == "attached" and
+          t["hz"] == 499 and t["buffer_s"] == 30 and t["threads"] == 3 and t["samples"] > 0 and
+          0 < t["buffered"] <= t["samples"] and t["oldest_ns"] < t["newest_ns"] and
+          1.0 < t["attached_s"] < 60, "list --json: values match the process (%r)" % t)
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    check(now - 60 * 10**9 < t["oldest_ns"] < t["newest_ns"] <= now,
+          "oldest_ns/newest_ns are CLOCK_MONOTONIC nanoseconds")
+
+    st = d.status()
+    dfields = {"version", "pid", "uptime_s", "cpu_s", "user_s", "system_s", "max_rss_kib",
+               "clients", "targets", "modules", "slices_queued", "default_hz",
+               "default_buffer_s", "samples"}
+    check(set(st["daemon"]) == dfields and st["daemon"]["pid"] == d.pid and
+          st["daemon"]["targets"] == 2 and st["daemon"]["default_hz"] == 101 and
+          st["daemon"]["default_buffer_s"] == 60 and st["daemon"]["clients"] == 1 and
+          st["daemon"]["samples"] == sum(x["samples"] for x in st["targets"]) > 0,
+          "status --json: daemon fields and values (%r)" % st["daemon"])
+    sfields = fields | {"ticks", "achieved_hz", "sampled", "unwind", "skipped", "failed",
+                        "threads_stopped", "threads_stopped_per_tick", "stop_latency_us_avg",
+                        "syscalls_restarted", "signals_forwarded", "group_stops",
+                        "threads_seen", "stacks", "memory_bytes", "ring_dropped_full"}
+    ts = {x["pid"]: x for x in st["targets"]}
+    check(sorted(ts) == sorted([p.pid, q.pid]) and set(ts[p.pid]) == sfields and
+          set(ts[p.pid]["sampled"]) == {"stopped", "blocked_without_stop", "idle_reused"} and
+          set(ts[p.pid]["unwind"]) == {"complete", "truncated", "too_deep", "complete_pct"} and
+          set(ts[p.pid]["skipped"]) == {"still_stopping", "job_control_stopped"} and
+          set(ts[p.pid]["failed"]) == {"thread_exited", "registers", "stack_copy",
+                                       "torn_copy_retried"},
+          "status --json: every target with the documented fields (%s)"
+          % sorted(set(ts[p.pid]) ^ sfields))
+    check(ts[p.pid]["ticks"] > 0 and 0 < ts[p.pid]["achieved_hz"] < 600,
+          "status --json: ticks counted, achieved_hz at most about the 499 asked")
+    check_timing(ts[p.pid]["achieved_hz"] > 200,
+                 "status --json: achieved_hz near the 499 asked (%.1f)" % ts[p.pid]["achieved_hz"])
+    st1 = d.status(q.pid)
+    check([x["pid"] for x in st1["targets"]] == [q.pid], "status PID --json: only that target")
+    r = d.ctl("status")
+    check(("profd " in r.stdout and "(pid %d) on %s" % (d.pid, d.socket) in r.stdout and
+           "\n%d busy (" % p.pid in r.stdout and "\n%d busy (" % q.pid in r.stdout),
+          "status: the daemon's line and a paragraph per target")
+
+    # slice -o FILE: the file, and one summary line on stderr.
+    out = os.path.join(d.dir, "p.folded")
+    r = d.ctl("slice", p.pid, "-o", out, "--top", "0")
+    with open(out) as f:
+        text = f.read()
+    counts = parse_collapsed(text)
+    n, nthreads, secs, fmt, written = summary(r)
+    check(r.stdout == "" and r.stderr.count("\n") == 1, "slice -o: nothing on stdout, one line "
+          "on stderr (%r)" % r.stderr)
+    check(written == out and fmt == "collapsed" and n == sum(counts.values()) > 0 and
+          nthreads == 3, "slice -o: the summary names the file and counts its %d samples of 3 "
+          "threads (%r)" % (sum(counts.values()), r.stderr))
+    r = d.ctl("slice", p.pid, "--last", "1", "--top", "1")
+    n, _, secs, _, written = summary(r)
+    top = r.stderr.splitlines()[1:]
+    check(written is None and n == sum(parse_collapsed(r.stdout).values()) > 0 and
+          abs(secs - 1.0) < 0.05 and len(top) == 2 and top[0].strip().startswith("top functions")
+          and top[1].split()[-1] == "spin", "slice --last 1 to stdout: a 1 s window, then the "
+          "top function (spin) on stderr (%r)" % top)
+    r = d.ctl("slice", p.pid, "-o", "/nonexistent-dir/x.folded", check_rc=False)
+    check(r.returncode == 1 and "/nonexistent-dir/x.folded" in r.stderr and
+          r.stderr.count("\n") == 1, "slice -o to an unwritable path: exit 1 naming it (%r)"
+          % r.stderr)
+
+    # --from/--to: windows of monotonic ns from status --json.
+    # A tick's samples carry the tick's time but may reach the buffer a little later (a
+    # thread slow to stop), so the windows end 100 ms before newest_ns, where nothing moves.
+    t = d.target_status(p.pid)
+    lo, hi = t["oldest_ns"], t["newest_ns"] - 100 * 10**6
+    mid = (lo + hi) // 2
+    def window(a, b, *extra):
+        r = d.ctl("slice", p.pid, "--from", a, "--to", b, "--top", "0", *extra)
+        n = summary(r)[0]
+        if not extra:
+            check(n == sum(parse_collapsed(r.stdout).values()),
+                  "  the summary counts what was written")
+        return n, r
+    whole, _ = window(lo, hi)
+    first, _ = window(lo, mid)
+    second, r2 = window(mid + 1, hi)
+    quarter, _ = window(lo, lo + (hi - lo) // 4)
+    check(first > 0 and second > 0 and first + second == whole,
+          "--from/--to: [oldest, mid] and [mid+1, newest] add up to [oldest, newest] "
+          "(%d + %d = %d)" % (first, second, whole))
+    check(quarter < first, "a quarter of the span holds fewer samples than half of it (%d, %d)"
+          % (quarter, first))
+    check_timing(0.1 < quarter / whole < 0.45,
+                 "a quarter of the span holds about a quarter of the samples (%d of %d)"
+                 % (quarter, whole))
+    check(abs(summary(r2)[2] - (hi - mid - 1) / 1e9) <= 0.006,
+          "the summary's duration is the window's (%.3f s)" % summary(r2)[2])
+    before, _ = window(1, lo - 1)
+    check(before == 0, "a window before the oldest sample is empty (%d)" % before)
+    _, r = window(lo, mid, "--format", "sentry")
+    prof = json.loads(r.stdout)
+    el = [int(s["elapsed_since_start_ns"]) for s in prof["profile"]["samples"]]
+    check(len(el) == first and max(el) <= mid - lo,
+          "the same window in sentry format: the same %d samples, none after its end" % first)
+
+    # --thread-ids: the root frame is NAME-TID for every thread.
+    tids = {int(x) for x in os.listdir("/proc/%d/task" % p.pid)}
+    names = {}
+    for tid in tids:
+        with open("/proc/%d/task/%d/comm" % (p.pid, tid)) as f:
+            names[tid] = f.read().strip()
+    roots = {s.split(";")[0] for s in d.slice(p.pid, "--last", "1", "--thread-ids", "--top", "0")}
+    check(roots == {"%s-%d" % (names[t], t) for t in tids},
+          "--thread-ids: roots are name-tid of each thread (%s)" % sorted(roots))
+    roots = {s.split(";")[0] for s in d.slice(p.pid, "--last", "1", "--top", "0")}
+    check(roots == {"busy", "busy-1", "busy-2"}, "without it: the thread names (%s)"
+          % sorted(roots))
+
+    # detach: one line, the process is released and forgotten.
+    r = d.ctl("detach", p.pid)
+    check(r.stdout == "detached from %d\n" % p.pid, "detach: 'detached from PID'")
+    check(all(v == 0 for v in tracer_pids(p.pid).values()), "  every thread untraced")
+    check([x["pid"] for x in json.loads(d.ctl("list", "--json").stdout)["targets"]] == [q.pid],
+          "  and list no longer shows it")
+    r = d.ctl("detach", q.pid, "--json")
+    check(json.loads(r.stdout) == {"pid": q.pid, "detached": True}, "detach --json")
+    check(json.loads(d.ctl("list", "--json").stdout) == {"targets": []}, "list --json: empty")
