@@ -87,6 +87,7 @@ struct modsym {
     struct u64map cache; /* file offset -> struct sym_entry */
     struct u64map names; /* address of a mangled name or of a DIE -> name to show */
     struct u64map units; /* address of a unit's DIE -> struct cu_index */
+    struct u64map paths; /* address of a source file name -> its absolute path */
     struct arena arena;
     Elf *symelf; /* last symbol table file classified, and what it is */
     enum sym_source symelf_src;
@@ -324,6 +325,7 @@ static void state_free(struct modsym *st)
         dwfl_end(st->dwfl);
     u64map_finish(&st->cache);
     u64map_finish(&st->names);
+    u64map_finish(&st->paths);
     u64map_finish(&st->units);
     arena_free(&st->arena);
     module_unref(st->mod);
@@ -447,6 +449,49 @@ static const char *die_name(struct modsym *st, Dwarf_Die *die, uint64_t vaddr)
             return demangle(st, sname);
     }
     return qualify(st, die, name);
+}
+
+/* The absolute path of a source file name from the line table of unit cu: names are often
+ * relative to the compilation directory (DW_AT_comp_dir), e.g. "../src/main.c" from a
+ * meson or cmake build; Sentry's abs_path and editors want the real path. "." and ".."
+ * components are resolved lexically, as the compiler saw the tree. Cached per name. */
+static const char *absolute(struct modsym *st, Dwarf_Die *cu, const char *file)
+{
+    if (!file || file[0] == '/')
+        return file;
+    const char *done = u64map_get(&st->paths, (uintptr_t)file);
+    if (done)
+        return done;
+    Dwarf_Attribute attr;
+    const char *dir = cu ? dwarf_formstring(dwarf_attr(cu, DW_AT_comp_dir, &attr)) : NULL;
+    if (!dir || dir[0] != '/')
+        return file;
+    size_t cap = strlen(dir) + strlen(file) + 2;
+    char *joined = xmalloc(cap), *out = arena_alloc(&st->arena, cap);
+    snprintf(joined, cap, "%s/%s", dir, file);
+    /* Normalize component by component into out. */
+    size_t n = 0;
+    for (char *save = NULL, *c = strtok_r(joined, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(c, "."))
+            continue;
+        if (!strcmp(c, "..")) {
+            while (n > 0 && out[n - 1] != '/')
+                n--;
+            if (n > 0)
+                n--;
+            continue;
+        }
+        out[n++] = '/';
+        size_t l = strlen(c);
+        memcpy(out + n, c, l);
+        n += l;
+    }
+    if (n == 0)
+        out[n++] = '/';
+    out[n] = '\0';
+    free(joined);
+    u64map_put(&st->paths, (uintptr_t)file, out);
+    return out;
 }
 
 /* File and line an inlined instance was called from (DW_AT_call_file / DW_AT_call_line). */
@@ -593,7 +638,7 @@ static int resolve_dwarf(struct modsym *st, uint64_t vaddr, struct sym_frame *f,
     int line = 0;
     Dwfl_Line *l = dwfl_module_getsrc(st->dmod, vaddr);
     if (l)
-        file = dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL);
+        file = absolute(st, cu, dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL));
     Dwarf_Die fn, chain[MAX_FRAMES];
     if (!find_function(cu_index(st, cu), vaddr - bias, &fn)) {
         f[0] = (struct sym_frame){.file = file, .line = line};
@@ -605,8 +650,10 @@ static int resolve_dwarf(struct modsym *st, uint64_t vaddr, struct sym_frame *f,
     int n = 0;
     for (int i = nc - 1; i >= 0; i--) {
         f[n++] = (struct sym_frame){die_name(st, &chain[i], i ? 0 : vaddr), file, line, i > 0};
-        if (i > 0)
+        if (i > 0) {
             call_site(&chain[i], &file, &line);
+            file = absolute(st, cu, file);
+        }
     }
     return n;
 }

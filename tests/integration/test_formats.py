@@ -174,6 +174,11 @@ with Daemon() as d, Program("busy", 2) as p:
             check(base <= addr < base + size and sv <= addr - base <= sv + ss,
                   "  %s: its address is inside busy's image, at offset %#x in the symbol "
                   "%s [%#x, %#x]" % (fn, addr - base, fn, sv, sv + ss))
+    src = os.path.realpath(os.path.join(SOURCE, "tests", "programs", "busy.c"))
+    check(all(f.get("abs_path") and os.path.isabs(f["abs_path"]) and
+              os.path.realpath(f["abs_path"]) == src
+              for f in frames if f.get("function") in ("work_alpha", "spin", "worker")),
+          "busy's frames carry abs_path, the absolute path of busy.c (built from ../ paths)")
     check(any(lines["work_alpha"][0] < f["lineno"] < lines["work_alpha"][1]
               for f in frames if f.get("function") == "work_alpha"),
           "work_alpha's frame points into its body (the call of spin)")
