@@ -1,7 +1,9 @@
 /* proto.c: framing (4-byte big-endian length + JSON) and client-side request/reply helpers. */
 #include "proto.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -313,23 +315,49 @@ cJSON *proto_error_reply(const cJSON *id, enum proto_error code, const char *fmt
     return reply;
 }
 
-static int parse_integer(const cJSON *it, int64_t *out, int allow_neg)
+/* A JSON number or decimal string as an exact integer. Ranges are checked on the double
+ * before converting it (converting an out-of-range double is undefined behaviour). */
+static int parse_u64_item(const cJSON *it, uint64_t *out)
 {
     if (cJSON_IsNumber(it)) {
         double d = it->valuedouble;
-        if (d != d || d < -9.2e18 || d > 1.8e19 || (!allow_neg && d < 0) || d != (double)(int64_t)d)
+        if (!(d >= 0 && d < 18446744073709551616.0) || d != floor(d))
+            return -EINVAL;
+        *out = (uint64_t)d;
+        return 1;
+    }
+    if (cJSON_IsString(it) && it->valuestring) {
+        const char *s = it->valuestring;
+        if (!isdigit((unsigned char)s[0]))
+            return -EINVAL;
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || *end)
+            return -EINVAL;
+        *out = v;
+        return 1;
+    }
+    return -EINVAL;
+}
+
+static int parse_i64_item(const cJSON *it, int64_t *out)
+{
+    if (cJSON_IsNumber(it)) {
+        double d = it->valuedouble;
+        if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0) || d != floor(d))
             return -EINVAL;
         *out = (int64_t)d;
         return 1;
     }
     if (cJSON_IsString(it) && it->valuestring) {
         const char *s = it->valuestring;
-        if (!*s)
+        if (!isdigit((unsigned char)s[s[0] == '-']))
             return -EINVAL;
         char *end;
         errno = 0;
         long long v = strtoll(s, &end, 10);
-        if (errno || *end || (!allow_neg && v < 0))
+        if (errno || *end)
             return -EINVAL;
         *out = v;
         return 1;
@@ -342,11 +370,7 @@ int json_get_u64(const cJSON *obj, const char *key, uint64_t *out)
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!it || cJSON_IsNull(it))
         return 0;
-    int64_t v;
-    int r = parse_integer(it, &v, 0);
-    if (r == 1)
-        *out = (uint64_t)v;
-    return r;
+    return parse_u64_item(it, out);
 }
 
 int json_get_i64(const cJSON *obj, const char *key, int64_t *out)
@@ -354,5 +378,5 @@ int json_get_i64(const cJSON *obj, const char *key, int64_t *out)
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!it || cJSON_IsNull(it))
         return 0;
-    return parse_integer(it, out, 1);
+    return parse_i64_item(it, out);
 }

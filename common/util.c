@@ -1,6 +1,7 @@
 /* util.c: time, parsing, paths and buffers shared by every part of profd. */
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -80,7 +81,8 @@ char *xasprintf(const char *fmt, ...)
 
 int parse_u64(const char *s, uint64_t *out)
 {
-    if (!s || !*s || *s == '-' || *s == '+')
+    /* strtoull would skip white space and accept a sign (" -1" is UINT64_MAX). */
+    if (!s || !isdigit((unsigned char)*s))
         return -EINVAL;
     char *end;
     errno = 0;
@@ -173,6 +175,8 @@ char *profd_client_socket_path(const char *explicit_path)
 
 int strbuf_reserve(struct strbuf *sb, size_t extra)
 {
+    if (extra > SIZE_MAX - sb->len - 1)
+        return -ENOMEM;
     if (sb->len + extra + 1 <= sb->cap)
         return 0;
     size_t cap = sb->cap ? sb->cap : 256;

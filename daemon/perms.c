@@ -60,7 +60,7 @@ int proc_creds_read(pid_t pid, struct proc_creds *c)
     snprintf(path, sizeof(path), "/proc/%d/stat", pid);
     if (stat(path, &st) < 0)
         return -ESRCH;
-    c->dumpable = st.st_uid == c->uid[1] || c->uid[1] == 0;
+    c->dumpable = st.st_uid == c->uid[1] || c->uid[1] == 0; /* root: see perms_check */
     return 0;
 }
 
@@ -89,6 +89,14 @@ int perms_check(const struct peer *p, const struct proc_creds *c, char *why, siz
         snprintf(why, whylen, "permission denied: the process holds capabilities you lack "
                               "(%#llx)",
                  (unsigned long long)(c->cap_prm & ~p->cap_eff));
+        return -EPERM;
+    }
+    if (c->uid[1] == 0) {
+        /* A root process's /proc files belong to root whether or not it is dumpable, so
+         * its dumpable flag cannot be read: take the safe side. */
+        snprintf(why, whylen, "permission denied: the process runs as root and whether it "
+                              "is dumpable cannot be checked; profiling it needs "
+                              "CAP_SYS_PTRACE");
         return -EPERM;
     }
     return 0;

@@ -65,11 +65,13 @@ int sysc_parse(const char *text, struct sysc_info *out)
     p = end;
     uint64_t v[8];
     int n = 0;
-    while (n < 8) {
+    for (;;) {
         while (*p == ' ')
             p++;
         if (!*p || *p == '\n')
             break;
+        if (n == 8)
+            return -EINVAL; /* more fields than the kernel prints */
         v[n] = strtoull(p, &end, 16);
         if (end == p)
             return -EINVAL;

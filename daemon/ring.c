@@ -63,6 +63,15 @@ int ring_push(struct ring *r, const struct ring_entry *e)
     if (r->len && ring_at(r, r->len - 1)->t_ns > newest)
         newest = ring_at(r, r->len - 1)->t_ns;
     ring_expire(r, newest);
+    /* A late sample that is already out of the span, or older than everything in a full
+     * buffer, is dropped itself rather than pushing out newer ones. */
+    if ((newest >= r->span_ns && e->t_ns < newest - r->span_ns) ||
+        (r->len >= r->max_entries && r->len && e->t_ns < ring_at(r, 0)->t_ns)) {
+        if (r->evict)
+            r->evict(r->evict_ctx, e);
+        r->dropped++;
+        return 0;
+    }
     if (r->len >= r->max_entries) {
         drop_oldest(r);
         r->dropped++;

@@ -90,7 +90,7 @@ uint32_t stacks_intern(struct stack_table *st, uint32_t epoch, uint16_t flags,
              id = st->v[id].next) {
             struct stack_entry *e = &st->v[id];
             if (e->hash == h && e->n == n && e->epoch == epoch && e->flags == flags &&
-                !memcmp(e->ips, ips, n * sizeof(*ips))) {
+                (n == 0 || !memcmp(e->ips, ips, n * sizeof(*ips)))) {
                 e->refs++;
                 return id;
             }
@@ -108,7 +108,8 @@ uint32_t stacks_intern(struct stack_table *st, uint32_t epoch, uint16_t flags,
         free(copy);
         return STACK_NONE;
     }
-    memcpy(copy, ips, n * sizeof(*ips));
+    if (n)
+        memcpy(copy, ips, n * sizeof(*ips));
     struct stack_entry *e = &st->v[id];
     e->hash = h;
     e->refs = 1;
