@@ -100,6 +100,15 @@ class Daemon:
         with open(self.log_path) as f:
             return f.read()
 
+    def sanitized(self):
+        """Whether the daemon runs with ASan/UBSan (slower; its memory use is not ours)."""
+        try:
+            with open("/proc/%d/maps" % self.pid) as f:
+                maps = f.read()
+        except OSError:
+            return False
+        return "libasan" in maps or "libubsan" in maps
+
     def ctl(self, *args, check_rc=True, user=None, timeout=60):
         """Run profctl against this daemon; returns CompletedProcess (text)."""
         cmd = [PROFCTL, "--socket", self.socket] + [str(a) for a in args]

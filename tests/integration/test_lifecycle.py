@@ -34,7 +34,10 @@ with Daemon() as d, Program("churn", 3, stdin=False) as p:
     named = total + sum(c for s, c in prof.items() if s.startswith("churn;clone3"))
     check_timing(total > 1000, "short-lived threads were sampled (%d samples of %d threads)"
           % (total, created))
-    check(total >= 0.9 * named, "%.1f%% of them under the name the thread gave itself"
+    # A thread's name is read with its first samples; a slowed-down daemon (sanitizers)
+    # reads it later in a 3 ms life.
+    want = 0.9 if TIMING and not d.sanitized() else 0.5
+    check(total >= want * named, "%.1f%% of them under the name the thread gave itself"
           % (100.0 * total / named))
     # The rest of a 3 ms thread's life is its start (a new thread waiting for a CPU is still
     # at clone3's return) and its exit.
