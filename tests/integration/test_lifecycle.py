@@ -22,8 +22,12 @@ with Daemon() as d, Program("churn", 3, stdin=False) as p:
     time.sleep(0.3)  # the exit is reaped
     st = d.target_status(p.pid)
     check(st["state"] == "exited", "profd saw churn exit (state %s)" % st["state"])
-    check(st["threads_seen"] >= 0.9 * created, "profd followed the threads as they came (%d of %d)"
-          % (st["threads_seen"], created))
+    # Attached right after churn started (later under a slow wrapper): it follows the
+    # threads created from then on.
+    check(st["threads_seen"] >= 100, "profd followed the threads as they came (%d)"
+          % st["threads_seen"])
+    check_timing(st["threads_seen"] >= 0.9 * created,
+                 "... nearly all of them (%d of %d)" % (st["threads_seen"], created))
     prof = d.slice(p.pid, "--last", 3)
     churners = {s: c for s, c in prof.items() if s.startswith("churner;")}
     total = sum(churners.values())
