@@ -45,7 +45,9 @@ with Daemon() as d, Program("churn", 3, stdin=False) as p:
           % (100.0 * total / named))
     # The rest of a 3 ms thread's life is its start (a new thread waiting for a CPU is still
     # at clone3's return) and its exit.
-    check(work >= 0.8 * total, "%.1f%% of their samples are in churn_work" % (100.0 * work / total))
+    # Under a slow wrapper new threads wait longer for their first stop to be released.
+    want = 0.8 if TIMING and not d.sanitized() else 0.5
+    check(work >= want * total, "%.1f%% of their samples are in churn_work" % (100.0 * work / total))
     check(good == work, "every sample in churn_work unwinds to the thread start (%d of %d)"
           % (good, work))
     # Two CPUs shared by a few computing threads and the daemon: ticks can be late (and are
