@@ -465,6 +465,9 @@ int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int m
     if (!u->upt)
         return 0;
     cur = &c;
+    /* unw_init_remote leaves some cursor fields unset (valgrind sees libunwind 1.6.2 branch
+     * on them in unw_step's fallback path): start from zeroes. */
+    memset(&cursor, 0, sizeof(cursor));
     if (unw_init_remote(&cursor, u->as, &c) < 0)
         goto out;
     for (;;) {
