@@ -258,6 +258,7 @@ static bool same_mapping(const struct map_entry *a, const struct map_entry *b)
 int target_refresh_maps(struct target *t)
 {
     struct maps nm;
+    t->maps_read_ns = now_ns();
     int r = maps_read(t->pid, true, &t->maps, &nm);
     if (r < 0)
         return r;

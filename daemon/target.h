@@ -108,6 +108,7 @@ struct target {
     uint32_t epoch;         /* exec generation */
     struct maps maps;       /* current maps */
     bool maps_dirty;
+    uint64_t maps_read_ns;  /* when the maps were last read */
     struct epoch_maps *epochs;
     size_t nepochs;
     struct unwinder unw;

@@ -43,10 +43,8 @@ extern int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t as, unw_word_t ip
 static int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val)
 {
     const struct map_entry *m = u->maps ? maps_find(u->maps, addr) : NULL;
-    if (!m) {
-        u->maps_miss = true;
+    if (!m)
         return -UNW_EINVAL;
-    }
     /* Only file-backed memory (code, .eh_frame, relocated read-only data) and the vDSO are
      * read live: anonymous memory (other stacks, heap) may have changed since the snapshot. */
     if (!m->path || (m->path[0] == '[' && strcmp(m->path, "[vdso]") != 0))

@@ -51,7 +51,7 @@ struct unwinder {
     void *upt;
     const struct maps *maps; /* the process's current maps (owned by the target) */
     struct page_slot *pages; /* PAGE_CACHE_SLOTS, allocated on first use */
-    bool maps_miss;          /* an address outside every known mapping was asked for */
+    bool maps_miss;          /* code outside every known mapping was asked for */
     uint64_t page_reads;     /* process_vm_readv calls for the page cache */
 };
 
