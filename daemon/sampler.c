@@ -82,7 +82,9 @@ static void push(struct target *t, struct thread *th, uint64_t tick_ns, uint32_t
  * STACK_NONE. When the unwind asked for memory outside every known mapping (a library
  * loaded since the maps were read), the maps are re-read and the unwind retried once: the
  * copy is still valid. */
-static uint32_t unwind_and_intern(struct target *t)
+static void learn_stack_top(struct thread *th, enum unwind_end end);
+
+static uint32_t unwind_and_intern(struct target *t, struct thread *th)
 {
     enum unwind_end end;
     t->unw.maps_miss = false;
@@ -94,6 +96,7 @@ static uint32_t unwind_and_intern(struct target *t)
         if (now - t->maps_read_ns > 100 * NS_PER_MS && target_refresh_maps(t) > 0)
             n = unwinder_unwind(&t->unw, &snap, ips, UNWIND_MAX_FRAMES, &end);
     }
+    learn_stack_top(th, end);
     if (n == 0) {
         /* Not even the pc: record the pc alone so the time is not lost. */
         ips[0] = snap.regs.rip;
@@ -119,17 +122,36 @@ static uint32_t unwind_and_intern(struct target *t)
 /* Fallback copy size when the mapping holding sp is not known yet (a thread whose stack was
  * mapped after the maps were last read): perf's default is 8 KiB; be more generous. */
 #define UNKNOWN_STACK_COPY (64 * 1024)
+/* Copied above the outermost frame an earlier unwind of the thread needed. */
+#define STACK_TOP_SLACK 256
 
-/* End of the stack mapping holding sp, from the maps read earlier: a thread stack is usually
- * followed by other readable memory, so a copy "until it fails" would run far past the
- * stack's top (into the next mapping) and cost the target time for nothing. */
-static uint64_t stack_limit(struct target *t, uint64_t sp)
+/* How far up to copy a thread's stack, from sp. At most to the end of the stack mapping
+ * holding sp (from the maps read earlier): a thread stack is usually followed by other
+ * readable memory, so a copy "until it fails" would run far past the stack's top and cost
+ * the target time for nothing. And no further than the thread's outermost frame needed
+ * last time (plus slack): the frames at the top of a stack (clone3, start_thread, _start)
+ * do not move, while above them lie the thread's TLS and descriptor, or the environment
+ * strings, which no unwind reads. A copy that proves too short (the unwind wanted the
+ * stack above it) forgets this and copies to the mapping's end next time. */
+static uint64_t stack_limit(struct target *t, struct thread *th, uint64_t sp)
 {
     const struct map_entry *m = maps_find(&t->maps, sp);
-    if (m && (m->prot & MAP_PROT_W))
-        return m->end;
-    t->maps_dirty = true;
-    return sp + UNKNOWN_STACK_COPY;
+    if (!m || !(m->prot & MAP_PROT_W)) {
+        t->maps_dirty = true;
+        return sp + UNKNOWN_STACK_COPY;
+    }
+    if (th->stack_top > sp && th->stack_top + STACK_TOP_SLACK < m->end)
+        return th->stack_top + STACK_TOP_SLACK;
+    return m->end;
+}
+
+/* After an unwind of th's copy: learn how much stack it needed. */
+static void learn_stack_top(struct thread *th, enum unwind_end end)
+{
+    if (snap.short_copy)
+        th->stack_top = 0;
+    else if (end == UNWIND_COMPLETE && snap.max_read)
+        th->stack_top = snap.max_read;
 }
 
 /* Remember the stack as the thread's latest, for reuse while it does not run. */
@@ -206,7 +228,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
         snap.regs.rsp = si.sp;
         snap.regs.rip = si.pc;
         snap.full_regs = false;
-        if (snapshot_copy_stack(th->tid, si.sp, stack_limit(t, si.sp), &snap) < 0) {
+        if (snapshot_copy_stack(th->tid, si.sp, stack_limit(t, th, si.sp), &snap) < 0) {
             t->stats.failed_copy++;
             return false;
         }
@@ -224,7 +246,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
         }
         observe_blocked(th, &si, pcount, tick_ns);
         th->stop_eintr = false;
-        uint32_t id = unwind_and_intern(t);
+        uint32_t id = unwind_and_intern(t, th);
         if (id == STACK_NONE)
             return false;
         set_last(th, id, run, pcount);
@@ -397,8 +419,8 @@ void sampler_on_stop(struct thread *th)
     bool have_regs = ptrace(PTRACE_GETREGS, th->tid, 0, &snap.regs) == 0;
     if (have_regs) {
         snap.full_regs = true;
-        copy_err = snapshot_copy_stack(th->tid, snap.regs.rsp, stack_limit(t, snap.regs.rsp),
-                                       &snap);
+        copy_err = snapshot_copy_stack(th->tid, snap.regs.rsp,
+                                       stack_limit(t, th, snap.regs.rsp), &snap);
         /* The stop interrupted an epoll wait or a socket call with a timeout, which the
          * kernel would now fail with EINTR: make it restart instead. We sent the interrupt
          * right after seeing the thread running, so it has been blocked only since then;
@@ -421,7 +443,7 @@ void sampler_on_stop(struct thread *th)
         t->stats.failed_copy++;
         return;
     }
-    uint32_t id = unwind_and_intern(t);
+    uint32_t id = unwind_and_intern(t, th);
     if (id == STACK_NONE)
         return;
     push(t, th, th->sample_tick_ns, id);

@@ -31,6 +31,7 @@ struct thread {
     bool have_sched;
     uint64_t run_ns, pcount;
     uint32_t last_stack;        /* holds a reference; STACK_NONE if none */
+    uint64_t stack_top;         /* highest stack address a complete unwind needed; 0: unknown */
     /* Last observed blocking system call, to bound how long it has been waiting. */
     bool blk_valid;
     long blk_nr;

@@ -89,8 +89,12 @@ static int access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int
     struct snapshot *s = c->s;
     if (addr >= s->base && addr + sizeof(*val) <= s->base + s->len) {
         memcpy(val, s->data + (addr - s->base), sizeof(*val));
+        if (addr + sizeof(*val) > s->max_read)
+            s->max_read = addr + sizeof(*val);
         return 0;
     }
+    if (addr >= s->base + s->len && addr < s->base + s->len + 65536)
+        s->short_copy = true; /* probably stack just above the copy */
     return read_cached(c->u, addr, val);
 }
 
@@ -538,6 +542,8 @@ int snapshot_copy_stack(pid_t tid, uint64_t sp, uint64_t limit, struct snapshot 
     s->base = base;
     s->len = (size_t)got;
     s->hit_cap = (size_t)got == s->cap;
+    s->max_read = 0;
+    s->short_copy = false;
     s->bp_tried = false;
     s->bp_found = false;
     return 0;
