@@ -139,26 +139,22 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     return o;
 }
 
-/* May the client see target t? (live credentials, or those recorded at attach). */
+/* May the client see target t? Checked against the process's live credentials, or, once
+ * it has exited (or vanished before its exit was reaped), those recorded at attach. */
 static int may_access(const struct client *c, const struct target *t, pid_t pid, char *why,
                       size_t whylen)
 {
     struct proc_creds cr;
-    if (t && t->state == T_EXITED) {
+    bool live = !(t && t->state == T_EXITED) && proc_creds_read(pid, &cr) == 0;
+    if (!live) {
+        if (!t) {
+            snprintf(why, whylen, "no such process: %d", pid);
+            return -ESRCH;
+        }
         memcpy(cr.uid, t->uid, sizeof(cr.uid));
         memcpy(cr.gid, t->gid, sizeof(cr.gid));
         cr.dumpable = true;
         cr.cap_prm = 0;
-    } else if (proc_creds_read(pid, &cr) < 0) {
-        if (t) {
-            memcpy(cr.uid, t->uid, sizeof(cr.uid));
-            memcpy(cr.gid, t->gid, sizeof(cr.gid));
-            cr.dumpable = true;
-            cr.cap_prm = 0;
-        } else {
-            snprintf(why, whylen, "no such process: %d", pid);
-            return -ESRCH;
-        }
     }
     return perms_check(&c->peer, &cr, why, whylen);
 }

@@ -122,6 +122,8 @@ static uint32_t unwind_and_intern(struct target *t, struct thread *th)
 /* Fallback copy size when the mapping holding sp is not known yet (a thread whose stack was
  * mapped after the maps were last read): perf's default is 8 KiB; be more generous. */
 #define UNKNOWN_STACK_COPY (64 * 1024)
+/* A thread this young has its name read at every tick. */
+#define YOUNG_NS (20 * NS_PER_MS)
 /* Copied above the outermost frame an earlier unwind of the thread needed. */
 #define STACK_TOP_SLACK 256
 
@@ -269,17 +271,19 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
 
 /* Wait for the stops we just asked for and handle them at once, without going back
  * through the event loop (epoll, then the SIGCHLD signalfd, then waitpid). First poll
- * waitpid for up to SPIN_NS, pausing between polls: a stop usually arrives within 10-30 us,
- * and a tracer that does not go to sleep for it neither pays the wake-up of an idle vCPU
- * nor makes the stopped thread wait for one. Measured here with tests/bench/ptrace_floor
- * at 1 kHz: 38 us of tracer CPU per stop and a 26 us pause of the target, against 50 us
- * and 47 us when sleeping in waitpid. Then sleep in a blocking waitpid: it has no timeout,
+ * waitpid for up to SPIN_NS, pausing between polls: a thread that is on a CPU stops within
+ * 5-20 us, and a tracer that does not go to sleep for it neither pays the wake-up of an
+ * idle vCPU nor makes the stopped thread wait for one. Measured here with
+ * tests/bench/ptrace_floor at 1 kHz: 45 us of tracer CPU per stop and a 33 us pause of the
+ * target when polling for 30 us, against 50 us and 47 us when sleeping in waitpid. No
+ * longer: a thread waiting for a CPU stops only when it gets one, and a tracer spinning
+ * on a busy machine would keep it waiting. Then sleep in a blocking waitpid: it has no timeout,
  * so a per-thread POSIX timer interrupts it (EINTR) at the deadline and keeps firing every
  * period after it, so a firing that lands just before the call (and is missed) only costs
  * one more period. Events of other tracees that arrive meanwhile are handled too. Threads
  * that have not stopped by then (waiting for a CPU, exiting, in uninterruptible sleep) are
  * handled when their stop arrives via SIGCHLD. */
-#define SPIN_NS (100 * NS_PER_US)
+#define SPIN_NS (30 * NS_PER_US)
 
 /* Threads of t still to stop. */
 static unsigned count_pending(const struct target *t)
@@ -398,6 +402,11 @@ void sampler_tick(struct target *t, uint64_t tick_ns)
     }
     if (interrupted)
         await_stops(t, interrupted);
+    /* Threads that appeared in the last YOUNG_NS: read their names at every tick, after the
+     * stops, so a short-lived thread's samples carry the name it gives itself. */
+    for (size_t i = 0; t->state == T_ATTACHED && i < t->nthreads; i++)
+        if (tick_ns - t->threads[i]->added_ns < YOUNG_NS && t->threads[i]->born)
+            target_thread_refresh_name(t->threads[i]);
 }
 
 /* A new thread usually names itself (pthread_setname_np) just after it starts: read the

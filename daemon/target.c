@@ -154,6 +154,7 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->t = t;
     th->state = TH_RUNNING;
     th->last_stack = STACK_NONE;
+    th->added_ns = now_ns();
     th->schedstat_fd = open_task_file(t->pid, tid, "schedstat");
     th->syscall_fd = open_task_file(t->pid, tid, "syscall");
     if (read_thread_stat(t->pid, tid, th->name, NULL) < 0)

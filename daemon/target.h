@@ -42,6 +42,7 @@ struct thread {
     bool born;                  /* past its first stop (threads new to ptrace start in one) */
     bool stop_eintr;            /* a job-control stop (not us) made its wait fail with EINTR */
     uint8_t name_checks;        /* times the name was read since the thread appeared */
+    uint64_t added_ns;          /* when profd started following it */
     char name[16];
     struct thread *hnext;       /* tid hash chain */
 };
