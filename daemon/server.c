@@ -366,7 +366,7 @@ int server_listen(struct ev_loop *l, const char *path)
     listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (listen_fd < 0)
         return -errno;
-    if (bind(listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(listen_fd, 128) < 0) {
+    if (bind(listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(listen_fd, SOMAXCONN) < 0) {
         int e = -errno;
         log_err("cannot listen on %s: %s", path, strerror(-e));
         close(listen_fd);
