@@ -23,6 +23,7 @@ static uint64_t ips[UNWIND_MAX_FRAMES];
 static timer_t stop_timer; /* bounds the wait for stops; see await_stops */
 static bool have_stop_timer;
 static volatile sig_atomic_t stop_timer_fired;
+static long ncpus = 1;
 
 static void on_stop_timer(int sig)
 {
@@ -32,6 +33,9 @@ static void on_stop_timer(int sig)
 
 int sampler_init(size_t max_stack)
 {
+    ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpus < 1)
+        ncpus = 1;
     /* The stop timer's signal: a handler without SA_RESTART, so it interrupts waitpid. The
      * timer targets this (the loop) thread only. */
     struct sigaction sa;
@@ -274,16 +278,18 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
  * waitpid for up to SPIN_NS, pausing between polls: a thread that is on a CPU stops within
  * 5-20 us, and a tracer that does not go to sleep for it neither pays the wake-up of an
  * idle vCPU nor makes the stopped thread wait for one. Measured here with
- * tests/bench/ptrace_floor at 1 kHz: 45 us of tracer CPU per stop and a 33 us pause of the
- * target when polling for 30 us, against 50 us and 47 us when sleeping in waitpid. No
- * longer: a thread waiting for a CPU stops only when it gets one, and a tracer spinning
- * on a busy machine would keep it waiting. Then sleep in a blocking waitpid: it has no timeout,
+ * tests/bench/ptrace_floor at 1 kHz: 38 us of tracer CPU per stop and a 26 us pause of the
+ * target when polling for up to 100 us (45 us and 33 us for 30 us), against 50 us and
+ * 47 us when sleeping in waitpid. Only 30 us when the tick stopped as many threads as
+ * there are CPUs: then some are likely waiting for a CPU, which they get only when the
+ * tracer stops spinning. Then sleep in a blocking waitpid: it has no timeout,
  * so a per-thread POSIX timer interrupts it (EINTR) at the deadline and keeps firing every
  * period after it, so a firing that lands just before the call (and is missed) only costs
  * one more period. Events of other tracees that arrive meanwhile are handled too. Threads
  * that have not stopped by then (waiting for a CPU, exiting, in uninterruptible sleep) are
  * handled when their stop arrives via SIGCHLD. */
-#define SPIN_NS (30 * NS_PER_US)
+#define SPIN_NS (100 * NS_PER_US)
+#define SPIN_BUSY_NS (30 * NS_PER_US)
 
 /* Threads of t still to stop. */
 static unsigned count_pending(const struct target *t)
@@ -356,7 +362,8 @@ static void await_stops(struct target *t, unsigned pending)
     uint64_t wait = t->sched.interval_ns / 4;
     if (wait > STOP_WAIT_MAX_NS)
         wait = STOP_WAIT_MAX_NS;
-    pending = spin_for_stops(t, pending, now_ns() + (wait < SPIN_NS ? wait : SPIN_NS));
+    uint64_t spin = pending < (unsigned)ncpus ? SPIN_NS : SPIN_BUSY_NS;
+    pending = spin_for_stops(t, pending, now_ns() + (wait < spin ? wait : spin));
     if (pending && have_stop_timer && t->state == T_ATTACHED)
         sleep_for_stops(t, pending, wait);
     /* The stops reaped here also raised SIGCHLD, pending on the loop's signalfd: clear it so
