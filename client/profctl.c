@@ -242,9 +242,11 @@ static int cmd_status(int fd, pid_t pid)
                num(k, "blocked_without_stop"), num(k, "idle_reused"));
         printf("  unwinds %.1f%% complete (%.0f truncated, %.0f too deep)\n",
                num(u, "complete_pct"), num(u, "truncated"), num(u, "too_deep"));
-        printf("  skipped: %.0f still stopping, %.0f stopped by job control; failed: %.0f "
-               "thread exited, %.0f registers, %.0f stack copy; %.0f torn copies retried\n",
-               num(s, "still_stopping"), num(s, "job_control_stopped"), num(f, "thread_exited"),
+        printf("  skipped: %.0f still stopping, %.0f stopped by job control, %.0f resuming from "
+               "it; failed: %.0f thread exited, %.0f registers, %.0f stack copy; %.0f torn "
+               "copies retried\n",
+               num(s, "still_stopping"), num(s, "job_control_stopped"),
+               num(s, "resuming_from_job_control"), num(f, "thread_exited"),
                num(f, "registers"), num(f, "stack_copy"), num(f, "torn_copy_retried"));
         printf("  threads stopped %.0f (%.2f per tick, %.0f us to stop on average); "
                "%.0f system calls restarted; %.0f signals forwarded\n",

@@ -119,6 +119,7 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON *sk = cJSON_AddObjectToObject(o, "skipped");
     cJSON_AddNumberToObject(sk, "still_stopping", (double)s->skipped_pending);
     cJSON_AddNumberToObject(sk, "job_control_stopped", (double)s->skipped_stopped);
+    cJSON_AddNumberToObject(sk, "resuming_from_job_control", (double)s->skipped_resuming);
     cJSON *f = cJSON_AddObjectToObject(o, "failed");
     cJSON_AddNumberToObject(f, "thread_exited", (double)s->failed_vanished);
     cJSON_AddNumberToObject(f, "registers", (double)s->failed_regs);

@@ -202,6 +202,13 @@ static bool interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
     return true;
 }
 
+/* A thread whose wait a job-control stop failed with EINTR (natively) is, just after
+ * SIGCONT, on its way back to user mode with that EINTR in rax. Interrupting it then would
+ * look exactly like interrupting a new wait of its own, which must be repaired while the
+ * old one must not: do not interrupt it until it is past that point, which shows as
+ * having run a while (the way back takes a few microseconds) or being blocked again. */
+#define PAST_STOP_EINTR_NS (200 * NS_PER_US)
+
 /* Sample one thread, stopping it only if it is running. Returns whether it was
  * interrupted (its sample completes when the stop arrives). */
 static void young_name(struct thread *th);
@@ -260,6 +267,13 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
         t->stats.samples_blocked++;
         young_name(th);
         return false;
+    }
+    if (th->stop_eintr) {
+        if (run - th->stop_eintr_run_ns < PAST_STOP_EINTR_NS) {
+            t->stats.skipped_resuming++;
+            return false;
+        }
+        th->stop_eintr = false;
     }
     sampler_thread_reset(th);
     th->blk_valid = false;

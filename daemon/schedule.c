@@ -19,8 +19,6 @@ void sched_start(struct sched *s, struct ev_loop *loop, struct target *t, unsign
     s->loop = loop;
     s->t = t;
     s->interval_ns = NS_PER_SEC / (hz ? hz : 1);
-    s->started_ns = now_ns();
-    s->late_ticks = 0;
     double iv = (double)s->interval_ns / 1e9;
     ev_timer_init(&s->timer, on_tick, iv, iv);
     s->timer.data = s;
@@ -31,11 +29,4 @@ void sched_stop(struct sched *s)
 {
     if (s->loop)
         ev_timer_stop(s->loop, &s->timer);
-}
-
-double sched_achieved_hz(const struct sched *s, uint64_t ticks, uint64_t now)
-{
-    if (now <= s->started_ns)
-        return 0;
-    return (double)ticks * 1e9 / (double)(now - s->started_ns);
 }

@@ -13,11 +13,7 @@ struct sched {
     struct ev_loop *loop;
     struct target *t;
     uint64_t interval_ns;
-    uint64_t started_ns;
-    uint64_t late_ticks; /* ticks that fired more than one interval late */
 };
 
 void sched_start(struct sched *s, struct ev_loop *loop, struct target *t, unsigned hz);
 void sched_stop(struct sched *s);
-/* Ticks per second achieved since start. */
-double sched_achieved_hz(const struct sched *s, uint64_t ticks, uint64_t now);

@@ -131,14 +131,6 @@ static void remember_name(struct target *t, int32_t tid, const char *name, uint6
     tn->last_seen_ns = now;
 }
 
-const char *target_thread_name(const struct target *t, int32_t tid)
-{
-    for (size_t i = 0; i < t->nnames; i++)
-        if (t->names[i].tid == tid)
-            return t->names[i].name;
-    return NULL;
-}
-
 static int open_task_file(pid_t pid, pid_t tid, const char *what)
 {
     char path[64];
@@ -701,8 +693,12 @@ void targets_handle_wait(pid_t tid, int status)
              * (signal(7)); the SIGCONT that ends the stop reaches a traced thread as a
              * signal-delivery-stop, where that EINTR must not be mistaken for ours. */
             struct user_regs_struct regs;
+            uint64_t pcount;
             th->stop_eintr = ptrace(PTRACE_GETREGS, tid, 0, &regs) == 0 &&
                              (long)regs.rax == -EINTR && sysc_restartable((long)regs.orig_rax);
+            if (th->stop_eintr &&
+                proc_read_schedstat(th->schedstat_fd, &th->stop_eintr_run_ns, &pcount) < 0)
+                th->stop_eintr_run_ns = 0;
             if (detaching) {
                 detach_thread(th, 0);
             } else if (ptrace(PTRACE_LISTEN, tid, 0, 0) == 0) {

@@ -41,6 +41,7 @@ struct thread {
     bool zombie;                /* leader that called pthread_exit: no more samples */
     bool born;                  /* past its first stop (threads new to ptrace start in one) */
     bool stop_eintr;            /* a job-control stop (not us) made its wait fail with EINTR */
+    uint64_t stop_eintr_run_ns; /* its CPU time then (schedstat) */
     uint8_t name_checks;        /* times the name was read since the thread appeared */
     uint64_t added_ns;          /* when profd started following it */
     char name[16];
@@ -77,6 +78,7 @@ struct target_stats {
     uint64_t unwind_too_deep;
     uint64_t skipped_pending;    /* previous stop still outstanding */
     uint64_t skipped_stopped;    /* thread in group-stop with no earlier stack */
+    uint64_t skipped_resuming;   /* thread on its way back from a job-control stop */
     uint64_t failed_vanished;    /* thread exited while being sampled */
     uint64_t failed_regs;        /* GETREGS failed */
     uint64_t failed_copy;        /* stack copy failed */
@@ -166,7 +168,5 @@ int target_refresh_maps(struct target *t);
 
 const char *target_state_name(enum target_state s);
 size_t target_memory(const struct target *t);
-/* Name of thread tid (live or remembered), or NULL. */
-const char *target_thread_name(const struct target *t, int32_t tid);
 /* Maps of exec generation epoch, or NULL if forgotten. */
 const struct maps *target_epoch_maps(const struct target *t, uint32_t epoch);

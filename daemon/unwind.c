@@ -541,7 +541,6 @@ int snapshot_copy_stack(pid_t tid, uint64_t sp, uint64_t limit, struct snapshot 
         return -EFAULT;
     s->base = base;
     s->len = (size_t)got;
-    s->hit_cap = (size_t)got == s->cap;
     s->max_read = 0;
     s->short_copy = false;
     s->bp_tried = false;

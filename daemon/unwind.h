@@ -21,7 +21,6 @@ struct snapshot {
     uint64_t base;      /* target address of data[0] (sp - red zone) */
     size_t len;         /* bytes copied */
     size_t cap;         /* size of data */
-    bool hit_cap;       /* the copy was cut at cap, not at the end of the stack */
     uint64_t max_read;  /* highest stack address the unwind read, plus one word */
     bool short_copy;    /* the unwind wanted stack above the copy */
     uint8_t *data;

@@ -186,7 +186,8 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     check(sorted(ts) == sorted([p.pid, q.pid]) and set(ts[p.pid]) == sfields and
           set(ts[p.pid]["sampled"]) == {"stopped", "blocked_without_stop", "idle_reused"} and
           set(ts[p.pid]["unwind"]) == {"complete", "truncated", "too_deep", "complete_pct"} and
-          set(ts[p.pid]["skipped"]) == {"still_stopping", "job_control_stopped"} and
+          set(ts[p.pid]["skipped"]) == {"still_stopping", "job_control_stopped",
+                                        "resuming_from_job_control"} and
           set(ts[p.pid]["failed"]) == {"thread_exited", "registers", "stack_copy",
                                        "torn_copy_retried"},
           "status --json: every target with the documented fields (%s)"
