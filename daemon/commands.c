@@ -2,6 +2,7 @@
  * runs: JSON object, handshake, known command, argument types, permission. Handlers build
  * a reply and never touch the socket. */
 #include <errno.h>
+#include <linux/capability.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,10 +153,13 @@ static int may_access(const struct client *c, const struct target *t, pid_t pid,
             snprintf(why, whylen, "no such process: %d", pid);
             return -ESRCH;
         }
-        memcpy(cr.uid, t->uid, sizeof(cr.uid));
-        memcpy(cr.gid, t->gid, sizeof(cr.gid));
-        cr.dumpable = true;
-        cr.cap_prm = 0;
+        cr = t->creds;
+    }
+    if (t && t->creds_changed && !(c->peer.cap_eff & (1ull << CAP_SYS_PTRACE))) {
+        snprintf(why, whylen, "permission denied: process %d changed credentials at exec (a "
+                              "set-user-ID program) while profiled; its samples need "
+                              "CAP_SYS_PTRACE", pid);
+        return -EPERM;
     }
     return perms_check(&c->peer, &cr, why, whylen);
 }

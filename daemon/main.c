@@ -20,6 +20,7 @@
 static struct ev_loop *loop;
 static ev_signal sigchld_w, sigterm_w, sigint_w, sighup_w;
 static ev_timer housekeeping_w;
+static ev_check collect_w;
 static int exit_code;
 
 static void usage(FILE *f)
@@ -58,6 +59,13 @@ static void on_sighup(struct ev_loop *l, ev_signal *w, int revents)
 {
     (void)l, (void)w, (void)revents;
     log_info("SIGHUP: nothing to reload");
+}
+
+/* After every loop iteration: free targets forgotten during it. */
+static void on_collect(struct ev_loop *l, ev_check *w, int revents)
+{
+    (void)l, (void)w, (void)revents;
+    targets_collect();
 }
 
 static void on_housekeeping(struct ev_loop *l, ev_timer *w, int revents)
@@ -174,6 +182,8 @@ int main(int argc, char **argv)
     ev_signal_start(loop, &sighup_w);
     ev_timer_init(&housekeeping_w, on_housekeeping, 1.0, 1.0);
     ev_timer_start(loop, &housekeeping_w);
+    ev_check_init(&collect_w, on_collect);
+    ev_check_start(loop, &collect_w);
 
     int r = worker_start(loop);
     if (r < 0)
@@ -188,6 +198,8 @@ int main(int argc, char **argv)
     commands_shutdown();
     server_shutdown();
     targets_shutdown(5 * NS_PER_SEC);
+    targets_collect();
+    ev_check_stop(loop, &collect_w);
     worker_stop();
     sampler_finish();
     ev_timer_stop(loop, &housekeeping_w);

@@ -265,8 +265,11 @@ void pending_finish(struct pending *p, cJSON *reply)
         if (c->out.len == c->out_off)
             client_close(c);
     } else if (!c->throttled) {
+        /* Handle its next requests from the loop, not from here: this may run inside a
+         * ptrace callback (a detach that completed), where a request (another detach, an
+         * attach) must not change the targets under the caller's feet. */
         ev_io_start(loop, &c->rio);
-        process(c);
+        ev_feed_event(loop, &c->rio, EV_READ);
     }
 }
 

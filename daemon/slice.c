@@ -89,9 +89,17 @@ struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint6
     }
     free(remap);
 
-    job->nnames = t->nnames;
-    job->names = xmalloc((t->nnames ? t->nnames : 1) * sizeof(*job->names));
+    /* Names: departed threads' (oldest first), then live threads', so that the last entry
+     * for a tid, which the builder takes, is the most recent. */
+    job->nnames = t->nnames + t->nthreads;
+    job->names = xmalloc((job->nnames ? job->nnames : 1) * sizeof(*job->names));
     memcpy(job->names, t->names, t->nnames * sizeof(*job->names));
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread_name *tn = &job->names[t->nnames + i];
+        tn->tid = t->threads[i]->tid;
+        memcpy(tn->name, t->threads[i]->name, sizeof(tn->name));
+        tn->last_seen_ns = job->end_ns;
+    }
 
     /* Maps of the generations the stacks come from. */
     for (size_t i = 0; i < job->nstacks; i++) {

@@ -78,6 +78,8 @@ const char *target_state_name(enum target_state s)
         return "detaching";
     case T_EXITED:
         return "exited";
+    case T_GONE:
+        return "gone";
     }
     return "?";
 }
@@ -111,16 +113,12 @@ static int read_thread_stat(pid_t pid, pid_t tid, char name[16], bool *zombie)
     return 0;
 }
 
-/* Remember tid's name for slices taken after it exits. */
+/* Remember a departed thread's name for slices taken after it is gone. Appended without a
+ * search (a program that starts thousands of threads a second must not make this O(n)):
+ * live threads' names are in their struct thread, and a slice takes the newest entry for a
+ * tid. Entries older than the buffer are dropped at housekeeping. */
 static void remember_name(struct target *t, int32_t tid, const char *name, uint64_t now)
 {
-    for (size_t i = 0; i < t->nnames; i++) {
-        if (t->names[i].tid == tid) {
-            snprintf(t->names[i].name, sizeof(t->names[i].name), "%s", name);
-            t->names[i].last_seen_ns = now;
-            return;
-        }
-    }
     if (t->nnames == t->cap_names) {
         t->cap_names = t->cap_names ? t->cap_names * 2 : 16;
         t->names = xrealloc(t->names, t->cap_names * sizeof(*t->names));
@@ -151,7 +149,6 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->syscall_fd = open_task_file(t->pid, tid, "syscall");
     if (read_thread_stat(t->pid, tid, th->name, NULL) < 0)
         snprintf(th->name, sizeof(th->name), "%s", t->comm);
-    remember_name(t, tid, th->name, now_ns());
     if (t->nthreads == t->cap_threads) {
         t->cap_threads = t->cap_threads ? t->cap_threads * 2 : 16;
         t->threads = xrealloc(t->threads, t->cap_threads * sizeof(*t->threads));
@@ -283,26 +280,16 @@ int target_refresh_maps(struct target *t)
     return changed ? 1 : 0;
 }
 
-/* Read Uid/Gid lines of /proc/PID/status. */
-static int read_ids(pid_t pid, uid_t uid[3], gid_t gid[3], pid_t *tgid)
+/* The process a thread belongs to (Tgid in /proc/TID/status), or -errno. */
+static pid_t read_tgid(pid_t tid)
 {
     char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    snprintf(path, sizeof(path), "/proc/%d/status", tid);
     ssize_t n = read_file(path, buf, sizeof(buf));
     if (n < 0)
         return n == -ENOENT ? -ESRCH : (int)n;
-    const char *u = strstr(buf, "\nUid:"), *g = strstr(buf, "\nGid:"), *tg = strstr(buf, "\nTgid:");
-    if (!u || !g || !tg)
-        return -EINVAL;
-    unsigned long a, b, c;
-    if (sscanf(u + 5, "%lu %lu %lu", &a, &b, &c) != 3)
-        return -EINVAL;
-    uid[0] = (uid_t)a, uid[1] = (uid_t)b, uid[2] = (uid_t)c;
-    if (sscanf(g + 5, "%lu %lu %lu", &a, &b, &c) != 3)
-        return -EINVAL;
-    gid[0] = (gid_t)a, gid[1] = (gid_t)b, gid[2] = (gid_t)c;
-    *tgid = (pid_t)strtol(tg + 6, NULL, 10);
-    return 0;
+    const char *tg = strstr(buf, "\nTgid:");
+    return tg ? (pid_t)strtol(tg + 6, NULL, 10) : -EINVAL;
 }
 
 static pid_t tracer_of(pid_t tid)
@@ -321,6 +308,12 @@ static void ring_evict(void *ctx, const struct ring_entry *e)
     stacks_unref(&t->stacks, e->stack);
 }
 
+static struct target *graveyard; /* freed by targets_collect, after the current callback */
+static void target_destroy(struct target *t);
+
+/* Forget a target: out of the list and untraced now, its memory later. Callers up the stack
+ * (a tick waiting for stops, which handles every tracee's events) may still hold it: they
+ * see state T_GONE and stop. */
 static void target_free(struct target *t)
 {
     for (struct target **p = &targets; *p; p = &(*p)->next) {
@@ -332,6 +325,23 @@ static void target_free(struct target *t)
     sched_stop(&t->sched);
     while (t->nthreads)
         thread_remove(t->threads[0]);
+    t->state = T_GONE;
+    t->next = graveyard;
+    graveyard = t;
+}
+
+void targets_collect(void)
+{
+    while (graveyard) {
+        struct target *t = graveyard;
+        graveyard = t->next;
+        target_destroy(t);
+    }
+}
+
+/* Free a target's memory. */
+static void target_destroy(struct target *t)
+{
     free(t->threads);
     ring_finish(&t->ring);
     stacks_finish(&t->stacks);
@@ -366,12 +376,19 @@ static int seize_all(struct target *t, char *why, size_t whylen)
             pid_t tid = (pid_t)atoi(de->d_name);
             if (thread_find(tid))
                 continue;
+            bool seized = true;
             if (ptrace(PTRACE_SEIZE, tid, 0, SEIZE_OPTIONS) < 0) {
                 int e = errno;
+                bool zombie = false;
                 if (e == ESRCH)
                     continue; /* exited meanwhile */
+                if (e == EPERM && read_thread_stat(t->pid, tid, (char[16]){0}, &zombie) == 0 &&
+                    zombie)
+                    continue; /* a leader that called pthread_exit: nothing to trace */
                 if (e == EPERM && tracer_of(tid) == getpid()) {
-                    /* Auto-attached through a seized thread's clone. */
+                    /* Auto-attached through a seized thread's clone: it starts in a stop
+                     * we have not reaped yet. */
+                    seized = false;
                 } else {
                     pid_t tracer = tracer_of(tid);
                     closedir(d);
@@ -385,7 +402,7 @@ static int seize_all(struct target *t, char *why, size_t whylen)
                     return -e;
                 }
             }
-            thread_add(t, tid)->born = true; /* PTRACE_SEIZE does not stop it */
+            thread_add(t, tid)->born = seized; /* PTRACE_SEIZE does not stop it */
             added++;
         }
         closedir(d);
@@ -414,9 +431,8 @@ int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **ou
     struct target *t = xcalloc(1, sizeof(*t));
     t->pid = pid;
     t->status_fd = -1;
-    pid_t tgid;
-    int r = read_ids(pid, t->uid, t->gid, &tgid);
-    if (r < 0) {
+    pid_t tgid = read_tgid(pid);
+    if (tgid < 0 || proc_creds_read(pid, &t->creds) < 0) {
         snprintf(why, whylen, "no such process: %d", pid);
         free(t);
         return -ESRCH;
@@ -428,11 +444,13 @@ int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **ou
     }
     char path[64], buf[4096];
     bool zombie = false;
-    if (read_thread_stat(pid, pid, t->comm, &zombie) < 0 || zombie) {
+    if (read_thread_stat(pid, pid, t->comm, &zombie) < 0) {
         snprintf(why, whylen, "no such process: %d", pid);
         free(t);
         return -ESRCH;
     }
+    /* A leader that called pthread_exit is a zombie while its other threads run: still a
+     * process to profile. */
     snprintf(path, sizeof(path), "/proc/%d/exe", pid);
     ssize_t n = readlink(path, buf, sizeof(buf) - 1);
     t->exe = xstrdup(n > 0 ? (buf[n] = '\0', buf) : t->comm);
@@ -449,7 +467,7 @@ int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **ou
     t->next = targets;
     targets = t;
 
-    r = seize_all(t, why, whylen);
+    int r = seize_all(t, why, whylen);
     if (r < 0) {
         /* Undo: release what we seized. They are running; interrupt each and detach at its
          * stop (target_detach does exactly that). */
@@ -481,6 +499,15 @@ int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **ou
 
 void target_resume(struct thread *th, int sig)
 {
+    /* Any ptrace stop clears a pending PTRACE_INTERRUPT (kernel/signal.c ptrace_stop: "any
+     * trap clears pending STOP trap"): a thread that stopped for something else (a clone, a
+     * signal) while our interrupt was on its way will not stop for it. Forget it; the
+     * thread is sampled at the next tick. (Asking again instead made every new thread's
+     * creator stop twice per clone.) */
+    if (th->interrupt_pending) {
+        th->interrupt_pending = false;
+        th->t->stats.skipped_pending++;
+    }
     if (ptrace(PTRACE_CONT, th->tid, 0, (long)sig) < 0 && errno != ESRCH)
         log_warn("PTRACE_CONT %d: %s", th->tid, strerror(errno));
 }
@@ -522,13 +549,21 @@ void target_detach(struct target *t, void (*done)(struct target *, void *, int),
      * parked with PTRACE_LISTEN is not one (the kernel refuses with ESRCH): interrupt it too,
      * and it re-traps at once with PTRACE_EVENT_STOP and its stop signal; the kernel then
      * puts it back into the group-stop on detach. Running threads are interrupted and
-     * detached at their stop, passing on any signal they stop for meanwhile. */
-    for (size_t i = 0; i < t->nthreads; i++) {
-        struct thread *th = t->threads[i];
-        if (th->interrupt_pending)
+     * detached at their stop, passing on any signal they stop for meanwhile. An interrupt
+     * is sent even if one is pending (a stop for something else may have cleared it). A
+     * thread that is gone (ESRCH) or a zombie leader (it never stops; the kernel releases
+     * it when the process is reaped) is dropped at once. */
+    for (size_t i = t->nthreads; i-- > 0;) {
+        if (i >= t->nthreads)
             continue;
-        /* ESRCH: already dead; its exit status will be reaped and finish the detach. */
-        ptrace(PTRACE_INTERRUPT, th->tid, 0, 0);
+        struct thread *th = t->threads[i];
+        bool zombie = false;
+        char name[16];
+        if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0 ||
+            (read_thread_stat(t->pid, th->tid, name, &zombie) == 0 && zombie)) {
+            thread_remove(th);
+            continue;
+        }
         th->interrupt_pending = true;
         th->interrupt_sent_ns = now_ns();
     }
@@ -565,13 +600,27 @@ static void target_exited(struct target *t, int status)
 static void target_execed(struct target *t, struct thread *th)
 {
     (void)th;
+    /* A set-user-ID program: as profd is privileged, the kernel let the exec raise the
+     * process's credentials, which it would not have done for an unprivileged tracer. The
+     * samples taken from now on are the privileged program's: mark the target so that only a
+     * client with CAP_SYS_PTRACE may read any of it, even after it drops them or exits. */
+    struct proc_creds now;
+    if (proc_creds_read(t->pid, &now) == 0) {
+        if (memcmp(now.uid, t->creds.uid, sizeof(now.uid)) ||
+            memcmp(now.gid, t->creds.gid, sizeof(now.gid)) || now.cap_prm != t->creds.cap_prm ||
+            now.dumpable != t->creds.dumpable) {
+            t->creds_changed = true;
+            log_info("process %d changed credentials at exec: its samples now need "
+                     "CAP_SYS_PTRACE", t->pid);
+        }
+        t->creds = now;
+    }
     while (t->nthreads)
         thread_remove(t->threads[0]);
     struct thread *leader = thread_add(t, t->pid);
     leader->born = true; /* it is in the exec stop right now */
     read_thread_stat(t->pid, t->pid, t->comm, NULL);
     memcpy(leader->name, t->comm, sizeof(leader->name));
-    remember_name(t, t->pid, leader->name, now_ns());
     char path[64], buf[4096];
     snprintf(path, sizeof(path), "/proc/%d/exe", t->pid);
     ssize_t n = readlink(path, buf, sizeof(buf) - 1);
@@ -595,18 +644,16 @@ static void target_execed(struct target *t, struct thread *th)
 
 /* A thread we do not know stopped: a new thread whose first stop arrived before its
  * creator's PTRACE_EVENT_CLONE. Adopt it into its process, or let it go. */
-static struct thread *adopt_unknown(pid_t tid)
+static struct thread *adopt_unknown(pid_t tid, int status)
 {
-    uid_t u[3];
-    gid_t g[3];
-    pid_t tgid;
-    if (read_ids(tid, u, g, &tgid) == 0) {
-        struct target *t = target_find(tgid);
-        if (t && t->state != T_EXITED)
-            return thread_add(t, tid);
-    }
-    /* Not one of our processes' threads (a clone() that made a new process): release it. */
-    ptrace(PTRACE_DETACH, tid, 0, 0);
+    pid_t tgid = read_tgid(tid);
+    struct target *t = tgid > 0 ? target_find(tgid) : NULL;
+    if (t && t->state != T_EXITED)
+        return thread_add(t, tid);
+    /* Not one of our processes' threads: a clone() without CLONE_THREAD made a new process,
+     * which the kernel attached to us. Release it, passing on a signal it stopped for. */
+    int sig = (unsigned)status >> 16 == 0 ? WSTOPSIG(status) : 0;
+    ptrace(PTRACE_DETACH, tid, 0, (long)sig);
     return NULL;
 }
 
@@ -660,7 +707,7 @@ void targets_handle_wait(pid_t tid, int status)
     if (!th) {
         if (!WIFSTOPPED(status))
             return; /* exit of a thread we already forgot (after exec or detach) */
-        th = adopt_unknown(tid);
+        th = adopt_unknown(tid, status);
         if (!th)
             return;
         th->t->maps_dirty = true;
@@ -734,7 +781,11 @@ void targets_handle_wait(pid_t tid, int status)
         return;
     case PTRACE_EVENT_CLONE: {
         unsigned long msg = 0;
-        if (ptrace(PTRACE_GETEVENTMSG, tid, 0, &msg) == 0 && !thread_find((pid_t)msg))
+        /* Only a thread of this process that still exists: clone() without CLONE_THREAD
+         * makes a new process (released at its first stop, in adopt_unknown), and a new
+         * thread whose first stop and exit were both handled already must not come back. */
+        if (ptrace(PTRACE_GETEVENTMSG, tid, 0, &msg) == 0 && !thread_find((pid_t)msg) &&
+            read_tgid((pid_t)msg) == t->pid)
             thread_add(t, (pid_t)msg);
         t->maps_dirty = true; /* its stack was mapped: re-read at the next tick */
         if (detaching)
@@ -744,7 +795,11 @@ void targets_handle_wait(pid_t tid, int status)
         return;
     }
     case PTRACE_EVENT_EXEC:
-        target_execed(t, th);
+        /* Reported under the process id once the execing thread took it over. */
+        if (tid == t->pid)
+            target_execed(t, th);
+        else
+            detach_thread(th, 0);
         return;
     case 0:
         /* Signal-delivery-stop: re-inject now, in this callback. */
@@ -789,7 +844,8 @@ void target_thread_refresh_name(struct thread *th)
         th->name_checks++;
     if (read_thread_stat(th->t->pid, th->tid, th->name, &zombie) == 0) {
         th->zombie = zombie;
-        remember_name(th->t, th->tid, th->name, now_ns());
+        if (zombie)
+            th->interrupt_pending = false; /* a zombie never stops */
     }
 }
 
@@ -799,13 +855,13 @@ static void refresh_threads(struct target *t, uint64_t now)
     for (size_t i = 0; i < t->nthreads; i++)
         target_thread_refresh_name(t->threads[i]);
     read_thread_stat(t->pid, t->pid, t->comm, NULL);
-    /* Forget names of threads gone for longer than the buffer holds samples. */
-    for (size_t i = 0; i < t->nnames;) {
-        if (t->names[i].last_seen_ns + t->buffer_ns < now && !thread_find(t->names[i].tid))
-            t->names[i] = t->names[--t->nnames];
-        else
-            i++;
-    }
+    /* Forget names of threads gone for longer than the buffer holds samples (order kept:
+     * the newest entry for a tid wins). */
+    size_t keep = 0;
+    for (size_t i = 0; i < t->nnames; i++)
+        if (t->names[i].last_seen_ns + t->buffer_ns >= now)
+            t->names[keep++] = t->names[i];
+    t->nnames = keep;
 }
 
 void targets_housekeeping(uint64_t now)
@@ -833,13 +889,15 @@ void targets_shutdown(uint64_t timeout_ns)
     struct target *next;
     for (struct target *t = targets; t; t = next) {
         next = t->next;
-        target_detach(t, NULL, NULL);
+        if (t->state != T_DETACHING) /* one already detaching answers its client when done */
+            target_detach(t, NULL, NULL);
     }
     uint64_t deadline = now_ns() + timeout_ns;
     while (targets && now_ns() < deadline) {
         targets_reap();
         if (!targets)
             break;
+        targets_collect();
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include "maps.h"
+#include "perms.h"
 #include "ring.h"
 #include "schedule.h"
 #include "stacks.h"
@@ -65,6 +66,7 @@ enum target_state {
     T_ATTACHED,
     T_DETACHING,
     T_EXITED, /* process gone; its samples stay readable until buffer expiry or detach */
+    T_GONE,   /* forgotten; memory freed after the current callback (targets_collect) */
 };
 
 struct target_stats {
@@ -96,8 +98,8 @@ struct target {
     enum target_state state;
     char comm[16];
     char *exe;
-    uid_t uid[3]; /* real, effective, saved at attach (for permission checks after exit) */
-    gid_t gid[3];
+    struct proc_creds creds; /* at attach, updated at exec: checked after the process exits */
+    bool creds_changed;      /* an exec changed them (set-user-ID): CAP_SYS_PTRACE needed */
     unsigned hz;
     uint64_t buffer_ns;
     uint64_t attach_ns;
@@ -147,6 +149,8 @@ struct target *target_find(pid_t pid);
 struct target *targets_first(void);
 size_t targets_count(void);
 
+/* Free forgotten targets: call when no callback holds one (an ev_check). */
+void targets_collect(void);
 /* Reap and handle every pending ptrace event (waitpid(-1, __WALL|WNOHANG) until empty). */
 void targets_reap(void);
 /* Handle one wait status of a traced thread. */

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 
 #include <libunwind-ptrace.h>
@@ -39,6 +40,13 @@ extern int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t as, unw_word_t ip
                                               unw_dyn_info_t *di, unw_proc_info_t *pi,
                                               int need_unwind_info, void *arg);
 
+/* Is [addr, addr + n) inside the snapshot? Written without addr + n, which a target can make
+ * wrap around (an rbp of 0xfffffffffffffff8 followed by libunwind's frame-chain guess). */
+static bool in_snapshot(const struct snapshot *s, uint64_t addr, uint64_t n)
+{
+    return addr >= s->base && s->len >= n && addr - s->base <= s->len - n;
+}
+
 /* Read one word of file-backed memory through the page cache. */
 static int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val)
 {
@@ -49,7 +57,7 @@ static int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val)
      * read live: anonymous memory (other stacks, heap) may have changed since the snapshot. */
     if (!m->path || (m->path[0] == '[' && strcmp(m->path, "[vdso]") != 0))
         return -UNW_EINVAL;
-    if (addr + sizeof(*val) > m->end)
+    if (addr > m->end - sizeof(*val)) /* maps entries are page-sized: no underflow */
         return -UNW_EINVAL;
     if (!u->pages) {
         u->pages = calloc(PAGE_CACHE_SLOTS, sizeof(*u->pages));
@@ -87,13 +95,13 @@ static int access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int
         return -UNW_EINVAL;
     (void)arg;
     struct snapshot *s = c->s;
-    if (addr >= s->base && addr + sizeof(*val) <= s->base + s->len) {
+    if (in_snapshot(s, addr, sizeof(*val))) {
         memcpy(val, s->data + (addr - s->base), sizeof(*val));
         if (addr + sizeof(*val) > s->max_read)
             s->max_read = addr + sizeof(*val);
         return 0;
     }
-    if (addr >= s->base + s->len && addr < s->base + s->len + 65536)
+    if (addr >= s->base && addr - s->base >= s->len && addr - s->base - s->len < 65536)
         s->short_copy = true; /* probably stack just above the copy */
     return read_cached(c->u, addr, val);
 }
@@ -139,8 +147,9 @@ static bool preceded_by_call(struct unwinder *u, uint64_t ret)
 static bool guess_bp(struct unwinder *u, struct snapshot *s, uint64_t from, uint64_t *bp)
 {
     uint64_t sp = from > s->regs.rsp ? from : s->regs.rsp;
-    uint64_t end = s->base + s->len;
-    for (uint64_t slot = (sp + 7) & ~7ull; slot + 16 <= end; slot += 8) {
+    if (sp < s->base || sp - s->base > s->len)
+        return false;
+    for (uint64_t slot = (sp + 7) & ~7ull; in_snapshot(s, slot, 16); slot += 8) {
         uint64_t saved, ret;
         memcpy(&saved, s->data + (slot - s->base), 8);
         memcpy(&ret, s->data + (slot + 8 - s->base), 8);
@@ -150,7 +159,7 @@ static bool guess_bp(struct unwinder *u, struct snapshot *s, uint64_t from, uint
             *bp = slot;
             return true;
         }
-        if (saved <= slot || saved + 16 > end || (saved & 7))
+        if (saved <= slot || !in_snapshot(s, saved, 16) || (saved & 7))
             continue;
         uint64_t ret2;
         memcpy(&ret2, s->data + (saved + 8 - s->base), 8);
@@ -298,7 +307,9 @@ static bool vdso_setup(struct unwinder *u, const struct map_entry *m)
     if (process_vm_readv(u->pid, &l, 1, &r, 1, 0) != (ssize_t)size || size < sizeof(Elf64_Ehdr))
         goto out;
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
-    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_phoff + (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) > size)
+    /* The image is the process's memory, which it can rewrite: check every offset. */
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_phoff > size ||
+        (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) > size - eh->e_phoff)
         goto out;
     const Elf64_Phdr *ph = (const Elf64_Phdr *)(img + eh->e_phoff);
     const Elf64_Phdr *load = NULL, *hdr = NULL;
@@ -308,7 +319,8 @@ static bool vdso_setup(struct unwinder *u, const struct map_entry *m)
         if (ph[i].p_type == PT_GNU_EH_FRAME)
             hdr = &ph[i];
     }
-    if (!load || !hdr || hdr->p_offset + hdr->p_filesz > size || hdr->p_filesz < 4)
+    if (!load || !hdr || hdr->p_offset > size || hdr->p_filesz > size - hdr->p_offset ||
+        hdr->p_filesz < 4)
         goto out;
     uint64_t bias = m->start + load->p_offset - load->p_vaddr;
     uint64_t hdr_addr = bias + hdr->p_vaddr;
@@ -457,8 +469,9 @@ void unwinder_flush(struct unwinder *u)
     u->vdso.tried = false;
 }
 
-int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int max,
-                    enum unwind_end *end)
+/* One libunwind pass over the snapshot's current registers. */
+static int unwind_pass(struct unwinder *u, struct snapshot *s, uint64_t *ips, int max,
+                       enum unwind_end *end)
 {
     struct uctx c = {.u = u, .s = s};
     unw_cursor_t cursor;
@@ -506,6 +519,53 @@ out:
         }
     }
     return n;
+}
+
+/* Just after a syscall instruction? (0f 05 before pc) */
+static bool after_syscall(struct unwinder *u, uint64_t pc)
+{
+    unw_word_t w;
+    if (pc < 8 || read_cached(u, pc - 8, &w) < 0)
+        return false;
+    return (w >> 48) == 0x050f;
+}
+
+int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int max,
+                    enum unwind_end *end)
+{
+    int n = unwind_pass(u, s, ips, max, end);
+    if (n != 1 || *end != UNWIND_TRUNCATED || max < 2)
+        return n;
+    /* The leaf has no unwind information. glibc's syscall stubs leave their syscall
+     * instruction and what follows it without CFI on purpose (clone3: parent and child
+     * both return there), so a thread stopped right after such a syscall is common.
+     * A new thread there has rax 0 from clone: it has not run a single instruction of its
+     * own, and this one frame is its whole stack. Otherwise, if the word at sp is a return
+     * address (in code, just after a call), the leaf pushed nothing: step to its caller by
+     * hand and let libunwind go on from there. */
+    uint64_t pc = s->regs.rip, sp = s->regs.rsp;
+    if (s->full_regs && s->regs.rax == 0 &&
+        ((long)s->regs.orig_rax == SYS_clone || (long)s->regs.orig_rax == SYS_clone3) &&
+        after_syscall(u, pc)) {
+        *end = UNWIND_COMPLETE;
+        return 1;
+    }
+    uint64_t ret;
+    if (!in_snapshot(s, sp, 8))
+        return n;
+    memcpy(&ret, s->data + (sp - s->base), 8);
+    if (!is_code(u, ret) || !preceded_by_call(u, ret))
+        return n;
+    struct user_regs_struct saved = s->regs;
+    s->regs.rip = ret;
+    s->regs.rsp = sp + 8;
+    int m = unwind_pass(u, s, ips + 1, max - 1, end);
+    s->regs = saved;
+    if (m == 0) {
+        *end = UNWIND_TRUNCATED;
+        return 1;
+    }
+    return 1 + m;
 }
 
 int snapshot_copy_stack(pid_t tid, uint64_t sp, uint64_t limit, struct snapshot *s)
