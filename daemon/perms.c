@@ -8,18 +8,53 @@
 #include <sys/socket.h>
 #include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "util.h"
 
-/* Capabilities of a process from /proc/PID/status, 0 if unreadable. */
-static uint64_t read_cap(pid_t pid, const char *field)
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5 */
+#endif
+
+/* Same user namespace as the daemon? Capabilities count only there: inside a namespace of
+ * its own (unshare -r) any user holds every capability, over nothing of ours. */
+static bool same_userns(pid_t pid)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/status", pid);
-    if (read_file(path, buf, sizeof(buf)) < 0)
+    char path[64];
+    struct stat a, b;
+    snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
+    return stat(path, &a) == 0 && stat("/proc/self/ns/user", &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
+/* The client's effective capabilities, as they bear on our processes: 0 unless they can be
+ * read for certain. They come from /proc/PID/status by pid, so hold the process first
+ * (SO_PEERPIDFD, else pidfd_open at once) and check it still lives after the read, so a pid
+ * reused meanwhile cannot lend its capabilities; the status must also show the uid that
+ * SO_PEERCRED gave. */
+static uint64_t peer_caps(int fd, const struct ucred *uc)
+{
+    int pidfd = -1;
+    socklen_t len = sizeof(pidfd);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0)
+        pidfd = (int)syscall(SYS_pidfd_open, uc->pid, 0);
+    if (pidfd < 0)
         return 0;
-    const char *p = strstr(buf, field);
-    return p ? strtoull(p + strlen(field), NULL, 16) : 0;
+    uint64_t caps = 0;
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/status", uc->pid);
+    if (read_file(path, buf, sizeof(buf)) >= 0) {
+        const char *u = strstr(buf, "\nUid:"), *c = strstr(buf, "\nCapEff:");
+        unsigned long real, eff;
+        if (u && c && sscanf(u + 5, "%lu %lu", &real, &eff) == 2 && eff == uc->uid &&
+            same_userns(uc->pid))
+            caps = strtoull(c + 8, NULL, 16);
+    }
+    if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
+        caps = 0; /* it exited: what we read may be another process's */
+    close(pidfd);
+    return caps;
 }
 
 int peer_from_socket(int fd, struct peer *p)
@@ -31,7 +66,7 @@ int peer_from_socket(int fd, struct peer *p)
     p->pid = uc.pid;
     p->uid = uc.uid;
     p->gid = uc.gid;
-    p->cap_eff = read_cap(uc.pid, "\nCapEff:");
+    p->cap_eff = peer_caps(fd, &uc);
     return 0;
 }
 

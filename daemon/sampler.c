@@ -88,7 +88,7 @@ static void push(struct target *t, struct thread *th, uint64_t tick_ns, uint32_t
  * copy is still valid. */
 static void learn_stack_top(struct thread *th, enum unwind_end end);
 
-static uint32_t unwind_and_intern(struct target *t, struct thread *th)
+static uint32_t unwind_and_intern(struct target *t, struct thread *th, enum unwind_end *endp)
 {
     enum unwind_end end;
     t->unw.maps_miss = false;
@@ -101,6 +101,10 @@ static uint32_t unwind_and_intern(struct target *t, struct thread *th)
             n = unwinder_unwind(&t->unw, &snap, ips, UNWIND_MAX_FRAMES, &end);
     }
     learn_stack_top(th, end);
+    if (t->unw.maps_miss)
+        t->maps_dirty = true; /* code we do not know yet: re-read the maps soon */
+    if (endp)
+        *endp = end;
     if (n == 0) {
         /* Not even the pc: record the pc alone so the time is not lost. */
         ips[0] = snap.regs.rip;
@@ -258,11 +262,18 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
             continue;
         }
         observe_blocked(th, &si, pcount, tick_ns);
-        th->stop_eintr = false;
-        uint32_t id = unwind_and_intern(t, th);
+        if (th->stop_eintr && run - th->stop_eintr_run_ns >= PAST_STOP_EINTR_NS)
+            th->stop_eintr = false; /* blocked again since: past the job-control EINTR */
+        enum unwind_end end;
+        uint32_t id = unwind_and_intern(t, th, &end);
         if (id == STACK_NONE)
             return false;
-        set_last(th, id, run, pcount);
+        /* Only a complete stack is worth reusing while the thread stays blocked: a truncated
+         * one (code mapped after the maps were read, say) is taken again next time. */
+        if (end == UNWIND_COMPLETE)
+            set_last(th, id, run, pcount);
+        else
+            sampler_thread_reset(th);
         push(t, th, tick_ns, id);
         t->stats.samples_blocked++;
         young_name(th);
@@ -473,7 +484,7 @@ void sampler_on_stop(struct thread *th)
         t->stats.failed_copy++;
         return;
     }
-    uint32_t id = unwind_and_intern(t, th);
+    uint32_t id = unwind_and_intern(t, th, NULL);
     if (id == STACK_NONE)
         return;
     push(t, th, th->sample_tick_ns, id);

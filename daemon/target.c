@@ -245,11 +245,26 @@ static bool same_mapping(const struct map_entry *a, const struct map_entry *b)
            a->inode == b->inode && a->prot == b->prot;
 }
 
+/* A thread whose /proc files show the process's memory: the leader, unless it called
+ * pthread_exit (a zombie leader's maps read empty), then any live thread. */
+static pid_t mm_tid(const struct target *t)
+{
+    const struct thread *leader = thread_find(t->pid);
+    if ((!leader || leader->zombie) && t->nthreads) {
+        for (size_t i = 0; i < t->nthreads; i++)
+            if (!t->threads[i]->zombie)
+                return t->threads[i]->tid;
+    }
+    return t->pid;
+}
+
 int target_refresh_maps(struct target *t)
 {
     struct maps nm;
     t->maps_read_ns = now_ns();
-    int r = maps_read(t->pid, true, &t->maps, &nm);
+    pid_t tid = mm_tid(t);
+    unwinder_set_tid(&t->unw, tid);
+    int r = maps_read(tid, true, &t->maps, &nm);
     if (r < 0)
         return r;
     bool changed = nm.n != t->maps.n;
@@ -269,6 +284,14 @@ int target_refresh_maps(struct target *t)
             code_gone = true;
         i++;
     }
+    /* New code (dlopen)? */
+    bool code_added = false;
+    for (size_t k = 0; k < nm.n && !code_added; k++) {
+        if (!(nm.v[k].prot & MAP_PROT_X))
+            continue;
+        const struct map_entry *o = maps_find(&t->maps, nm.v[k].start);
+        code_added = !o || !same_mapping(o, &nm.v[k]);
+    }
     maps_finish(&t->maps);
     t->maps = nm;
     t->maps_dirty = false;
@@ -276,6 +299,11 @@ int target_refresh_maps(struct target *t)
     if (code_gone) {
         /* Code unmapped (dlclose): cached unwind rules for its addresses may now be wrong. */
         unwinder_flush(&t->unw);
+    }
+    if (code_gone || code_added) {
+        /* Stacks kept for threads that have not run were unwound against the old code. */
+        for (size_t k = 0; k < t->nthreads; k++)
+            sampler_thread_reset(t->threads[k]);
     }
     return changed ? 1 : 0;
 }
@@ -482,9 +510,9 @@ int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **ou
     }
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     t->status_fd = open(path, O_RDONLY | O_CLOEXEC);
-    maps_read(pid, true, NULL, &t->maps);
+    maps_read(mm_tid(t), true, NULL, &t->maps);
     epoch_merge(t, &t->maps);
-    r = unwinder_init(&t->unw, pid, &t->maps);
+    r = unwinder_init(&t->unw, mm_tid(t), &t->maps);
     if (r < 0) {
         snprintf(why, whylen, "cannot set up unwinding: %s", strerror(-r));
         target_detach(t, NULL, NULL);

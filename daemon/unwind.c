@@ -530,6 +530,14 @@ static bool after_syscall(struct unwinder *u, uint64_t pc)
     return (w >> 48) == 0x050f;
 }
 
+void unwinder_set_tid(struct unwinder *u, pid_t tid)
+{
+    if (u->pid == tid || !u->as)
+        return;
+    u->pid = tid;
+    unwinder_flush(u);
+}
+
 int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int max,
                     enum unwind_end *end)
 {

@@ -60,6 +60,9 @@ int unwinder_init(struct unwinder *u, pid_t pid, const struct maps *maps);
 void unwinder_finish(struct unwinder *u);
 /* Forget everything cached about the process's code (after exec, dlclose, ...). */
 void unwinder_flush(struct unwinder *u);
+/* Read the process's memory and maps through thread tid (when the leader is a zombie, its
+ * own /proc files show no memory). Flushes if it changes. */
+void unwinder_set_tid(struct unwinder *u, pid_t tid);
 
 enum unwind_end {
     UNWIND_COMPLETE,  /* reached the outermost frame (libunwind step returned 0) */

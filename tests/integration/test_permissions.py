@@ -318,6 +318,36 @@ with Daemon() as d, Program("busy", 1, user=NOBODY) as mine, Program("busy", 1) 
     if traced(other.pid):
         d.ctl("detach", other.pid)
 
+    # nobody in a user namespace of its own holds every capability there, over nothing of
+    # ours: it must still be refused.
+    def nobody_in_userns():
+        import ctypes
+        drop_to(NOBODY)
+        libc = ctypes.CDLL(None, use_errno=True)
+        CLONE_NEWUSER = 0x10000000
+        if libc.unshare(CLONE_NEWUSER) != 0:
+            return {"skip": os.strerror(ctypes.get_errno())}
+        with open("/proc/self/status") as f:
+            capeff = f.read().split("CapEff:")[1].split()[0]
+        c = RawClient(d.socket)
+        att = c.call({"cmd": "attach", "pid": other.pid})
+        sl = c.call({"cmd": "slice", "pid": mine.pid, "last_ns": 10**9})
+        c.close()
+        return {"capeff": capeff, "attach": att, "slice": sl}
+    out = in_child(nobody_in_userns)
+    if "skip" in out:
+        log("not checked: unprivileged user namespaces are not available here (%s)" % out["skip"])
+    else:
+        check("exception" not in out and int(out["capeff"], 16) != 0,
+              "(set-up) nobody in its own user namespace shows capabilities (%s)"
+              % (out.get("capeff") or out.get("exception")))
+        expect(out["attach"].get("error", {}).get("code") == "permission_denied",
+               "nobody with every capability of its own user namespace: attach of root's "
+               "process -> permission_denied (got %s)" % (out["attach"].get("error") or "attached"))
+        expect("result" in out["slice"], "... but its own process stays its own (slice works)")
+        if traced(other.pid):
+            d.ctl("detach", other.pid)
+
     d.ctl("detach", mine.pid, user=NOBODY)
     check(not traced(mine.pid), "nobody detaches its own process")
 
