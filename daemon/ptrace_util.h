@@ -52,3 +52,17 @@ bool sysc_restartable(long nr);
  * target's memory and is read with process_vm_readv. Returns true if regs were changed
  * (the caller must PTRACE_SETREGS). */
 bool sysc_repair_eintr(pid_t tid, struct user_regs_struct *regs, uint64_t elapsed_ns);
+
+/* The whole timeout of the restartable call in regs, in ns: epoll_ms (its original int
+ * timeout, for the epoll waits), the timespec of epoll_pwait2 or rt_sigtimedwait (read from
+ * the target's memory), or for socket calls the socket's SO_RCVTIMEO / SO_SNDTIMEO (read
+ * through a copy of the target's descriptor, pidfd_getfd on pidfd). -1 if it waits without
+ * a timeout or the timeout cannot be known. */
+int64_t sysc_timeout_ns(pid_t tid, int pidfd, const struct user_regs_struct *regs, int epoll_ms);
+
+/* Repair regs of a call that an ignored signal made fail with EINTR, knowing it has waited
+ * waited_ns of a timeout_ns timeout (-1: none): if the time is up, complete it as timed out
+ * (0 for the epoll waits, -EAGAIN for socket calls and rt_sigtimedwait), as it would have
+ * natively; otherwise restart it, an epoll wait with what is left of its timeout (rounded
+ * up to the millisecond: never early). Returns true if regs changed. */
+bool sysc_repair_ignored(struct user_regs_struct *regs, uint64_t waited_ns, int64_t timeout_ns);

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -380,6 +381,8 @@ static void target_destroy(struct target *t)
     unwinder_finish(&t->unw);
     if (t->status_fd >= 0)
         close(t->status_fd);
+    if (t->pidfd >= 0)
+        close(t->pidfd);
     free(t->names);
     free(t->exe);
     free(t);
@@ -459,6 +462,7 @@ int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **ou
     struct target *t = xcalloc(1, sizeof(*t));
     t->pid = pid;
     t->status_fd = -1;
+    t->pidfd = -1;
     pid_t tgid = read_tgid(pid);
     if (tgid < 0 || proc_creds_read(pid, &t->creds) < 0) {
         snprintf(why, whylen, "no such process: %d", pid);
@@ -510,6 +514,7 @@ int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **ou
     }
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     t->status_fd = open(path, O_RDONLY | O_CLOEXEC);
+    t->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     maps_read(mm_tid(t), true, NULL, &t->maps);
     epoch_merge(t, &t->maps);
     r = unwinder_init(&t->unw, mm_tid(t), &t->maps);
@@ -611,6 +616,9 @@ static void target_exited(struct target *t, int status)
     if (t->status_fd >= 0)
         close(t->status_fd);
     t->status_fd = -1;
+    if (t->pidfd >= 0)
+        close(t->pidfd);
+    t->pidfd = -1;
     if (t->state == T_DETACHING) {
         detach_finished(t);
         return;
@@ -685,6 +693,12 @@ static struct thread *adopt_unknown(pid_t tid, int status)
     return NULL;
 }
 
+/* Between two repairs of one call the thread is scheduled in exactly twice: when our
+ * PTRACE_CONT resumes it to restart the call, and when the next signal wakes it. Any other
+ * wake-up (the call finishing, a new call) means it may be a new call. Measured with
+ * schedstat's pcount. */
+#define CHAIN_WAKEUPS 2
+
 /* The kernel can rewrite an ignored signal's interruption into a restart: the program
  * would never have been woken without the tracer (traced threads get even ignored
  * signals, which interrupt their system calls). */
@@ -705,17 +719,40 @@ static void repair_ignored_signal(struct thread *th, int sig)
     uint64_t ign, cgt;
     if (proc_read_sigdisp(t->status_fd, &ign, &cgt) < 0 || !sig_is_ignored(ign, cgt, sig))
         return;
-    /* How long has it waited? If we saw it blocked in this very call and it has run exactly
-     * once since (this wake-up), at least since then. */
-    uint64_t elapsed = 0, run, pcount;
-    if (th->blk_valid && th->blk_nr == (long)regs.orig_rax &&
-        proc_read_schedstat(th->schedstat_fd, &run, &pcount) == 0 &&
-        pcount == th->blk_pcount + 1 && th->blk_args[0] == regs.rdi &&
-        th->blk_args[1] == regs.rsi && th->blk_args[2] == regs.rdx)
-        elapsed = now_ns() - th->blk_since_ns;
-    if (sysc_repair_eintr(th->tid, &regs, elapsed) &&
+    /* How long has this call waited? Signals can keep coming, each restarting it: a chain
+     * of repairs of the same call (same number and first arguments, and no other wake-up
+     * of the thread in between: CHAIN_WAKEUPS) is measured from its first start, so the
+     * call still ends when its timeout is up instead of being postponed for as long as the
+     * signals come. The first start is known at least from our own observation of the
+     * thread blocked there (and it having woken once since, for this signal); else the
+     * signal's arrival is taken, and the call may end late by what it waited before. */
+    uint64_t now = now_ns(), run = 0, pcount = 0;
+    long nr = (long)regs.orig_rax;
+    bool have_sched = proc_read_schedstat(th->schedstat_fd, &run, &pcount) == 0;
+    bool same = th->chain_valid && th->chain_nr == nr && th->chain_args[0] == regs.rdi &&
+                th->chain_args[1] == regs.rsi && th->chain_args[2] == regs.rdx && have_sched &&
+                pcount == th->chain_pcount + CHAIN_WAKEUPS;
+    if (!same) {
+        uint64_t elapsed = 0;
+        if (th->blk_valid && th->blk_nr == nr && have_sched && pcount == th->blk_pcount + 1 &&
+            th->blk_args[0] == regs.rdi && th->blk_args[1] == regs.rsi &&
+            th->blk_args[2] == regs.rdx)
+            elapsed = now - th->blk_since_ns;
+        th->chain_valid = true;
+        th->chain_nr = nr;
+        th->chain_args[0] = regs.rdi;
+        th->chain_args[1] = regs.rsi;
+        th->chain_args[2] = regs.rdx;
+        th->chain_start_ns = now - elapsed;
+        th->chain_epoll_ms = (int)regs.r10;
+    }
+    th->chain_pcount = pcount;
+    int64_t timeout = sysc_timeout_ns(th->tid, t->pidfd, &regs, th->chain_epoll_ms);
+    if (sysc_repair_ignored(&regs, now - th->chain_start_ns, timeout) &&
         ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0)
         t->stats.eintr_repaired++;
+    if ((long)regs.rax != -KERNEL_ERESTARTNOHAND)
+        th->chain_valid = false; /* completed: the next call is a new one */
 }
 
 /* In the stop that our PTRACE_INTERRUPT caused: an epoll wait or a socket call with a

@@ -39,6 +39,13 @@ struct thread {
     uint64_t blk_args[6];
     uint64_t blk_pcount;
     uint64_t blk_since_ns;
+    /* The call that ignored signals keep interrupting (see repair_ignored_signal). */
+    bool chain_valid;
+    long chain_nr;
+    uint64_t chain_args[3];
+    uint64_t chain_start_ns;
+    uint64_t chain_pcount;
+    int chain_epoll_ms;
     bool zombie;                /* leader that called pthread_exit: no more samples */
     bool born;                  /* past its first stop (threads new to ptrace start in one) */
     bool stop_eintr;            /* a job-control stop (not us) made its wait fail with EINTR */
@@ -120,6 +127,7 @@ struct target {
     struct unwinder unw;
     struct sched sched;
     int status_fd;          /* /proc/PID/status (signal dispositions) */
+    int pidfd;              /* pidfd_open of the process (to read its sockets' timeouts) */
 
     struct thread_name *names;
     size_t nnames, cap_names;

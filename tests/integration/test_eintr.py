@@ -61,6 +61,23 @@ def run(prog):
                   % (prog, name, good, total, fn))
         check(any(s.startswith("ctl;_start;") and ";main;" in s for s in prof),
               "%s: the main thread's read() shows a complete stack from _start" % prog)
+        # A storm of ignored signals, one every 10 ms at the threads waiting with a 50 ms
+        # timeout: each restart must not start the timeout over, or the waits would never
+        # end; they must end on time, not early, and never with EINTR.
+        before = p.report()
+        t_end = time.monotonic() + 1.5
+        while time.monotonic() < t_end:
+            for name in ("epoll", "accept", "select"):
+                tgkill(p.pid, p.tids[name], signal.SIGWINCH)
+            time.sleep(0.01)
+        after = p.report()
+        for k in ("epoll", "accept", "select"):
+            calls = after["calls_" + k] - before["calls_" + k]
+            check(calls >= 15, "%s: under a SIGWINCH every 10 ms, %s's 50 ms waits still end "
+                  "on time (%d in 1.5 s, about 30 expected)" % (prog, k, calls))
+        for k in after:
+            if k.startswith("eintr") or k.startswith("early"):
+                check(after[k] == before[k], "%s: no %s during the storm" % (prog, k))
         check(p.alive(), "%s: still running" % prog)
         p.send("exit")
 

@@ -6,6 +6,8 @@
 #include "util.h"
 
 #include <errno.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -458,6 +460,69 @@ static void test_live_threads(void)
     close(b.pipe[1]);
 }
 
+/* The repair of a call an ignored signal interrupted, knowing its whole timeout and how
+ * long it has waited (across restarts): restart with what is left, or end it as its timeout
+ * would (0 for epoll, -EAGAIN for socket calls and rt_sigtimedwait); never early. */
+static void test_repair_ignored(void)
+{
+    struct user_regs_struct r = eintr_regs(SYS_epoll_wait), orig = r;
+    CHECK(sysc_repair_ignored(&r, 20 * NS_PER_MS, 50 * (int64_t)NS_PER_MS));
+    CHECK_U64(r.rax, RESTART);
+    CHECK_U64(r.r10, 30);
+    CHECK(others_same(&r, &orig));
+    r = eintr_regs(SYS_epoll_pwait);
+    CHECK(sysc_repair_ignored(&r, 20 * NS_PER_MS + 1, 50 * (int64_t)NS_PER_MS));
+    CHECK_U64(r.r10, 30); /* 29.999999 ms left: rounded up, never early */
+    r = eintr_regs(SYS_epoll_wait);
+    CHECK(sysc_repair_ignored(&r, 50 * NS_PER_MS, 50 * (int64_t)NS_PER_MS));
+    CHECK_U64(r.rax, 0);
+    r = eintr_regs(SYS_epoll_wait);
+    orig = r;
+    CHECK(sysc_repair_ignored(&r, 3600 * NS_PER_SEC, -1)); /* no timeout: restart as is */
+    CHECK_U64(r.rax, RESTART);
+    CHECK_U64(r.r10, orig.r10);
+    static const long timed[] = {SYS_accept, SYS_recvfrom, SYS_read, SYS_sendmsg,
+                                 SYS_rt_sigtimedwait};
+    for (size_t k = 0; k < ARRAY_SIZE(timed); k++) {
+        r = eintr_regs(timed[k]);
+        orig = r;
+        CHECK(sysc_repair_ignored(&r, 10 * NS_PER_MS, 52 * (int64_t)NS_PER_MS));
+        CHECK_U64(r.rax, RESTART);
+        CHECK_U64(r.r10, orig.r10);
+        r = eintr_regs(timed[k]);
+        CHECK(sysc_repair_ignored(&r, 60 * NS_PER_MS, 52 * (int64_t)NS_PER_MS));
+        CHECK_U64(r.rax, (uint64_t)-EAGAIN);
+    }
+    r = eintr_regs(SYS_close); /* never restarted */
+    orig = r;
+    CHECK(!sysc_repair_ignored(&r, 0, -1));
+    CHECK(!memcmp(&r, &orig, sizeof(r)));
+}
+
+/* The timeout of a live socket call, read through a copy of the descriptor. */
+static void test_timeout_of_own_socket(void)
+{
+    int sv[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    struct timeval tv = {0, 250000};
+    REQUIRE(setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0);
+    int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    REQUIRE(pidfd >= 0);
+    struct user_regs_struct r = eintr_regs(SYS_recvfrom);
+    r.rdi = (uint64_t)sv[0];
+    int64_t t = sysc_timeout_ns(getpid(), pidfd, &r, 0);
+    /* The kernel keeps socket timeouts in jiffies: 250 ms may read back a tick longer. */
+    CHECK(t >= 250 * (int64_t)NS_PER_MS && t < 260 * (int64_t)NS_PER_MS);
+    r.orig_rax = SYS_sendto; /* no SO_SNDTIMEO set */
+    CHECK(sysc_timeout_ns(getpid(), pidfd, &r, 0) == -1);
+    r = eintr_regs(SYS_epoll_wait);
+    CHECK(sysc_timeout_ns(getpid(), pidfd, &r, 70) == 70 * (int64_t)NS_PER_MS);
+    CHECK(sysc_timeout_ns(getpid(), pidfd, &r, -1) == -1);
+    close(pidfd);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 int main(void)
 {
     RUN(test_sysc_parse_kernel_formats);
@@ -466,6 +531,8 @@ int main(void)
     RUN(test_repair_epoll_timeouts);
     RUN(test_repair_leaves_others_alone);
     RUN(test_repair_epoll_pwait2);
+    RUN(test_repair_ignored);
+    RUN(test_timeout_of_own_socket);
     RUN(test_readers_on_known_text);
     RUN(test_sigdisp_of_self);
     RUN(test_live_threads);
