@@ -161,7 +161,10 @@ static int may_access(const struct client *c, const struct target *t, pid_t pid,
                               "CAP_SYS_PTRACE", pid);
         return -EPERM;
     }
-    return perms_check(&c->peer, &cr, why, whylen);
+    int r = perms_check(&c->peer, &cr, why, whylen);
+    if (r == 0 && live && (!t || t->state != T_EXITED))
+        r = perms_check_yama(&c->peer, pid, why, whylen);
+    return r;
 }
 
 static cJSON *cmd_list(struct request *r)
@@ -241,12 +244,24 @@ static cJSON *cmd_attach(struct request *r)
     if (targets_count() >= server_cfg.max_targets)
         return proto_error_reply(r->id, PE_LIMIT, "profd already follows %u processes",
                                  server_cfg.max_targets);
+    if (!(r->c->peer.cap_eff & (1ull << CAP_SYS_PTRACE))) {
+        /* One user must not take every slot from the others. */
+        unsigned mine = 0;
+        for (struct target *k = targets_first(); k; k = k->next)
+            mine += k->owner_uid == r->c->peer.uid;
+        if (mine >= server_cfg.max_targets_per_user)
+            return proto_error_reply(r->id, PE_LIMIT,
+                                     "uid %u already has %u processes attached (the most "
+                                     "per user)",
+                                     r->c->peer.uid, server_cfg.max_targets_per_user);
+    }
     char why[256];
     struct target *t;
     int e = target_attach(r->pid, (unsigned)hz, buffer_ns, &t, why, sizeof(why));
     if (e < 0)
         return proto_error_reply(r->id, errno_code(-e), "%s",
                                  why[0] ? why : strerror(-e));
+    t->owner_uid = r->c->peer.uid;
     log_info("client pid %d (uid %u) attached %d", r->c->peer.pid, r->c->peer.uid, r->pid);
     return result_reply(r->id, target_summary(t, now_ns()));
 }

@@ -35,6 +35,8 @@ static void usage(FILE *f)
             "      --buffer SECONDS  default sample buffer length (60)\n"
             "      --max-hz N        highest rate a client may ask for (10000)\n"
             "      --max-targets N   most processes followed at once (256)\n"
+            "      --max-targets-per-user N\n"
+            "                        most of them one user without CAP_SYS_PTRACE may attach (32)\n"
             "      --max-stack KIB   most stack copied per sample (512)\n"
             "  -v, --verbose         debug logging\n"
             "  -V, --version         print the version\n"
@@ -91,6 +93,7 @@ int main(int argc, char **argv)
         {"max-hz", required_argument, NULL, 3},
         {"max-targets", required_argument, NULL, 4},
         {"max-stack", required_argument, NULL, 5},
+        {"max-targets-per-user", required_argument, NULL, 6},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -104,6 +107,7 @@ int main(int argc, char **argv)
     server_cfg.max_hz = 10000;
     server_cfg.max_buffer_ns = 3600 * NS_PER_SEC;
     server_cfg.max_targets = 256;
+    server_cfg.max_targets_per_user = 32;
     int c;
     while ((c = getopt_long(argc, argv, "s:vVh", opts, NULL)) != -1) {
         switch (c) {
@@ -128,6 +132,10 @@ int main(int argc, char **argv)
             break;
         case 5:
             max_stack_kib = parse_uint_opt("--max-stack", optarg, 8, 65536);
+            break;
+        case 6:
+            server_cfg.max_targets_per_user =
+                parse_uint_opt("--max-targets-per-user", optarg, 1, 65536);
             break;
         case 'v':
             log_set_level(LOG_LVL_DEBUG);

@@ -99,6 +99,47 @@ int proc_creds_read(pid_t pid, struct proc_creds *c)
     return 0;
 }
 
+/* Yama's ptrace_scope (0 if Yama is absent). */
+static int yama_scope(void)
+{
+    char buf[16];
+    if (read_file("/proc/sys/kernel/yama/ptrace_scope", buf, sizeof(buf)) <= 0)
+        return 0;
+    return atoi(buf);
+}
+
+/* Is pid a descendant of ancestor? (walks PPid through /proc) */
+static bool descends_from(pid_t pid, pid_t ancestor)
+{
+    for (int depth = 0; pid > 1 && depth < 4096; depth++) {
+        char path[64], buf[4096];
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        if (read_file(path, buf, sizeof(buf)) < 0)
+            return false;
+        const char *pp = strstr(buf, "\nPPid:");
+        if (!pp)
+            return false;
+        pid = (pid_t)strtol(pp + 7, NULL, 10);
+        if (pid == ancestor)
+            return true;
+    }
+    return false;
+}
+
+int perms_check_yama(const struct peer *p, pid_t target, char *why, size_t whylen)
+{
+    if (p->cap_eff & (1ull << CAP_SYS_PTRACE))
+        return 0;
+    int scope = yama_scope();
+    if (scope >= 2 || (scope == 1 && !descends_from(target, p->pid))) {
+        snprintf(why, whylen, "permission denied: kernel.yama.ptrace_scope is %d, which lets "
+                              "you trace %s",
+                 scope, scope == 1 ? "only your own descendants" : "nothing without CAP_SYS_PTRACE");
+        return -EPERM;
+    }
+    return 0;
+}
+
 int perms_check(const struct peer *p, const struct proc_creds *c, char *why, size_t whylen)
 {
     /* What makes root all-powerful here is what makes it so for ptrace: CAP_SYS_PTRACE.

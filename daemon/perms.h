@@ -33,3 +33,6 @@ int proc_creds_read(pid_t pid, struct proc_creds *c);
  * ones, the target must be dumpable, and it must hold no capability the client lacks.
  * Returns 0 or -EPERM with a reason in why. */
 int perms_check(const struct peer *p, const struct proc_creds *c, char *why, size_t whylen);
+/* The Yama LSM's restriction on top (kernel.yama.ptrace_scope): 1 allows a client without
+ * CAP_SYS_PTRACE only its own descendants, 2 and 3 nothing. Returns 0 or -EPERM. */
+int perms_check_yama(const struct peer *p, pid_t target, char *why, size_t whylen);

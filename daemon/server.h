@@ -44,6 +44,7 @@ struct server_config {
     unsigned max_hz;
     uint64_t max_buffer_ns;
     unsigned max_targets;
+    unsigned max_targets_per_user; /* for clients without CAP_SYS_PTRACE */
 };
 
 extern struct server_config server_cfg;

@@ -110,6 +110,7 @@ struct target {
     unsigned hz;
     uint64_t buffer_ns;
     uint64_t attach_ns;
+    uid_t owner_uid;        /* uid of the client that attached it */
     uint64_t exit_ns;
     int exit_status;        /* wait status of the leader */
 
