@@ -251,8 +251,8 @@ static cJSON *cmd_attach(struct request *r)
             mine += k->owner_uid == r->c->peer.uid;
         if (mine >= server_cfg.max_targets_per_user)
             return proto_error_reply(r->id, PE_LIMIT,
-                                     "uid %u already has %u processes attached (the most "
-                                     "per user)",
+                                     "uid %u has reached the limit per user of %u "
+                                     "attached processes",
                                      r->c->peer.uid, server_cfg.max_targets_per_user);
     }
     char why[256];

@@ -93,7 +93,8 @@ struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint6
      * for a tid, which the builder takes, is the most recent. */
     job->nnames = t->nnames + t->nthreads;
     job->names = xmalloc((job->nnames ? job->nnames : 1) * sizeof(*job->names));
-    memcpy(job->names, t->names, t->nnames * sizeof(*job->names));
+    if (t->nnames)
+        memcpy(job->names, t->names, t->nnames * sizeof(*job->names));
     for (size_t i = 0; i < t->nthreads; i++) {
         struct thread_name *tn = &job->names[t->nnames + i];
         tn->tid = t->threads[i]->tid;

@@ -155,6 +155,14 @@ class Daemon:
         rc = self.stop()
         if exc[0] is None and os.environ.get("PROFD_WRAPPER") and rc not in (0, None):
             fail("profd under wrapper exited with %s:\n%s" % (rc, self.log()[-4000:]))
+        if exc[0] is None:
+            text = self.log()
+            for marker in ("runtime error:", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer"):
+                if marker in text:
+                    fail("the sanitizer reported in profd's log:\n" + text[-6000:])
+        if exc[0] is not None and not (exc[0] is SystemExit and exc[1].code in (0, SKIP)):
+            # The test failed: what the daemon said is usually why.
+            log("---- profd (exit %s) log, last 6000 bytes ----\n%s" % (rc, self.log()[-6000:]))
         return False
 
 

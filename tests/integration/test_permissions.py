@@ -351,5 +351,23 @@ with Daemon() as d, Program("busy", 1, user=NOBODY) as mine, Program("busy", 1) 
     d.ctl("detach", mine.pid, user=NOBODY)
     check(not traced(mine.pid), "nobody detaches its own process")
 
+# 5. One user cannot take every slot: --max-targets-per-user counts a user's attaches (not
+# root's, which holds CAP_SYS_PTRACE).
+with Daemon("--max-targets-per-user", "1") as d, Program("busy", 1, user=NOBODY) as a, \
+        Program("busy", 1, user=NOBODY) as b, Program("busy", 1) as roots:
+    d.ctl("attach", a.pid, user=NOBODY)
+    r = d.ctl("attach", b.pid, user=NOBODY, check_rc=False)
+    expect(r.returncode != 0 and "per user" in r.stderr and one_line(r.stderr)
+           and not traced(b.pid),
+           "nobody's second attach with --max-targets-per-user 1 is refused in one line, "
+           "naming the limit (%d: %r)" % (r.returncode, r.stderr))
+    r = d.ctl("attach", roots.pid, check_rc=False)
+    expect(r.returncode == 0, "root's attach is not counted against nobody's quota (%d: %r)"
+           % (r.returncode, r.stderr))
+    d.ctl("detach", a.pid, user=NOBODY)
+    r = d.ctl("attach", b.pid, user=NOBODY, check_rc=False)
+    expect(r.returncode == 0, "after nobody detaches one, its next attach succeeds (%d: %r)"
+           % (r.returncode, r.stderr))
+
 if problems:
     fail("%d problem(s):\n  " % len(problems) + "\n  ".join(problems))
