@@ -123,6 +123,19 @@ int proc_read_sigdisp(int fd, uint64_t *ign, uint64_t *cgt)
     return 0;
 }
 
+int proc_read_vcsw(int fd, uint64_t *vcsw)
+{
+    char buf[4096];
+    ssize_t n = pread_text(fd, buf, sizeof(buf));
+    if (n < 0)
+        return (int)n;
+    const char *v = strstr(buf, "\nvoluntary_ctxt_switches:");
+    if (!v)
+        return -EINVAL;
+    *vcsw = strtoull(v + 26, NULL, 10);
+    return 0;
+}
+
 bool sig_is_ignored(uint64_t ign, uint64_t cgt, int sig)
 {
     if (sig <= 0 || sig > 64)

@@ -286,6 +286,20 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
         }
         th->stop_eintr = false;
     }
+    /* Just restarted by an ignored-signal repair and not yet blocked again (or waiting for
+     * a CPU to do so): it is in the call it was in. Stopping it would add a switch that
+     * makes the chain of repairs look broken and its timeout start over (see
+     * repair_ignored_signal); its last stack is where it is. */
+    if (th->chain_valid && run - th->chain_run_ns < PAST_STOP_EINTR_NS) {
+        if (th->last_stack != STACK_NONE) {
+            stacks_ref(&t->stacks, th->last_stack);
+            push(t, th, tick_ns, th->last_stack);
+            t->stats.samples_reused++;
+        } else {
+            t->stats.skipped_resuming++;
+        }
+        return false;
+    }
     sampler_thread_reset(th);
     th->blk_valid = false;
     return interrupt(t, th, tick_ns);

@@ -148,6 +148,7 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->added_ns = now_ns();
     th->schedstat_fd = open_task_file(t->pid, tid, "schedstat");
     th->syscall_fd = open_task_file(t->pid, tid, "syscall");
+    th->status_fd = open_task_file(t->pid, tid, "status");
     if (read_thread_stat(t->pid, tid, th->name, NULL) < 0)
         snprintf(th->name, sizeof(th->name), "%s", t->comm);
     if (t->nthreads == t->cap_threads) {
@@ -184,6 +185,8 @@ static void thread_remove(struct thread *th)
         close(th->schedstat_fd);
     if (th->syscall_fd >= 0)
         close(th->syscall_fd);
+    if (th->status_fd >= 0)
+        close(th->status_fd);
     free(th);
 }
 
@@ -693,11 +696,12 @@ static struct thread *adopt_unknown(pid_t tid, int status)
     return NULL;
 }
 
-/* Between two repairs of one call the thread is scheduled in exactly twice: when our
- * PTRACE_CONT resumes it to restart the call, and when the next signal wakes it. Any other
- * wake-up (the call finishing, a new call) means it may be a new call. Measured with
- * schedstat's pcount. */
-#define CHAIN_WAKEUPS 2
+/* Between two repairs of one call the thread gives up the CPU exactly twice: when the
+ * restarted call blocks again, and when the next signal puts it into its signal-delivery
+ * stop. A call that ended in between (its timeout, an event) and a new call that blocked
+ * make it three or more. Counted in voluntary context switches, which a preemption (a busy
+ * machine) does not add to, unlike schedstat's count of times scheduled in. */
+#define CHAIN_SWITCHES 2
 
 /* The kernel can rewrite an ignored signal's interruption into a restart: the program
  * would never have been woken without the tracer (traced threads get even ignored
@@ -721,17 +725,18 @@ static void repair_ignored_signal(struct thread *th, int sig)
         return;
     /* How long has this call waited? Signals can keep coming, each restarting it: a chain
      * of repairs of the same call (same number and first arguments, and no other wake-up
-     * of the thread in between: CHAIN_WAKEUPS) is measured from its first start, so the
+     * of the thread in between: CHAIN_SWITCHES) is measured from its first start, so the
      * call still ends when its timeout is up instead of being postponed for as long as the
      * signals come. The first start is known at least from our own observation of the
      * thread blocked there (and it having woken once since, for this signal); else the
      * signal's arrival is taken, and the call may end late by what it waited before. */
-    uint64_t now = now_ns(), run = 0, pcount = 0;
+    uint64_t now = now_ns(), run = 0, pcount = 0, vcsw = 0;
     long nr = (long)regs.orig_rax;
     bool have_sched = proc_read_schedstat(th->schedstat_fd, &run, &pcount) == 0;
+    bool have_vcsw = proc_read_vcsw(th->status_fd, &vcsw) == 0;
     bool same = th->chain_valid && th->chain_nr == nr && th->chain_args[0] == regs.rdi &&
-                th->chain_args[1] == regs.rsi && th->chain_args[2] == regs.rdx && have_sched &&
-                pcount == th->chain_pcount + CHAIN_WAKEUPS;
+                th->chain_args[1] == regs.rsi && th->chain_args[2] == regs.rdx && have_vcsw &&
+                vcsw == th->chain_vcsw + CHAIN_SWITCHES;
     if (!same) {
         uint64_t elapsed = 0;
         if (th->blk_valid && th->blk_nr == nr && have_sched && pcount == th->blk_pcount + 1 &&
@@ -746,7 +751,8 @@ static void repair_ignored_signal(struct thread *th, int sig)
         th->chain_start_ns = now - elapsed;
         th->chain_epoll_ms = (int)regs.r10;
     }
-    th->chain_pcount = pcount;
+    th->chain_run_ns = run;
+    th->chain_vcsw = vcsw;
     int64_t timeout = sysc_timeout_ns(th->tid, t->pidfd, &regs, th->chain_epoll_ms);
     if (sysc_repair_ignored(&regs, now - th->chain_start_ns, timeout) &&
         ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0)

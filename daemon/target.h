@@ -28,6 +28,7 @@ struct thread {
     uint64_t sample_tick_ns;    /* tick the pending stop belongs to */
     int schedstat_fd;           /* /proc/PID/task/TID/schedstat, kept open */
     int syscall_fd;             /* /proc/PID/task/TID/syscall */
+    int status_fd;              /* /proc/PID/task/TID/status */
     /* "Has it run since the last sample?": schedstat when its last stack was taken. */
     bool have_sched;
     uint64_t run_ns, pcount;
@@ -44,7 +45,8 @@ struct thread {
     long chain_nr;
     uint64_t chain_args[3];
     uint64_t chain_start_ns;
-    uint64_t chain_pcount;
+    uint64_t chain_vcsw;
+    uint64_t chain_run_ns;      /* its CPU time (schedstat) at the latest repair */
     int chain_epoll_ms;
     bool zombie;                /* leader that called pthread_exit: no more samples */
     bool born;                  /* past its first stop (threads new to ptrace start in one) */

@@ -14,7 +14,7 @@ WINCH_ROUNDS = 20
 
 def run(prog):
     log("== %s" % prog)
-    with Daemon() as d, Program(prog) as p:
+    with Daemon("-v") as d, Program(prog) as p:
         d.ctl("attach", p.pid, "--hz", 999)
         time.sleep(0.3)
         blocked = [p.tids[n] for n in ("epoll", "epollinf", "select", "accept", "ctl")]
@@ -63,7 +63,12 @@ def run(prog):
               "%s: the main thread's read() shows a complete stack from _start" % prog)
         # A storm of ignored signals, one every 10 ms at the threads waiting with a 50 ms
         # timeout: each restart must not start the timeout over, or the waits would never
-        # end; they must end on time, not early, and never with EINTR.
+        # end; they must end on time, not early, and never with EINTR. "On time": a socket's
+        # own timeout (SO_RCVTIMEO) starts over when its call restarts and cannot be
+        # shortened from outside, so such a call ends at the first signal after its timeout
+        # is up: up to one signal interval late. Allowed: 50 ms + 100 ms for that and for a
+        # busy machine; without the repair's accounting they would last the whole storm.
+        p.send("resetmax")
         before = p.report()
         t_end = time.monotonic() + 1.5
         while time.monotonic() < t_end:
@@ -73,8 +78,10 @@ def run(prog):
         after = p.report()
         for k in ("epoll", "accept", "select"):
             calls = after["calls_" + k] - before["calls_" + k]
-            check(calls >= 15, "%s: under a SIGWINCH every 10 ms, %s's 50 ms waits still end "
-                  "on time (%d in 1.5 s, about 30 expected)" % (prog, k, calls))
+            longest = after["longest_" + k] / 1000.0
+            check(calls >= 8 and longest <= 150,
+                  "%s: under a SIGWINCH every 10 ms, %s's 50 ms waits still end on time "
+                  "(%d calls in 1.5 s, the longest %.1f ms)" % (prog, k, calls, longest))
         for k in after:
             if k.startswith("eintr") or k.startswith("early"):
                 check(after[k] == before[k], "%s: no %s during the storm" % (prog, k))

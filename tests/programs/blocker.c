@@ -28,6 +28,15 @@
 static atomic_ulong eintr_epoll, eintr_epollinf, eintr_select, eintr_accept, eintr_read;
 static atomic_ulong early_epoll, early_select, early_accept;
 static atomic_ulong calls_epoll, calls_select, calls_accept;
+/* Longest wait of each timed call since the last "resetmax", in microseconds. */
+static atomic_ulong longest_epoll, longest_select, longest_accept;
+
+static void note_wait(atomic_ulong *longest, uint64_t ns)
+{
+    unsigned long us = (unsigned long)(ns / 1000), cur = atomic_load(longest);
+    while (us > cur && !atomic_compare_exchange_weak(longest, &cur, us))
+        ;
+}
 static atomic_ulong rt_handled[NRT];
 static atomic_int tids_ready;
 static pid_t tids[6];
@@ -63,6 +72,7 @@ static void *epoll_thread(void *arg)
         int n = epoll_wait(epfd, ev, 4, 50);
         uint64_t t1 = mono_ns();
         atomic_fetch_add(&calls_epoll, 1);
+        note_wait(&longest_epoll, t1 - t0);
         if (n < 0 && errno == EINTR)
             atomic_fetch_add(&eintr_epoll, 1);
         else if (n == 0 && t1 - t0 < EARLY_NS)
@@ -97,6 +107,7 @@ static void *select_thread(void *arg)
         int n = select(pipefd[0] + 1, &r, NULL, NULL, &tv);
         uint64_t t1 = mono_ns();
         atomic_fetch_add(&calls_select, 1);
+        note_wait(&longest_select, t1 - t0);
         if (n < 0 && errno == EINTR)
             atomic_fetch_add(&eintr_select, 1);
         else if (n == 0 && t1 - t0 < EARLY_NS)
@@ -114,6 +125,7 @@ static void *accept_thread(void *arg)
         int fd = accept(lsock, NULL, NULL);
         uint64_t t1 = mono_ns();
         atomic_fetch_add(&calls_accept, 1);
+        note_wait(&longest_accept, t1 - t0);
         if (fd >= 0)
             close(fd);
         else if (errno == EINTR)
@@ -154,11 +166,14 @@ static void report(void)
         rt += atomic_load(&rt_handled[i]);
     printf("report eintr_epoll=%lu eintr_epollinf=%lu eintr_select=%lu eintr_accept=%lu "
            "eintr_read=%lu early_epoll=%lu early_select=%lu early_accept=%lu calls_epoll=%lu "
-           "calls_select=%lu calls_accept=%lu rt_handled=%lu\n",
+           "calls_select=%lu calls_accept=%lu rt_handled=%lu longest_epoll=%lu "
+           "longest_select=%lu longest_accept=%lu\n",
            atomic_load(&eintr_epoll), atomic_load(&eintr_epollinf), atomic_load(&eintr_select),
            atomic_load(&eintr_accept), atomic_load(&eintr_read), atomic_load(&early_epoll),
            atomic_load(&early_select), atomic_load(&early_accept), atomic_load(&calls_epoll),
-           atomic_load(&calls_select), atomic_load(&calls_accept), rt);
+           atomic_load(&calls_select), atomic_load(&calls_accept), rt,
+           atomic_load(&longest_epoll), atomic_load(&longest_select),
+           atomic_load(&longest_accept));
     fflush(stdout);
 }
 
@@ -221,7 +236,11 @@ int main(void)
             *nl = '\0';
             if (!strcmp(line, "report"))
                 report();
-            else if (!strcmp(line, "exit"))
+            else if (!strcmp(line, "resetmax")) {
+                atomic_store(&longest_epoll, 0);
+                atomic_store(&longest_select, 0);
+                atomic_store(&longest_accept, 0);
+            } else if (!strcmp(line, "exit"))
                 exit(0);
             size_t rest = len - (size_t)(nl + 1 - line);
             memmove(line, nl + 1, rest);
