@@ -32,7 +32,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: profctl [--socket PATH] COMMAND [ARGS]\n\n"
-            "  attach PID [--hz N] [--buffer SECONDS]   start sampling a process\n"
+            "  attach PID [--hz N] [--buffer SECONDS] [--mode MODE]\n"
+            "                                           start sampling a process\n"
+            "  configure PID [--mode MODE] [--hz N]     change how it is sampled\n"
             "  detach PID                               stop sampling it\n"
             "  list [--json]                            attached processes\n"
             "  status [PID] [--json]                    daemon and sampling statistics\n"
@@ -41,7 +43,9 @@ static void usage(FILE *f)
             "                                           write a profile of a time window\n\n"
             "The socket is --socket, else $PROFD_SOCKET, else /run/profd/profd.sock as root,\n"
             "else $XDG_RUNTIME_DIR/profd.sock (or /run/profd/profd.sock if only that exists).\n"
-            "--from/--to are CLOCK_MONOTONIC nanoseconds.\n"
+            "--from/--to are CLOCK_MONOTONIC nanoseconds. MODE: alarm (fixed rate on the wall\n"
+            "clock), sleep (an interval after each sample), event (sleep, and a sample at each\n"
+            "slice request), cputime (per interval of each thread's CPU time, on-CPU only).\n"
             "Exit status: 0 ok, 1 error, 2 usage, 3 profd not running, 4 no such process,\n"
             "5 permission denied, 6 not attached.\n");
 }
@@ -142,7 +146,7 @@ static void print_json(const cJSON *o)
     free(s);
 }
 
-static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s)
+static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s, const char *mode)
 {
     cJSON *req = cJSON_CreateObject();
     cJSON_AddStringToObject(req, "cmd", "attach");
@@ -151,13 +155,41 @@ static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s)
         cJSON_AddNumberToObject(req, "hz", (double)hz);
     if (buffer_s)
         cJSON_AddNumberToObject(req, "buffer_s", (double)buffer_s);
+    if (mode)
+        cJSON_AddStringToObject(req, "mode", mode);
     cJSON *reply;
     const cJSON *res = call(fd, req, &reply);
     if (json_out)
         print_json(res);
     else
-        printf("attached to %d (%s): %d threads, %d Hz, %d s buffer\n", pid, str(res, "comm"),
-               (int)num(res, "threads"), (int)num(res, "hz"), (int)num(res, "buffer_s"));
+        printf("attached to %d (%s): %d threads, %s at %d Hz, %d s buffer\n", pid,
+               str(res, "comm"), (int)num(res, "threads"), str(res, "mode"),
+               (int)num(res, "hz"), (int)num(res, "buffer_s"));
+    cJSON_Delete(reply);
+    return 0;
+}
+
+static int cmd_configure(int fd, pid_t pid, uint64_t hz, const char *mode)
+{
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "cmd", "configure");
+    cJSON_AddNumberToObject(req, "pid", pid);
+    if (hz)
+        cJSON_AddNumberToObject(req, "hz", (double)hz);
+    if (mode)
+        cJSON_AddStringToObject(req, "mode", mode);
+    cJSON *reply;
+    const cJSON *res = call(fd, req, &reply);
+    if (json_out) {
+        print_json(res);
+    } else {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(res, "sampling");
+        printf("%d (%s) now sampled: %s at %d Hz", pid, str(res, "comm"), str(s, "mode"),
+               (int)num(s, "hz"));
+        if (!strcmp(str(s, "mode"), "cputime"))
+            printf(" of CPU time (source: %s)", str(s, "cputime_source"));
+        printf("\n");
+    }
     cJSON_Delete(reply);
     return 0;
 }
@@ -221,7 +253,8 @@ static int cmd_status(int fd, pid_t pid)
            up > 0 ? 100 * cpu / up : 0, samples);
     if (samples > 0)
         printf(", %.1f us CPU per sample", cpu * 1e6 / samples);
-    printf("\n  max RSS %.0f KiB, %d clients, %d processes, %d ELF files open\n",
+    printf("\n  sampling budget %.0f%% of one CPU\n", num(d, "budget_cpu_pct"));
+    printf("  max RSS %.0f KiB, %d clients, %d processes, %d ELF files open\n",
            num(d, "max_rss_kib"), (int)num(d, "clients"), (int)num(d, "targets"),
            (int)num(d, "modules"));
     const cJSON *t;
@@ -233,9 +266,19 @@ static int cmd_status(int fd, pid_t pid)
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "failed");
         printf("\n%d %s (%s) [%s]\n", (int)num(t, "pid"), str(t, "comm"), str(t, "exe"),
                str(t, "state"));
-        printf("  threads %d, rate %d Hz requested, %.1f Hz achieved, %.0f s attached\n",
-               (int)num(t, "threads"), (int)num(t, "hz"), num(t, "achieved_hz"),
-               num(t, "attached_s"));
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(t, "sampling");
+        bool cpu = !strcmp(str(m, "mode"), "cputime");
+        printf("  threads %d, %.0f s attached\n", (int)num(t, "threads"), num(t, "attached_s"));
+        printf("  schedule %s%s%s%s: %d Hz requested%s, %.1f Hz effective%s, recently %.1f "
+               "ticks/s and %.1f samples/s; %.0f ticks, %.0f missed; %.1f ms CPU\n",
+               str(m, "mode"), cpu ? " (source: " : "", cpu ? str(m, "cputime_source") : "",
+               cpu ? ")" : "", (int)num(m, "hz"), cpu ? " per CPU-second of each thread" : "",
+               num(m, "effective_hz"),
+               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "throttled"))
+                   ? " (THROTTLED by the CPU budget)"
+                   : "",
+               num(m, "recent_ticks_per_s"), num(m, "recent_samples_per_s"), num(m, "ticks"),
+               num(m, "missed"), num(m, "cpu_ms"));
         printf("  samples %.0f (%.0f in buffer): %.0f stopped, %.0f blocked without stopping, "
                "%.0f idle (not run since last)\n",
                num(t, "samples"), num(t, "buffered"), num(k, "stopped"),
@@ -379,7 +422,7 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
 
 int main(int argc, char **argv)
 {
-    enum { O_HZ = 1, O_BUFFER, O_LAST, O_FROM, O_TO, O_FORMAT, O_JSON, O_TIDS, O_TOP };
+    enum { O_HZ = 1, O_BUFFER, O_LAST, O_FROM, O_TO, O_FORMAT, O_JSON, O_TIDS, O_TOP, O_MODE };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"hz", required_argument, NULL, O_HZ},
@@ -392,12 +435,13 @@ int main(int argc, char **argv)
         {"json", no_argument, NULL, O_JSON},
         {"thread-ids", no_argument, NULL, O_TIDS},
         {"top", required_argument, NULL, O_TOP},
+        {"mode", required_argument, NULL, O_MODE},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     uint64_t hz = 0, buffer_ns = 0, last_ns = 0, from = 0, to = 0, top = 10;
     int have_last = 0, have_from = 0, have_to = 0;
-    const char *format = "collapsed", *out = NULL;
+    const char *format = "collapsed", *out = NULL, *mode = NULL;
     bool tids = false;
     int c;
     /* Options may come before or after the command ("permute" mode). */
@@ -447,6 +491,12 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &top) < 0)
                 die(EXIT_USAGE, "--top must be a number");
             break;
+        case O_MODE:
+            if (strcmp(optarg, "alarm") && strcmp(optarg, "sleep") && strcmp(optarg, "event") &&
+                strcmp(optarg, "cputime"))
+                die(EXIT_USAGE, "--mode must be alarm, sleep, event or cputime");
+            mode = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -466,7 +516,13 @@ int main(int argc, char **argv)
         die(EXIT_USAGE, "give either --last or --from/--to");
     if (!strcmp(cmd, "attach") && nargs == 1) {
         pid_t pid = parse_pid(args[0]);
-        return cmd_attach(connect_daemon(), pid, hz, buffer_ns / NS_PER_SEC);
+        return cmd_attach(connect_daemon(), pid, hz, buffer_ns / NS_PER_SEC, mode);
+    }
+    if (!strcmp(cmd, "configure") && nargs == 1) {
+        pid_t pid = parse_pid(args[0]);
+        if (!hz && !mode)
+            die(EXIT_USAGE, "configure needs --mode or --hz");
+        return cmd_configure(connect_daemon(), pid, hz, mode);
     }
     if (!strcmp(cmd, "detach") && nargs == 1) {
         pid_t pid = parse_pid(args[0]);

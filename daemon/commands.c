@@ -87,6 +87,7 @@ static cJSON *target_summary(const struct target *t, uint64_t now)
     cJSON_AddStringToObject(o, "state", target_state_name(t->state));
     cJSON_AddNumberToObject(o, "threads", (double)t->nthreads);
     cJSON_AddNumberToObject(o, "hz", t->hz);
+    cJSON_AddStringToObject(o, "mode", sched_mode_name(t->sched.mode));
     cJSON_AddNumberToObject(o, "buffer_s", (double)(t->buffer_ns / NS_PER_SEC));
     cJSON_AddNumberToObject(o, "samples", (double)t->stats.samples);
     cJSON_AddNumberToObject(o, "buffered", (double)t->ring.len);
@@ -107,6 +108,7 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     double secs = end > t->attach_ns ? (double)(end - t->attach_ns) / 1e9 : 0;
     cJSON_AddNumberToObject(o, "ticks", (double)s->ticks);
     cJSON_AddNumberToObject(o, "achieved_hz", secs > 0 ? (double)s->ticks / secs : 0);
+    cJSON_AddItemToObject(o, "sampling", sched_describe(&t->sched));
     cJSON *k = cJSON_AddObjectToObject(o, "sampled");
     cJSON_AddNumberToObject(k, "stopped", (double)s->samples_stopped);
     cJSON_AddNumberToObject(k, "blocked_without_stop", (double)s->samples_blocked);
@@ -121,6 +123,7 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(sk, "still_stopping", (double)s->skipped_pending);
     cJSON_AddNumberToObject(sk, "job_control_stopped", (double)s->skipped_stopped);
     cJSON_AddNumberToObject(sk, "resuming_from_job_control", (double)s->skipped_resuming);
+    cJSON_AddNumberToObject(sk, "off_cpu_when_due", (double)s->skipped_off_cpu);
     cJSON *f = cJSON_AddObjectToObject(o, "failed");
     cJSON_AddNumberToObject(f, "thread_exited", (double)s->failed_vanished);
     cJSON_AddNumberToObject(f, "registers", (double)s->failed_regs);
@@ -188,6 +191,7 @@ static cJSON *cmd_status(struct request *r)
     cJSON_AddStringToObject(d, "version", PROFD_VERSION);
     cJSON_AddNumberToObject(d, "pid", getpid());
     cJSON_AddNumberToObject(d, "uptime_s", (double)(now - server_start_ns) / 1e9);
+    cJSON_AddNumberToObject(d, "budget_cpu_pct", sched_budget_pct());
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
@@ -223,12 +227,29 @@ static cJSON *cmd_status(struct request *r)
     return result_reply(r->id, res);
 }
 
+/* "mode" of a request: absent (def), or a mode name. Returns 0 or -1 (bad). */
+static int get_mode(const cJSON *req, enum sched_mode def, enum sched_mode *out)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(req, "mode");
+    *out = def;
+    if (!m)
+        return 0;
+    if (!cJSON_IsString(m) || !m->valuestring || sched_mode_parse(m->valuestring, out) < 0)
+        return -1;
+    return 0;
+}
+
+#define BAD_MODE "\"mode\" must be \"sleep\", \"event\", \"alarm\" or \"cputime\""
+
 static cJSON *cmd_attach(struct request *r)
 {
     uint64_t hz = server_cfg.default_hz, buffer_ns = server_cfg.default_buffer_ns, buf_s;
     if (json_get_u64(r->req, "hz", &hz) < 0 || hz < 1 || hz > server_cfg.max_hz)
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"hz\" must be an integer from 1 to %u",
                                  server_cfg.max_hz);
+    enum sched_mode mode;
+    if (get_mode(r->req, server_cfg.default_mode, &mode) < 0)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, BAD_MODE);
     int got = json_get_u64(r->req, "buffer_s", &buf_s);
     if (got < 0 || (got && (buf_s < 1 || buf_s > server_cfg.max_buffer_ns / NS_PER_SEC)))
         return proto_error_reply(r->id, PE_BAD_REQUEST,
@@ -257,13 +278,39 @@ static cJSON *cmd_attach(struct request *r)
     }
     char why[256];
     struct target *t;
-    int e = target_attach(r->pid, (unsigned)hz, buffer_ns, &t, why, sizeof(why));
+    int e = target_attach(r->pid, mode, (unsigned)hz, buffer_ns, &t, why, sizeof(why));
     if (e < 0)
         return proto_error_reply(r->id, errno_code(-e), "%s",
                                  why[0] ? why : strerror(-e));
     t->owner_uid = r->c->peer.uid;
     log_info("client pid %d (uid %u) attached %d", r->c->peer.pid, r->c->peer.uid, r->pid);
     return result_reply(r->id, target_summary(t, now_ns()));
+}
+
+/* Change how an attached process is sampled: "mode" and/or "hz". */
+static cJSON *cmd_configure(struct request *r)
+{
+    if (!r->t || r->t->state != T_ATTACHED)
+        return proto_error_reply(r->id, PE_NOT_ATTACHED, "process %d is not attached%s", r->pid,
+                                 r->t ? " (it has exited)" : "");
+    struct target *t = r->t;
+    uint64_t hz = t->hz;
+    if (json_get_u64(r->req, "hz", &hz) < 0 || hz < 1 || hz > server_cfg.max_hz)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"hz\" must be an integer from 1 to %u",
+                                 server_cfg.max_hz);
+    enum sched_mode mode;
+    if (get_mode(r->req, t->sched.mode, &mode) < 0)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, BAD_MODE);
+    int e = sched_reconfigure(&t->sched, mode, (unsigned)hz);
+    if (e < 0)
+        return proto_error_reply(r->id, PE_INTERNAL, "cannot start the %s schedule: %s",
+                                 sched_mode_name(mode), strerror(-e));
+    t->hz = (unsigned)hz;
+    log_info("client pid %d: %d now sampled %s at %u Hz", r->c->peer.pid, t->pid,
+             sched_mode_name(mode), t->hz);
+    cJSON *res = target_summary(t, now_ns());
+    cJSON_AddItemToObject(res, "sampling", sched_describe(&t->sched));
+    return result_reply(r->id, res);
 }
 
 struct detach_wait {
@@ -343,6 +390,14 @@ static void slice_done(struct slice_job *job)
         }
         cJSON_AddNumberToObject(res, "truncated_samples", (double)trunc);
         cJSON_AddNumberToObject(res, "build_ms", (double)job->build_ns / 1e6);
+        if (job->sampling)
+            cJSON_AddItemToObject(res, "sampling", cJSON_Duplicate(job->sampling, 1));
+        if (job->json && job->sampling) {
+            /* Sentry's readers drop fields they do not know: how it was sampled travels with
+             * the profile. */
+            cJSON *m = cJSON_AddObjectToObject(job->json, "profd");
+            cJSON_AddItemToObject(m, "sampling", cJSON_Duplicate(job->sampling, 1));
+        }
         if (job->json) {
             cJSON_AddItemToObject(res, "profile", job->json);
             job->json = NULL;
@@ -447,6 +502,9 @@ static cJSON *cmd_slice(struct request *r)
 {
     if (!r->t)
         return proto_error_reply(r->id, PE_NOT_ATTACHED, "process %d is not attached", r->pid);
+    /* In event mode a slice request is an event: a sample now, so the window ends with one. */
+    if (r->t->state == T_ATTACHED)
+        sched_event(&r->t->sched);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r->req, "format");
     int format = SLICE_COLLAPSED;
     if (fmt) {
@@ -521,6 +579,7 @@ static const struct command commands[] = {
     {"list", cmd_list, false, false},
     {"status", cmd_status, false, true},
     {"slice", cmd_slice, true, false},
+    {"configure", cmd_configure, true, false},
 };
 
 cJSON *commands_dispatch(struct client *c, const cJSON *req)

@@ -32,6 +32,13 @@ static void usage(FILE *f)
             "                        /run/profd/profd.sock as root, else\n"
             "                        $XDG_RUNTIME_DIR/profd.sock)\n"
             "      --hz N            default sampling rate for attach (101)\n"
+            "      --mode MODE       default schedule for attach: alarm (fixed rate on the\n"
+            "                        wall clock), sleep, event, or cputime (per interval of each\n"
+            "                        thread's CPU time) (alarm)\n"
+            "      --max-cpu PERCENT CPU budget for sampling, in percent of one CPU: rates are\n"
+            "                        lowered fairly across targets to stay within it; 0: none (25)\n"
+            "      --cputime-source auto|perf|timer|poll\n"
+            "                        how cputime follows CPU time (auto: the best available)\n"
             "      --buffer SECONDS  default sample buffer length (60)\n"
             "      --max-hz N        highest rate a client may ask for (10000)\n"
             "      --max-targets N   most processes followed at once (256)\n"
@@ -94,6 +101,9 @@ int main(int argc, char **argv)
         {"max-targets", required_argument, NULL, 4},
         {"max-stack", required_argument, NULL, 5},
         {"max-targets-per-user", required_argument, NULL, 6},
+        {"mode", required_argument, NULL, 7},
+        {"max-cpu", required_argument, NULL, 8},
+        {"cputime-source", required_argument, NULL, 9},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -101,6 +111,9 @@ int main(int argc, char **argv)
     };
     const char *socket_opt = NULL;
     unsigned max_stack_kib = 512;
+    double max_cpu = 25;
+    enum cpu_source cpu_src = CPU_SRC_AUTO;
+    server_cfg.default_mode = SCHED_ALARM;
     log_init("profd", LOG_LVL_INFO);
     server_cfg.default_hz = 101;
     server_cfg.default_buffer_ns = 60 * NS_PER_SEC;
@@ -136,6 +149,22 @@ int main(int argc, char **argv)
         case 6:
             server_cfg.max_targets_per_user =
                 parse_uint_opt("--max-targets-per-user", optarg, 1, 65536);
+            break;
+        case 7:
+            if (sched_mode_parse(optarg, &server_cfg.default_mode) < 0)
+                fatal("--mode must be alarm, sleep, event or cputime, not \"%s\"", optarg);
+            break;
+        case 8: {
+            char *end;
+            errno = 0;
+            max_cpu = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(max_cpu >= 0 && max_cpu <= 10000))
+                fatal("--max-cpu must be a percentage from 0 to 10000, not \"%s\"", optarg);
+            break;
+        }
+        case 9:
+            if (cpu_source_parse(optarg, &cpu_src) < 0)
+                fatal("--cputime-source must be auto, perf, timer or poll, not \"%s\"", optarg);
             break;
         case 'v':
             log_set_level(LOG_LVL_DEBUG);
@@ -180,6 +209,7 @@ int main(int argc, char **argv)
     if (sampler_init((size_t)max_stack_kib * 1024) < 0)
         fatal("out of memory");
     targets_init(loop);
+    sched_global_init(loop, cpu_src, max_cpu);
     ev_signal_init(&sigchld_w, on_sigchld, SIGCHLD);
     ev_signal_start(loop, &sigchld_w);
     ev_signal_init(&sigterm_w, on_terminate, SIGTERM);
@@ -209,6 +239,7 @@ int main(int argc, char **argv)
     targets_collect();
     ev_check_stop(loop, &collect_w);
     worker_stop();
+    sched_global_finish();
     sampler_finish();
     ev_timer_stop(loop, &housekeeping_w);
     ev_signal_stop(loop, &sigchld_w);

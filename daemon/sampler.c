@@ -217,12 +217,33 @@ static bool interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
  * interrupted (its sample completes when the stop arrives). */
 static void young_name(struct thread *th);
 
-static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns)
+static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns, bool cpu_only)
 {
     uint64_t run, pcount;
     if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0) {
         t->stats.failed_vanished++;
         return false;
+    }
+    if (cpu_only) {
+        /* It used an interval of CPU: take it where it is now if that is on a CPU; if it
+         * has blocked since, where it ran is unknown and its blocking stack is not CPU. */
+        struct sysc_info si;
+        if (proc_read_syscall(th->syscall_fd, &si) < 0) {
+            t->stats.failed_vanished++;
+            return false;
+        }
+        if (si.state == SYSC_IN_SYSCALL) {
+            t->stats.skipped_off_cpu++;
+            return false;
+        }
+        if (th->stop_eintr && run - th->stop_eintr_run_ns < PAST_STOP_EINTR_NS) {
+            t->stats.skipped_resuming++;
+            return false;
+        }
+        th->stop_eintr = false;
+        sampler_thread_reset(th);
+        th->blk_valid = false;
+        return interrupt(t, th, tick_ns);
     }
     /* Not run since its last sample: same stack, no need to look again. */
     if (th->have_sched && th->last_stack != STACK_NONE && run == th->run_ns &&
@@ -398,12 +419,15 @@ static void sleep_for_stops(struct target *t, unsigned pending, uint64_t wait)
 
 static void await_stops(struct target *t, unsigned pending)
 {
-    uint64_t wait = t->sched.interval_ns / 4;
+    uint64_t wait = t->sched.eff_interval_ns / 4;
     if (wait > STOP_WAIT_MAX_NS)
         wait = STOP_WAIT_MAX_NS;
     uint64_t spin = pending < (unsigned)ncpus ? SPIN_NS : SPIN_BUSY_NS;
     pending = spin_for_stops(t, pending, now_ns() + (wait < spin ? wait : spin));
-    if (pending && have_stop_timer && t->state == T_ATTACHED)
+    /* Sleeping for the rest holds up every other target's ticks: only when there is none.
+     * (Threads slow to stop, waiting for a CPU say, then cost their own target only: their
+     * stops are handled as they come.) */
+    if (pending && have_stop_timer && t->state == T_ATTACHED && targets_count() == 1)
         sleep_for_stops(t, pending, wait);
     /* The stops reaped here also raised SIGCHLD, pending on the loop's signalfd: clear it so
      * the loop does not wake for nothing, then reap whatever came in between. */
@@ -415,7 +439,7 @@ static void await_stops(struct target *t, unsigned pending)
     targets_reap();
 }
 
-void sampler_tick(struct target *t, uint64_t tick_ns)
+void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
 {
     unsigned interrupted = 0;
     t->stats.ticks++;
@@ -429,6 +453,18 @@ void sampler_tick(struct target *t, uint64_t tick_ns)
         struct thread *th = t->threads[i];
         if (th->zombie || !th->born)
             continue;
+        if (cpu_only) {
+            if (!th->cpu_due)
+                continue;
+            th->cpu_due = false;
+            if (th->state == TH_GROUP_STOP || th->interrupt_pending) {
+                t->stats.skipped_off_cpu += th->state == TH_GROUP_STOP;
+                t->stats.skipped_pending += th->interrupt_pending;
+                continue;
+            }
+            interrupted += sample_thread(t, th, tick_ns, true);
+            continue;
+        }
         if (th->state == TH_GROUP_STOP) {
             /* Stopped by job control: where it stopped is where its time goes. */
             if (th->last_stack != STACK_NONE) {
@@ -444,7 +480,7 @@ void sampler_tick(struct target *t, uint64_t tick_ns)
             t->stats.skipped_pending++;
             continue;
         }
-        interrupted += sample_thread(t, th, tick_ns);
+        interrupted += sample_thread(t, th, tick_ns, false);
     }
     if (interrupted)
         await_stops(t, interrupted);

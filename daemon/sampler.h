@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 struct target;
@@ -17,8 +18,10 @@ struct thread;
 int sampler_init(size_t max_stack);
 void sampler_finish(void);
 
-/* One tick for t: sample each thread (reuse, blocked path, or PTRACE_INTERRUPT). */
-void sampler_tick(struct target *t, uint64_t tick_ns);
+/* One tick for t: sample each thread (reuse, blocked path, or PTRACE_INTERRUPT). With
+ * cpu_only, only the threads marked cpu_due, and only if they are on a CPU (running, or
+ * runnable): on-CPU stacks for the cputime schedule. */
+void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only);
 /* th is in the interrupt stop we asked for: copy regs and stack, resume it, unwind. */
 void sampler_on_stop(struct thread *th);
 /* Release a thread's sampler state (its last-stack reference). */

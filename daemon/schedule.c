@@ -1,32 +1,605 @@
-/* schedule.c: a fixed-rate wall-clock trigger per target on a libev timer. */
+/* schedule.c: the sampling schedules (see schedule.h) and the CPU budget. */
 #include "schedule.h"
 
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+
+#include <cjson/cJSON.h>
+
+#include "log.h"
+#include "ptrace_util.h"
+#include "sampler.h"
 #include "target.h"
 #include "util.h"
 
-/* One tick: sample the target. The tick time is the sample time of every thread. */
-static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+/* The signal of the CPU-clock timers (cputime's timer source), read through a signalfd. The
+ * sampler's stop timer uses SIGRTMIN. */
+#define CPU_TIMER_SIGNAL (SIGRTMIN + 1)
+
+/* How often the budget is re-divided. */
+#define BUDGET_PERIOD_S 0.25
+
+static struct {
+    struct ev_loop *loop;
+    enum cpu_source source;
+    double max_cpu_pct;
+    int sigfd;
+    ev_io sig_w;
+    ev_timer budget_w;
+    long page;
+} g = {.sigfd = -1};
+
+static const char *const mode_names[] = {"sleep", "event", "alarm", "cputime"};
+static const char *const source_names[] = {"auto", "perf", "timer", "poll"};
+
+const char *sched_mode_name(enum sched_mode m)
+{
+    return (unsigned)m < 4 ? mode_names[m] : "?";
+}
+
+int sched_mode_parse(const char *s, enum sched_mode *out)
+{
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, mode_names[i]))
+            return *out = (enum sched_mode)i, 0;
+    return -EINVAL;
+}
+
+const char *cpu_source_name(enum cpu_source s)
+{
+    return (unsigned)s < 4 ? source_names[s] : "?";
+}
+
+int cpu_source_parse(const char *s, enum cpu_source *out)
+{
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, source_names[i]))
+            return *out = (enum cpu_source)i, 0;
+    return -EINVAL;
+}
+
+double sched_budget_pct(void)
+{
+    return g.max_cpu_pct;
+}
+
+double sched_effective_hz(const struct sched *s)
+{
+    return s->eff_interval_ns ? 1e9 / (double)s->eff_interval_ns : 0;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+/* Run the sampler for s's target and account what it cost. */
+static void run_tick(struct sched *s, uint64_t tick_ns, bool cpu_only)
+{
+    uint64_t c0 = thread_cpu_ns();
+    target_sample(s->t, tick_ns, cpu_only);
+    uint64_t c = thread_cpu_ns() - c0;
+    s->ticks++;
+    s->cost_ns += c;
+    s->win_cost_ns += c;
+    s->win_ticks++;
+}
+
+/* Arm the one-shot timer to fire `after` ns from now (the real now: the loop's cached time
+ * is stale by whatever this iteration has done). */
+static void arm(struct sched *s, int64_t after)
+{
+    ev_timer_stop(s->loop, &s->timer);
+    ev_now_update(s->loop);
+    ev_timer_set(&s->timer, after > 0 ? (double)after / 1e9 : 0, 0);
+    ev_timer_start(s->loop, &s->timer);
+}
+
+/* ---- cputime: credit of CPU time per thread ---- */
+
+/* A thread has used `ns` more CPU: one sample is due per interval of it. */
+static bool credit(struct sched *s, struct thread *th, uint64_t ns)
+{
+    th->cpu_credit_ns += ns;
+    if (th->cpu_credit_ns < s->eff_interval_ns)
+        return false;
+    uint64_t n = th->cpu_credit_ns / s->eff_interval_ns;
+    th->cpu_credit_ns -= n * s->eff_interval_ns;
+    s->missed += n - 1; /* more than one interval since we last looked: one sample only */
+    th->cpu_due = true;
+    return true;
+}
+
+/* Timer and poll sources: read every thread's CPU time, mark those due, sample them. */
+static void cpu_credit_tick(struct sched *s)
+{
+    struct target *t = s->t;
+    bool any = false;
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        if (!th->born || th->zombie)
+            continue;
+        uint64_t run, pcount;
+        if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0)
+            continue;
+        if (!th->cpu_seen_valid) {
+            th->cpu_seen_valid = true;
+            th->cpu_seen_ns = run;
+            continue;
+        }
+        uint64_t d = run - th->cpu_seen_ns;
+        th->cpu_seen_ns = run;
+        any |= credit(s, th, d);
+    }
+    if (any)
+        run_tick(s, now_ns(), true);
+}
+
+static void perf_close(struct thread *th)
+{
+    if (th->perf_fd < 0)
+        return;
+    ev_io_stop(g.loop, &th->perf_io);
+    if (th->perf_buf)
+        munmap(th->perf_buf, 2 * (size_t)g.page);
+    close(th->perf_fd);
+    th->perf_fd = -1;
+    th->perf_buf = NULL;
+}
+
+/* Overflows recorded in a perf event's ring since we last looked (and consume them). */
+static unsigned perf_consume(struct thread *th)
+{
+    struct perf_event_mmap_page *mp = th->perf_buf;
+    uint64_t head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE);
+    uint64_t tail = mp->data_tail;
+    const uint8_t *data = (const uint8_t *)th->perf_buf + g.page;
+    uint64_t size = (uint64_t)g.page;
+    unsigned n = 0;
+    while (tail + sizeof(struct perf_event_header) <= head) {
+        struct perf_event_header h;
+        /* A header never straddles the end: records are 8-byte aligned in a power-of-two
+         * buffer. */
+        memcpy(&h, data + (tail & (size - 1)), sizeof(h));
+        if (h.size < sizeof(h))
+            break;
+        if (h.type == PERF_RECORD_SAMPLE)
+            n++;
+        tail += h.size;
+    }
+    __atomic_store_n(&mp->data_tail, head, __ATOMIC_RELEASE);
+    return n;
+}
+
+static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct thread *th = w->data;
+    struct sched *s = &th->t->sched;
+    unsigned n = perf_consume(th);
+    if (n == 0) {
+        /* Readable with nothing recorded: the thread is gone (POLLHUP), its exit follows. */
+        ev_io_stop(g.loop, &th->perf_io);
+        return;
+    }
+    s->missed += n - 1;
+    th->cpu_due = true;
+    run_tick(s, now_ns(), true);
+}
+
+static int perf_open(struct sched *s, struct thread *th)
+{
+    struct perf_event_attr pa;
+    memset(&pa, 0, sizeof(pa));
+    pa.size = sizeof(pa);
+    pa.type = PERF_TYPE_SOFTWARE;
+    pa.config = PERF_COUNT_SW_TASK_CLOCK;
+    pa.sample_period = s->eff_interval_ns;
+    pa.wakeup_events = 1;
+    int fd = (int)syscall(SYS_perf_event_open, &pa, th->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    /* Without its ring buffer the event polls as POLLHUP at once. */
+    void *buf = mmap(NULL, 2 * (size_t)g.page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (buf == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    th->perf_fd = fd;
+    th->perf_buf = buf;
+    ev_io_init(&th->perf_io, on_perf, fd, EV_READ);
+    th->perf_io.data = th;
+    ev_io_start(g.loop, &th->perf_io);
+    return 0;
+}
+
+static int timer_open(struct sched *s)
+{
+    clockid_t cid;
+    int r = clock_getcpuclockid(s->t->pid, &cid);
+    if (r)
+        return -r;
+    struct sigevent sev;
+    memset(&sev, 0, sizeof(sev));
+    sev.sigev_notify = SIGEV_SIGNAL;
+    sev.sigev_signo = CPU_TIMER_SIGNAL;
+    sev.sigev_value.sival_int = s->t->pid;
+    if (timer_create(cid, &sev, &s->cpu_timer) < 0)
+        return -errno;
+    s->have_cpu_timer = true;
+    return 0;
+}
+
+static void timer_set(struct sched *s, uint64_t ns)
+{
+    struct itimerspec it = {
+        .it_value = {(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)},
+        .it_interval = {(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)},
+    };
+    timer_settime(s->cpu_timer, 0, &it, NULL);
+}
+
+/* A CPU-clock timer fired: its process used one more interval of CPU. */
+static void on_cpu_signal(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+    struct signalfd_siginfo si[16];
+    ssize_t n;
+    while ((n = read(g.sigfd, si, sizeof(si))) > 0) {
+        for (size_t i = 0; i < (size_t)n / sizeof(si[0]); i++) {
+            struct target *t = target_find((pid_t)si[i].ssi_int);
+            if (!t || t->state != T_ATTACHED || !t->sched.running ||
+                t->sched.mode != SCHED_CPUTIME || t->sched.source != CPU_SRC_TIMER)
+                continue;
+            cpu_credit_tick(&t->sched);
+        }
+    }
+}
+
+/* ---- the wall-clock modes ---- */
+
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
     (void)revents;
     struct sched *s = w->data;
     uint64_t now = now_ns();
-    target_sample(s->t, now);
+    switch (s->mode) {
+    case SCHED_ALARM:
+        if (now >= s->next_ns + s->eff_interval_ns) {
+            /* Late by whole intervals: those ticks are missed, not made up in a burst. */
+            uint64_t k = (now - s->next_ns) / s->eff_interval_ns;
+            s->missed += k;
+            s->next_ns += k * s->eff_interval_ns;
+        }
+        run_tick(s, now, false);
+        if (!s->running)
+            return;
+        s->next_ns += s->eff_interval_ns;
+        arm(s, (int64_t)(s->next_ns - now_ns()));
+        break;
+    case SCHED_SLEEP:
+    case SCHED_EVENT:
+        run_tick(s, now, false);
+        if (s->running)
+            arm(s, (int64_t)s->eff_interval_ns);
+        break;
+    case SCHED_CPUTIME:
+        cpu_credit_tick(s); /* the poll source */
+        break;
+    }
 }
 
-void sched_start(struct sched *s, struct ev_loop *loop, struct target *t, unsigned hz)
+static void set_interval(struct sched *s)
 {
+    s->interval_ns = NS_PER_SEC / (s->hz ? s->hz : 1);
+    s->eff_interval_ns = (uint64_t)((double)s->interval_ns / s->scale);
+}
+
+static int start_cputime(struct sched *s)
+{
+    struct target *t = s->t;
+    enum cpu_source want = g.source;
+    if (want == CPU_SRC_AUTO || want == CPU_SRC_PERF) {
+        int r = 0;
+        for (size_t i = 0; r == 0 && i < t->nthreads; i++)
+            if (!t->threads[i]->zombie)
+                r = perf_open(s, t->threads[i]);
+        if (r == 0) {
+            s->source = CPU_SRC_PERF;
+            return 0;
+        }
+        for (size_t i = 0; i < t->nthreads; i++)
+            perf_close(t->threads[i]);
+        log_info("pid %d: perf task-clock events unavailable (%s)%s", t->pid, strerror(-r),
+                 want == CPU_SRC_PERF ? "" : ": trying a CPU-clock timer");
+        if (want == CPU_SRC_PERF)
+            return r;
+    }
+    for (size_t i = 0; i < t->nthreads; i++) {
+        t->threads[i]->cpu_seen_valid = false;
+        t->threads[i]->cpu_credit_ns = 0;
+    }
+    if (want == CPU_SRC_AUTO || want == CPU_SRC_TIMER) {
+        int r = g.sigfd >= 0 ? timer_open(s) : -ENOSYS;
+        if (r == 0) {
+            s->source = CPU_SRC_TIMER;
+            timer_set(s, s->eff_interval_ns);
+            cpu_credit_tick(s); /* the starting point of every thread's CPU time */
+            return 0;
+        }
+        log_info("pid %d: CPU-clock timer unavailable (%s)%s", t->pid, strerror(-r),
+                 want == CPU_SRC_TIMER ? "" : ": polling schedstat");
+        if (want == CPU_SRC_TIMER)
+            return r;
+    }
+    s->source = CPU_SRC_POLL;
+    cpu_credit_tick(s);
+    double iv = (double)s->eff_interval_ns / 1e9;
+    ev_timer_set(&s->timer, iv, iv);
+    ev_timer_start(s->loop, &s->timer);
+    return 0;
+}
+
+static void stop_sources(struct sched *s)
+{
+    ev_timer_stop(s->loop, &s->timer);
+    if (s->have_cpu_timer) {
+        timer_delete(s->cpu_timer);
+        s->have_cpu_timer = false;
+    }
+    for (size_t i = 0; i < s->t->nthreads; i++)
+        perf_close(s->t->threads[i]);
+}
+
+static int start_sources(struct sched *s)
+{
+    uint64_t now = now_ns();
+    s->scale_since_ns = now;
+    if (s->mode == SCHED_CPUTIME)
+        return start_cputime(s);
+    s->source = CPU_SRC_AUTO;
+    s->next_ns = now + s->eff_interval_ns;
+    arm(s, (int64_t)s->eff_interval_ns);
+    return 0;
+}
+
+int sched_start(struct sched *s, struct ev_loop *loop, struct target *t, enum sched_mode mode,
+                unsigned hz)
+{
+    memset(s, 0, sizeof(*s));
     s->loop = loop;
     s->t = t;
-    s->interval_ns = NS_PER_SEC / (hz ? hz : 1);
-    double iv = (double)s->interval_ns / 1e9;
-    ev_timer_init(&s->timer, on_tick, iv, iv);
+    s->mode = mode;
+    s->hz = hz;
+    s->scale = 1.0;
+    set_interval(s);
+    ev_timer_init(&s->timer, on_timer, 0, 0);
     s->timer.data = s;
-    ev_timer_start(loop, &s->timer);
+    s->win_start_ns = now_ns();
+    int r = start_sources(s);
+    s->running = r == 0;
+    return r;
 }
 
 void sched_stop(struct sched *s)
 {
-    if (s->loop)
-        ev_timer_stop(s->loop, &s->timer);
+    if (!s->loop || !s->running)
+        return;
+    s->running = false;
+    stop_sources(s);
+}
+
+int sched_reconfigure(struct sched *s, enum sched_mode mode, unsigned hz)
+{
+    if (!s->running)
+        return -ESRCH;
+    enum sched_mode old_mode = s->mode;
+    unsigned old_hz = s->hz;
+    stop_sources(s);
+    s->mode = mode;
+    s->hz = hz;
+    set_interval(s);
+    int r = start_sources(s);
+    if (r < 0) {
+        s->mode = old_mode;
+        s->hz = old_hz;
+        set_interval(s);
+        start_sources(s);
+    }
+    return r;
+}
+
+bool sched_event(struct sched *s)
+{
+    if (!s->running || s->mode != SCHED_EVENT)
+        return false;
+    s->events++;
+    run_tick(s, now_ns(), false);
+    if (s->running)
+        arm(s, (int64_t)s->eff_interval_ns);
+    return true;
+}
+
+void sched_thread_added(struct sched *s, struct thread *th)
+{
+    th->perf_fd = -1;
+    if (s->running && s->mode == SCHED_CPUTIME && s->source == CPU_SRC_PERF) {
+        int r = perf_open(s, th);
+        if (r < 0)
+            log_debug("pid %d: no perf event for new thread %d: %s", s->t->pid, th->tid,
+                      strerror(-r));
+    }
+}
+
+void sched_thread_removed(struct sched *s, struct thread *th)
+{
+    (void)s;
+    perf_close(th);
+}
+
+struct cJSON *sched_describe(const struct sched *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "mode", sched_mode_name(s->mode));
+    if (s->mode == SCHED_CPUTIME)
+        cJSON_AddStringToObject(o, "cputime_source", cpu_source_name(s->source));
+    cJSON_AddNumberToObject(o, "hz", s->hz);
+    cJSON_AddStringToObject(o, "rate_unit", s->mode == SCHED_CPUTIME ? "per CPU-second of each thread"
+                                                                   : "per second");
+    cJSON_AddNumberToObject(o, "effective_hz", sched_effective_hz(s));
+    cJSON_AddBoolToObject(o, "throttled", s->scale < 1.0);
+    cJSON_AddNumberToObject(o, "budget_cpu_pct", g.max_cpu_pct);
+    cJSON_AddNumberToObject(o, "recent_ticks_per_s", s->recent_hz);
+    cJSON_AddNumberToObject(o, "recent_samples_per_s", s->recent_sps);
+    cJSON_AddNumberToObject(o, "ticks", (double)s->ticks);
+    cJSON_AddNumberToObject(o, "missed", (double)s->missed);
+    if (s->mode == SCHED_EVENT)
+        cJSON_AddNumberToObject(o, "event_samples", (double)s->events);
+    uint64_t thr = s->throttled_ns + (s->scale < 1.0 ? now_ns() - s->scale_since_ns : 0);
+    cJSON_AddNumberToObject(o, "throttled_s", (double)thr / 1e9);
+    cJSON_AddNumberToObject(o, "cpu_ms", (double)s->cost_ns / 1e6);
+    return o;
+}
+
+/* ---- the budget ---- */
+
+static void set_scale(struct sched *s, double scale, uint64_t now)
+{
+    if (s->scale < 1.0)
+        s->throttled_ns += now - s->scale_since_ns;
+    s->scale_since_ns = now;
+    s->scale = scale;
+    uint64_t old = s->eff_interval_ns;
+    set_interval(s);
+    if (old == s->eff_interval_ns)
+        return;
+    if (s->mode == SCHED_CPUTIME) {
+        if (s->source == CPU_SRC_PERF) {
+            uint64_t period = s->eff_interval_ns;
+            for (size_t i = 0; i < s->t->nthreads; i++)
+                if (s->t->threads[i]->perf_fd >= 0)
+                    ioctl(s->t->threads[i]->perf_fd, PERF_EVENT_IOC_PERIOD, &period);
+        } else if (s->source == CPU_SRC_TIMER) {
+            timer_set(s, s->eff_interval_ns);
+        } else {
+            double iv = (double)s->eff_interval_ns / 1e9;
+            ev_timer_stop(s->loop, &s->timer);
+            ev_timer_set(&s->timer, iv, iv);
+            ev_timer_start(s->loop, &s->timer);
+        }
+    } else if (s->mode == SCHED_ALARM) {
+        /* Anchor the new rate at the next tick due. */
+        s->next_ns = now + s->eff_interval_ns;
+        arm(s, (int64_t)s->eff_interval_ns);
+    }
+}
+
+static int by_demand(const void *a, const void *b)
+{
+    double x = (*(struct sched *const *)a)->demand, y = (*(struct sched *const *)b)->demand;
+    return x < y ? -1 : x > y;
+}
+
+/* Every BUDGET_PERIOD_S: measure what each target's sampling cost in the window, estimate
+ * what it would cost unthrottled, and divide the budget max-min fairly: every target gets
+ * up to an equal share, and what the cheaper ones leave is shared by the others. A target
+ * whose share is below its demand is slowed down in proportion. */
+static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+    uint64_t now = now_ns();
+    size_t n = 0;
+    for (struct target *t = targets_first(); t; t = t->next)
+        n += t->state == T_ATTACHED && t->sched.running;
+    if (!n)
+        return;
+    struct sched **v = xmalloc(n * sizeof(*v));
+    size_t k = 0;
+    for (struct target *t = targets_first(); t; t = t->next) {
+        if (t->state != T_ATTACHED || !t->sched.running)
+            continue;
+        struct sched *s = &t->sched;
+        double secs = (double)(now - s->win_start_ns) / 1e9;
+        if (secs <= 0)
+            secs = BUDGET_PERIOD_S;
+        s->recent_hz = (double)s->win_ticks / secs;
+        /* Samples, counted here: a stop can complete after its tick. */
+        s->recent_sps = (double)(t->stats.samples - s->win_samples) / secs;
+        double d = (double)s->win_cost_ns / secs / s->scale;
+        s->demand = s->demand > 0 ? 0.5 * s->demand + 0.5 * d : d;
+        s->win_cost_ns = s->win_ticks = 0;
+        s->win_samples = t->stats.samples;
+        s->win_start_ns = now;
+        v[k++] = s;
+    }
+    if (g.max_cpu_pct > 0) {
+        qsort(v, n, sizeof(*v), by_demand);
+        double left = g.max_cpu_pct / 100.0 * 1e9;
+        for (size_t i = 0; i < n; i++) {
+            struct sched *s = v[i];
+            double share = left / (double)(n - i);
+            double alloc = s->demand < share ? s->demand : share;
+            left -= alloc;
+            double scale = s->demand > 0 ? alloc / s->demand : 1.0;
+            double min_scale = s->hz ? 1.0 / s->hz : 1.0; /* never below 1 Hz */
+            if (scale < min_scale)
+                scale = min_scale;
+            if (scale > 1.0)
+                scale = 1.0;
+            /* Leave small changes alone, so the rate does not wobble with the noise. */
+            if (fabs(scale - s->scale) > 0.05 * s->scale || (scale == 1.0 && s->scale != 1.0))
+                set_scale(s, scale, now);
+        }
+    }
+    free(v);
+}
+
+int sched_global_init(struct ev_loop *loop, enum cpu_source source, double max_cpu_pct)
+{
+    g.loop = loop;
+    g.source = source;
+    g.max_cpu_pct = max_cpu_pct;
+    g.page = sysconf(_SC_PAGESIZE);
+    sigset_t ss;
+    sigemptyset(&ss);
+    sigaddset(&ss, CPU_TIMER_SIGNAL);
+    if (pthread_sigmask(SIG_BLOCK, &ss, NULL) == 0)
+        g.sigfd = signalfd(-1, &ss, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (g.sigfd >= 0) {
+        ev_io_init(&g.sig_w, on_cpu_signal, g.sigfd, EV_READ);
+        ev_io_start(loop, &g.sig_w);
+    }
+    ev_timer_init(&g.budget_w, on_budget, BUDGET_PERIOD_S, BUDGET_PERIOD_S);
+    ev_timer_start(loop, &g.budget_w);
+    return 0;
+}
+
+void sched_global_finish(void)
+{
+    if (!g.loop)
+        return;
+    ev_timer_stop(g.loop, &g.budget_w);
+    if (g.sigfd >= 0) {
+        ev_io_stop(g.loop, &g.sig_w);
+        close(g.sigfd);
+        g.sigfd = -1;
+    }
 }

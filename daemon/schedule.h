@@ -1,19 +1,94 @@
 /* schedule.h: when to sample a target. Kept apart from the sampler: the sampler takes a sample
- * when told; the scheduler decides when (fixed-rate wall clock for now). */
+ * when told; the scheduler decides when, and which threads.
+ *
+ * Four modes, after Sentry's Python profiler's schedulers, out of process:
+ *   sleep    the next sample one interval after the previous one finished (drifts by the
+ *            cost of each sample, like a loop around time.sleep);
+ *   event    sleep, but woken at once by events (a slice request, a transaction boundary);
+ *   alarm    fixed-rate ticks on the monotonic clock anchored at start (ITIMER_REAL): no
+ *            drift; ticks missed because the daemon was late are counted, not bunched;
+ *   cputime  one sample of a thread per interval of its CPU time (ITIMER_PROF, per thread):
+ *            only threads that ran; an idle process gets none, two busy threads twice the
+ *            rate of one. On-CPU stacks only.
+ * The wall-clock modes sample every thread at each tick, blocked ones without stopping them.
+ *
+ * The CPU budget (sched_budget_init) lowers the rates of the targets, fairly, when sampling
+ * them all would cost more than the budget. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <ev.h>
 
 struct target;
+struct thread;
 
-struct sched {
-    ev_timer timer;
-    struct ev_loop *loop;
-    struct target *t;
-    uint64_t interval_ns;
+enum sched_mode { SCHED_SLEEP, SCHED_EVENT, SCHED_ALARM, SCHED_CPUTIME };
+
+/* How cputime learns that a thread has used an interval of CPU. */
+enum cpu_source {
+    CPU_SRC_AUTO,  /* the best that works: perf, then timer, then poll */
+    CPU_SRC_PERF,  /* a perf task-clock event per thread, overflowing every interval */
+    CPU_SRC_TIMER, /* a POSIX timer on the process's CPU clock, then schedstat per thread */
+    CPU_SRC_POLL,  /* schedstat of every thread polled once per interval of wall time */
 };
 
-void sched_start(struct sched *s, struct ev_loop *loop, struct target *t, unsigned hz);
+const char *sched_mode_name(enum sched_mode m);
+int sched_mode_parse(const char *s, enum sched_mode *out);
+const char *cpu_source_name(enum cpu_source s);
+int cpu_source_parse(const char *s, enum cpu_source *out);
+
+struct sched {
+    struct ev_loop *loop;
+    struct target *t;
+    bool running;
+    enum sched_mode mode;
+    enum cpu_source source; /* in use (cputime only) */
+    unsigned hz;            /* requested */
+    uint64_t interval_ns;   /* requested interval */
+    double scale;           /* budget's factor on the rate, (0, 1] */
+    uint64_t eff_interval_ns; /* interval_ns / scale */
+    ev_timer timer;         /* wall-clock modes, and cputime's poll source */
+    uint64_t next_ns;       /* alarm: the next tick's due time */
+    timer_t cpu_timer;      /* cputime's timer source */
+    bool have_cpu_timer;
+
+    /* Counters, since attach. */
+    uint64_t ticks;         /* times the sampler ran */
+    uint64_t missed;        /* ticks (alarm) or CPU intervals (cputime) not sampled: late */
+    uint64_t events;        /* event mode: samples taken at an event */
+    uint64_t cost_ns;       /* daemon CPU spent sampling this target */
+    uint64_t throttled_ns;  /* time spent with scale < 1 */
+    /* Budget window. */
+    uint64_t win_cost_ns, win_ticks, win_start_ns;
+    uint64_t win_samples;   /* the target's sample count when the window began */
+    double demand;          /* smoothed CPU ns per second this target would cost at scale 1 */
+    double recent_hz;       /* ticks per second over the last budget window */
+    double recent_sps;      /* samples (buffer entries) per second, same window */
+    uint64_t scale_since_ns;
+};
+
+/* Set the daemon-wide state: the loop, the cputime source to use (CPU_SRC_AUTO: the best
+ * available) and the sampling budget in percent of one CPU (0: none). Blocks the signal of
+ * the CPU timers; call before starting other threads. Returns 0 or -errno. */
+int sched_global_init(struct ev_loop *loop, enum cpu_source source, double max_cpu_pct);
+void sched_global_finish(void);
+double sched_budget_pct(void);
+
+int sched_start(struct sched *s, struct ev_loop *loop, struct target *t, enum sched_mode mode,
+                unsigned hz);
 void sched_stop(struct sched *s);
+/* Change the mode and/or rate of a running schedule. Returns 0 or -errno. */
+int sched_reconfigure(struct sched *s, enum sched_mode mode, unsigned hz);
+/* An event (slice request, transaction boundary): in event mode, sample now and start the
+ * wait over. Returns whether a sample was taken. */
+bool sched_event(struct sched *s);
+/* Threads come and go (the perf source keeps an event per thread). */
+void sched_thread_added(struct sched *s, struct thread *th);
+void sched_thread_removed(struct sched *s, struct thread *th);
+/* The effective rate after the budget. */
+double sched_effective_hz(const struct sched *s);
+/* How a target is sampled, for status and profile metadata (a new object). */
+struct cJSON *sched_describe(const struct sched *s);

@@ -9,6 +9,7 @@
 
 #include "perms.h"
 #include "proto.h"
+#include "schedule.h"
 
 struct pending;
 
@@ -40,6 +41,7 @@ struct pending {
 struct server_config {
     const char *socket_path;
     unsigned default_hz;
+    enum sched_mode default_mode;
     uint64_t default_buffer_ns;
     unsigned max_hz;
     uint64_t max_buffer_ns;

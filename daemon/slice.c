@@ -51,6 +51,7 @@ struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint6
     memcpy(job->comm, t->comm, sizeof(job->comm));
     job->exe = xstrdup(t->exe);
     job->hz = t->hz;
+    job->sampling = sched_describe(&t->sched);
     job->start_ns = start_ns;
     job->end_ns = end_ns;
     job->realtime_offset_ns = (int64_t)(realtime_ns() - now_ns());
@@ -127,6 +128,7 @@ void slice_job_free(struct slice_job *job)
     if (!job)
         return;
     free(job->exe);
+    cJSON_Delete(job->sampling);
     free(job->samples);
     for (size_t i = 0; i < job->nstacks; i++)
         free(job->stacks[i].ips);

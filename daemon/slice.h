@@ -54,6 +54,7 @@ struct slice_job {
     struct slice_epoch *epochs;
     size_t nepochs;
     struct profile_txn txn;
+    struct cJSON *sampling; /* how the samples were taken (sched_describe), or NULL */
     /* Result (worker). */
     int err;            /* 0 or -errno */
     char *data;         /* formatted text (collapsed) */

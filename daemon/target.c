@@ -149,6 +149,7 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->schedstat_fd = open_task_file(t->pid, tid, "schedstat");
     th->syscall_fd = open_task_file(t->pid, tid, "syscall");
     th->status_fd = open_task_file(t->pid, tid, "status");
+    th->perf_fd = -1;
     if (read_thread_stat(t->pid, tid, th->name, NULL) < 0)
         snprintf(th->name, sizeof(th->name), "%s", t->comm);
     if (t->nthreads == t->cap_threads) {
@@ -160,6 +161,7 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->hnext = tid_hash[b];
     tid_hash[b] = th;
     t->stats.threads_seen++;
+    sched_thread_added(&t->sched, th);
     return th;
 }
 
@@ -169,6 +171,7 @@ static void thread_remove(struct thread *th)
     struct target *t = th->t;
     remember_name(t, th->tid, th->name, now_ns());
     sampler_thread_reset(th);
+    sched_thread_removed(&t->sched, th);
     for (struct thread **p = &tid_hash[(unsigned)th->tid % TID_BUCKETS]; *p; p = &(*p)->hnext) {
         if (*p == th) {
             *p = th->hnext;
@@ -448,8 +451,8 @@ static int seize_all(struct target *t, char *why, size_t whylen)
     return -EAGAIN;
 }
 
-int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **out, char *why,
-                  size_t whylen)
+int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
+                  struct target **out, char *why, size_t whylen)
 {
     why[0] = '\0';
     if (pid <= 0)
@@ -526,9 +529,18 @@ int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **ou
         target_detach(t, NULL, NULL);
         return r;
     }
-    sched_start(&t->sched, loop, t, hz);
-    log_info("attached to %d (%s), %zu threads, %u Hz, %" PRIu64 " s buffer", pid, t->comm,
-             t->nthreads, hz, buffer_ns / NS_PER_SEC);
+    r = sched_start(&t->sched, loop, t, mode, hz);
+    if (r < 0) {
+        snprintf(why, whylen, "cannot start the %s schedule: %s", sched_mode_name(mode),
+                 strerror(-r));
+        target_detach(t, NULL, NULL);
+        return r;
+    }
+    log_info("attached to %d (%s), %zu threads, %s at %u Hz%s%s, %" PRIu64 " s buffer", pid,
+             t->comm, t->nthreads, sched_mode_name(mode), hz,
+             mode == SCHED_CPUTIME ? " of CPU time, source " : "",
+             mode == SCHED_CPUTIME ? cpu_source_name(t->sched.source) : "",
+             buffer_ns / NS_PER_SEC);
     *out = t;
     return 0;
 }
@@ -901,11 +913,11 @@ void targets_reap(void)
     }
 }
 
-void target_sample(struct target *t, uint64_t tick_ns)
+void target_sample(struct target *t, uint64_t tick_ns, bool cpu_only)
 {
     if (t->state != T_ATTACHED)
         return;
-    sampler_tick(t, tick_ns);
+    sampler_tick(t, tick_ns, cpu_only);
 }
 
 void target_thread_refresh_name(struct thread *th)

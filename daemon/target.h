@@ -55,6 +55,14 @@ struct thread {
     uint8_t name_checks;        /* times the name was read since the thread appeared */
     uint64_t added_ns;          /* when profd started following it */
     char name[16];
+    /* cputime schedule: CPU time seen, credit towards the next sample, a sample due. */
+    bool cpu_seen_valid;
+    bool cpu_due;
+    uint64_t cpu_seen_ns;
+    uint64_t cpu_credit_ns;
+    int perf_fd;                /* its perf task-clock event (perf source), or -1 */
+    void *perf_buf;
+    ev_io perf_io;
     struct thread *hnext;       /* tid hash chain */
 };
 
@@ -90,6 +98,7 @@ struct target_stats {
     uint64_t skipped_pending;    /* previous stop still outstanding */
     uint64_t skipped_stopped;    /* thread in group-stop with no earlier stack */
     uint64_t skipped_resuming;   /* thread on its way back from a job-control stop */
+    uint64_t skipped_off_cpu;    /* cputime: due, but blocked by the time we looked */
     uint64_t failed_vanished;    /* thread exited while being sampled */
     uint64_t failed_regs;        /* GETREGS failed */
     uint64_t failed_copy;        /* stack copy failed */
@@ -152,8 +161,8 @@ void targets_shutdown(uint64_t timeout_ns);
 /* Attach to process pid: seize every thread. Returns 0 or -errno: -ESRCH (no such process),
  * -EPERM (not allowed, or already traced: why says by whom), -EEXIST (already attached),
  * -EINVAL (pid is a thread, not a process). */
-int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, struct target **out, char *why,
-                  size_t whylen);
+int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
+                  struct target **out, char *why, size_t whylen);
 /* Begin detaching; done() is called when every thread is released (possibly at once). */
 void target_detach(struct target *t, void (*done)(struct target *, void *, int), void *ctx);
 struct target *target_find(pid_t pid);
@@ -169,8 +178,9 @@ void targets_handle_wait(pid_t tid, int status);
 /* Periodic housekeeping (1 Hz): thread names, maps changes, expiry of exited targets. */
 void targets_housekeeping(uint64_t now);
 
-/* Sample every thread of t once (called by the scheduler). */
-void target_sample(struct target *t, uint64_t tick_ns);
+/* Sample every thread of t once, or with cpu_only only the threads marked cpu_due that are
+ * on a CPU (called by the scheduler). */
+void target_sample(struct target *t, uint64_t tick_ns, bool cpu_only);
 
 /* Resume a thread from a ptrace stop, passing sig (0 for none). ESRCH is ignored: the thread
  * died meanwhile and its exit status follows. */

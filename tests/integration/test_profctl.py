@@ -137,7 +137,7 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
 
     # 5. Happy paths.
     r = d.ctl("attach", p.pid, "--hz", 499, "--buffer", "30")
-    check(r.stdout == "attached to %d (busy): 3 threads, 499 Hz, 30 s buffer\n" % p.pid,
+    check(r.stdout == "attached to %d (busy): 3 threads, alarm at 499 Hz, 30 s buffer\n" % p.pid,
           "attach: one line with name, threads, rate and buffer (%r)" % r.stdout)
     r = d.ctl("attach", p.pid, check_rc=False)
     check(r.returncode == 1 and one_line(r) and "already attached" in r.stderr,
@@ -156,13 +156,13 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     lst = json.loads(d.ctl("list", "--json").stdout)
     targets = {t["pid"]: t for t in lst["targets"]}
     check(sorted(targets) == sorted([p.pid, q.pid]), "list --json: {targets: [both]}")
-    fields = {"pid", "comm", "exe", "state", "threads", "hz", "buffer_s", "samples",
+    fields = {"pid", "comm", "exe", "state", "threads", "hz", "mode", "buffer_s", "samples",
               "buffered", "oldest_ns", "newest_ns", "attached_s"}
     t = targets[p.pid]
     check(set(t) == fields, "list --json: the documented fields (%s)" % sorted(set(t) ^ fields))
     check(t["comm"] == "busy" and os.path.realpath(t["exe"]) ==
           os.path.realpath(os.path.join(PROGRAMS, "busy")) and t["state"] == "attached" and
-          t["hz"] == 499 and t["buffer_s"] == 30 and t["threads"] == 3 and t["samples"] > 0 and
+          t["hz"] == 499 and t["mode"] == "alarm" and t["buffer_s"] == 30 and t["threads"] == 3 and t["samples"] > 0 and
           0 < t["buffered"] <= t["samples"] and t["oldest_ns"] < t["newest_ns"] and
           1.0 < t["attached_s"] < 60, "list --json: values match the process (%r)" % t)
     now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
@@ -172,7 +172,7 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     st = d.status()
     dfields = {"version", "pid", "uptime_s", "cpu_s", "user_s", "system_s", "max_rss_kib",
                "clients", "targets", "modules", "slices_queued", "default_hz",
-               "default_buffer_s", "samples"}
+               "default_buffer_s", "samples", "budget_cpu_pct"}
     check(set(st["daemon"]) == dfields and st["daemon"]["pid"] == d.pid and
           st["daemon"]["targets"] == 2 and st["daemon"]["default_hz"] == 101 and
           st["daemon"]["default_buffer_s"] == 60 and st["daemon"]["clients"] == 1 and
@@ -181,13 +181,14 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     sfields = fields | {"ticks", "achieved_hz", "sampled", "unwind", "skipped", "failed",
                         "threads_stopped", "threads_stopped_per_tick", "stop_latency_us_avg",
                         "syscalls_restarted", "signals_forwarded", "group_stops",
-                        "threads_seen", "stacks", "memory_bytes", "ring_dropped_full"}
+                        "threads_seen", "stacks", "memory_bytes", "ring_dropped_full",
+                        "sampling"}
     ts = {x["pid"]: x for x in st["targets"]}
     check(sorted(ts) == sorted([p.pid, q.pid]) and set(ts[p.pid]) == sfields and
           set(ts[p.pid]["sampled"]) == {"stopped", "blocked_without_stop", "idle_reused"} and
           set(ts[p.pid]["unwind"]) == {"complete", "truncated", "too_deep", "complete_pct"} and
           set(ts[p.pid]["skipped"]) == {"still_stopping", "job_control_stopped",
-                                        "resuming_from_job_control"} and
+                                        "resuming_from_job_control", "off_cpu_when_due"} and
           set(ts[p.pid]["failed"]) == {"thread_exited", "registers", "stack_copy",
                                        "torn_copy_retried"},
           "status --json: every target with the documented fields (%s)"
