@@ -32,7 +32,7 @@ enum cpu_source {
     CPU_SRC_AUTO,  /* the best that works: perf, then timer, then poll */
     CPU_SRC_PERF,  /* a perf task-clock event per thread, overflowing every interval */
     CPU_SRC_TIMER, /* a POSIX timer on the process's CPU clock, then schedstat per thread */
-    CPU_SRC_POLL,  /* schedstat of every thread polled once per interval of wall time */
+    CPU_SRC_POLL,  /* schedstat of every thread polled twice per interval of wall time */
 };
 
 const char *sched_mode_name(enum sched_mode m);

@@ -81,6 +81,10 @@ class Daemon:
         w = os.environ.get("PROFD_WRAPPER") if wrapper else None
         if w:
             cmd = w.split() + cmd
+            if "--max-cpu" not in args:
+                # Under valgrind every sample costs ~50 times its CPU: the budget would
+                # throttle every test to a crawl. What is tested there is memory safety.
+                cmd += ["--max-cpu", "0"]
         e = dict(os.environ)
         e.pop("PROFD_SOCKET", None)
         if env:

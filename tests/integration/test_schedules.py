@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""The schedules (sleep, event, alarm, cputime) and the CPU budget, on the real daemon.
+
+- cputime: an idle process gets no samples, with each source (perf events, a CPU-clock timer,
+  schedstat polling); a busy thread gets about one sample per interval of its CPU time, two
+  busy threads twice the rate of one; a sleeping thread never shows (on-CPU stacks only).
+- the wall-clock modes show the sleeping thread's blocking stack.
+- event: a slice request takes a sample at once; sleep at the same rate has none yet.
+- alarm: ticks missed while the daemon could not run are counted, not made up in a burst.
+- a mode changed on an attached process shows in status and in the profile's metadata.
+- the budget: many busy targets at 999 Hz are slowed down fairly and the daemon stays
+  within its --max-cpu.
+- a slow target (threads waiting for a CPU) does not slow down the others.
+"""
+import glob
+import json
+import os
+import signal
+import time
+
+from harness import (Daemon, Program, RawClient, check, check_timing, fail, log, SLOW,
+                     TIMING, parse_collapsed, skip)
+
+NCPU = os.cpu_count() or 1
+
+
+def proc_cpu_ns(pid):
+    """CPU time of every thread of pid, from schedstat (ns)."""
+    total = 0
+    for p in glob.glob("/proc/%d/task/*/schedstat" % pid):
+        try:
+            with open(p) as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total
+
+
+def daemon_cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def slice_raw(d, pid, last_s, fmt="collapsed"):
+    c = RawClient(d.socket)
+    r = c.call({"cmd": "slice", "pid": pid, "last_ns": int(last_s * 1e9), "format": fmt})
+    c.close()
+    if "result" not in r:
+        fail("slice of %d: %r" % (pid, r))
+    return r["result"]
+
+
+def sampling(d, pid):
+    return d.target_status(pid)["sampling"]
+
+
+# 1. cputime on an idle process: no samples, whichever source.
+for source in ("perf", "timer", "poll"):
+    with Daemon("--cputime-source", source) as d, Program("sleeper", 0) as p:
+        d.ctl("attach", p.pid, "--mode", "cputime", "--hz", 999)
+        s = sampling(d, p.pid)
+        check(s["mode"] == "cputime" and s["cputime_source"] == source,
+              "cputime source %s: status says so (%s)" % (source, s.get("cputime_source")))
+        time.sleep(1.5)
+        res = slice_raw(d, p.pid, 10)
+        check(res["samples"] == 0, "cputime (%s): an idle process gets no samples (%d)"
+              % (source, res["samples"]))
+
+# 2. cputime on busy threads: one sample per interval of each thread's CPU, only on-CPU
+# stacks; two busy threads get twice the rate of one.
+HZ = 101
+rates = {}
+for source in ("perf", "timer", "poll"):
+    for busy in (1, 2):
+        if busy > NCPU:
+            continue
+        with Daemon("--cputime-source", source) as d, Program("sleeper", busy) as p:
+            d.ctl("attach", p.pid, "--mode", "cputime", "--hz", HZ)
+            time.sleep(0.3)
+            c0, t0 = proc_cpu_ns(p.pid), time.monotonic()
+            n0 = d.target_status(p.pid)["samples"]
+            time.sleep(2.0)
+            c1, t1 = proc_cpu_ns(p.pid), time.monotonic()
+            n1 = d.target_status(p.pid)["samples"]
+            per_cpu_s = (n1 - n0) / ((c1 - c0) / 1e9)
+            rates[(source, busy)] = (n1 - n0) / (t1 - t0)
+            check_timing(abs(per_cpu_s - HZ) <= 0.15 * HZ,
+                         "cputime (%s), %d busy: %.1f samples per CPU-second (%d asked)"
+                         % (source, busy, per_cpu_s, HZ))
+            prof = d.slice(p.pid, "--last", 2)
+            burn = sum(c for s, c in prof.items() if s.endswith(";burn"))
+            nap = sum(c for s, c in prof.items() if ";nap" in s or s.startswith("napper"))
+            check(burn > 0 and burn >= 0.97 * sum(prof.values()),
+                  "cputime (%s), %d busy: samples are the burners in burn() (%d of %d)"
+                  % (source, busy, burn, sum(prof.values())))
+            check(nap == 0, "cputime (%s): the sleeping thread never shows (%d)" % (source, nap))
+    if (source, 2) in rates:
+        ratio = rates[(source, 2)] / rates[(source, 1)]
+        check_timing(1.6 <= ratio <= 2.4,
+                     "cputime (%s): two busy threads get %.2fx the samples per second of one"
+                     % (source, ratio))
+
+# 3. The wall-clock modes show where the sleeping thread waits; event samples at a slice.
+for mode in ("alarm", "sleep", "event"):
+    with Daemon() as d, Program("sleeper", 1) as p:
+        d.ctl("attach", p.pid, "--mode", mode, "--hz", 199)
+        time.sleep(1.0)
+        prof = d.slice(p.pid, "--last", 5)
+        nap = {s: c for s, c in prof.items() if s.startswith("napper;")}
+        check(nap and all(";start_thread;napper;nap;" in s and "nanosleep" in s for s in nap),
+              "%s: the sleeping thread shows its blocking stack through nap() (%s)"
+              % (mode, sorted(nap)[:2]))
+        check(any(s.startswith("sleeper;_start;") and ";main;" in s and "read" in s.split(";")[-1]
+                  for s in prof),
+              "%s: the main thread shows its read() under main()" % mode)
+        check(sampling(d, p.pid)["mode"] == mode, "%s: status shows the mode" % mode)
+
+# 4. event: a slice request takes a sample at once; sleep at 1 Hz has none after 0.3 s.
+with Daemon() as d, Program("sleeper", 0) as p, Program("sleeper", 0) as q:
+    d.ctl("attach", p.pid, "--mode", "event", "--hz", 1)
+    d.ctl("attach", q.pid, "--mode", "sleep", "--hz", 1)
+    time.sleep(0.3)
+    ev = slice_raw(d, p.pid, 10)
+    sl = slice_raw(d, q.pid, 10)
+    check(ev["samples"] >= 2 and ev["sampling"]["event_samples"] >= 1,
+          "event: a slice request 0.3 s after attach at 1 Hz holds a sample of every thread "
+          "taken at the request (%d samples)" % ev["samples"])
+    check(sl["samples"] == 0, "sleep at 1 Hz: no sample yet at 0.3 s (%d)" % sl["samples"])
+    res = slice_raw(d, p.pid, 10, "sentry")
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    prof = res["profile"]
+    last = max(int(s["elapsed_since_start_ns"]) for s in prof["profile"]["samples"])
+    start = res["start_ns"]
+    check(now - (start + last) < 200e6 * SLOW,
+          "event: the newest sample was taken at the request (%.1f ms before it returned)"
+          % ((now - start - last) / 1e6))
+    check(prof.get("profd", {}).get("sampling", {}).get("mode") == "event",
+          "the Sentry profile's metadata names the mode")
+
+# 5. alarm: ticks missed while the daemon is stopped are counted, not bunched; changing the
+# mode of an attached process takes effect.
+with Daemon() as d, Program("sleeper", 0) as p:
+    d.ctl("attach", p.pid, "--mode", "alarm", "--hz", 100)
+    time.sleep(0.5)
+    m0 = sampling(d, p.pid)["missed"]
+    os.kill(d.pid, signal.SIGSTOP)
+    time.sleep(0.3)
+    os.kill(d.pid, signal.SIGCONT)
+    time.sleep(0.5)
+    s = sampling(d, p.pid)
+    check(s["missed"] - m0 >= 20, "alarm: the daemon stopped for 0.3 s at 100 Hz: %d ticks "
+          "counted missed" % (s["missed"] - m0))
+    res = slice_raw(d, p.pid, 0.6, "sentry")
+    tid = str(p.pid)
+    ts = sorted(int(x["elapsed_since_start_ns"]) for x in res["profile"]["profile"]["samples"]
+                if x["thread_id"] == tid)
+    gaps = [b - a for a, b in zip(ts, ts[1:])]
+    check(gaps and min(gaps) >= 5e6,
+          "alarm: no burst after the stop (smallest gap between ticks %.1f ms, interval 10 ms)"
+          % (min(gaps) / 1e6 if gaps else -1))
+    r = d.ctl("configure", p.pid, "--mode", "cputime", "--hz", 50)
+    check("cputime at 50 Hz" in r.stdout, "configure: one line with the new schedule (%r)"
+          % r.stdout)
+    s = sampling(d, p.pid)
+    check(s["mode"] == "cputime" and s["hz"] == 50 and d.target_status(p.pid)["hz"] == 50,
+          "configure: status shows the new mode and rate")
+    res = slice_raw(d, p.pid, 1)
+    check(res["sampling"]["mode"] == "cputime", "a slice's metadata shows the new mode")
+    r = d.ctl("configure", p.pid, "--mode", "bogus", check_rc=False)
+    check(r.returncode == 2, "configure --mode bogus: a usage error")
+    c = RawClient(d.socket)
+    r = c.call({"cmd": "configure", "pid": p.pid, "mode": "often"})
+    c.close()
+    check(r.get("error", {}).get("code") == "bad_request" and "mode" in r["error"]["message"],
+          "configure with an unknown mode: bad_request naming \"mode\"")
+
+# 6. The budget: 4 targets of 2 busy threads at 999 Hz would cost far more than 5% of a
+# CPU; they are slowed down alike and the daemon stays within its budget.
+with Daemon("--max-cpu", "5") as d:
+    progs = [Program("sleeper", 2) for _ in range(4)]
+    try:
+        for p in progs:
+            d.ctl("attach", p.pid, "--hz", 999)
+        time.sleep(1.5 * SLOW)
+        c0, t0 = daemon_cpu_s(d.pid), time.monotonic()
+        n0 = {p.pid: d.target_status(p.pid)["ticks"] for p in progs}
+        time.sleep(3)
+        c1, t1 = daemon_cpu_s(d.pid), time.monotonic()
+        st = {p.pid: d.target_status(p.pid) for p in progs}
+        pct = 100 * (c1 - c0) / (t1 - t0)
+        rate = {pid: (st[pid]["ticks"] - n0[pid]) / (t1 - t0) for pid in st}
+        log("budget 5%%: daemon %.1f%% of a CPU; rates %s" % (pct, sorted(rate.values())))
+        check(all(s["sampling"]["throttled"] and s["sampling"]["effective_hz"] < 999
+                  for s in st.values()),
+              "budget: every target is throttled and says so (effective %s Hz)"
+              % [round(s["sampling"]["effective_hz"]) for s in st.values()])
+        check(all(r > 0 for r in rate.values()), "budget: every target is still sampled")
+        check_timing(pct <= 5 * 1.6 + 1,
+                     "budget: the daemon stays near its 5%% budget (%.1f%% of a CPU)" % pct)
+        check_timing(max(rate.values()) <= 2 * min(rate.values()),
+                     "budget: the targets are slowed down fairly (%.0f to %.0f ticks/s)"
+                     % (min(rate.values()), max(rate.values())))
+    finally:
+        for p in progs:
+            p.kill()
+
+# 7. A slow target does not slow down the others: 4 busy threads (more than the CPUs) that
+# stop only when they get a CPU, next to an idle process sampled at the same rate. The idle
+# one's rate is measured with the busy process running, unattached, then attached.
+with Daemon() as d, Program("sleeper", 2 * NCPU) as slow, Program("sleeper", 0) as quick:
+    d.ctl("attach", quick.pid, "--hz", 499)
+
+    def quick_rate():
+        time.sleep(0.5)
+        n0, t0 = d.target_status(quick.pid)["ticks"], time.monotonic()
+        time.sleep(2.0)
+        return (d.target_status(quick.pid)["ticks"] - n0) / (time.monotonic() - t0)
+    alone = quick_rate()
+    d.ctl("attach", slow.pid, "--hz", 499)
+    beside = quick_rate()
+    ss = d.target_status(slow.pid)
+    log("slow target: %.0f ticks/s, %.0f us to stop on average; the other: %.0f ticks/s "
+        "alone, %.0f beside it" % (ss["sampling"]["recent_ticks_per_s"],
+                                   ss["stop_latency_us_avg"], alone, beside))
+    check_timing(beside >= 0.9 * alone, "a target next to a slow one keeps its rate (%.0f "
+                 "ticks/s, %.0f without it)" % (beside, alone))
