@@ -413,6 +413,18 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
             samples, (int)num(res, "threads"), pid, dur, samples ? 100 * trunc / samples : 0,
             str(res, "format"), out && strcmp(out, "-") ? ", written to " : "",
             out && strcmp(out, "-") ? out : "");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(res, "sampling");
+    if (m) {
+        bool cpu = !strcmp(str(m, "mode"), "cputime");
+        fprintf(stderr, "profctl: sampled %s at %d Hz%s%s; now %.1f Hz effective%s, %.0f ticks "
+                        "missed since attach\n",
+                str(m, "mode"), (int)num(m, "hz"), cpu ? " of CPU time, source " : "",
+                cpu ? str(m, "cputime_source") : "", num(m, "effective_hz"),
+                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "throttled"))
+                    ? " (throttled by the CPU budget)"
+                    : "",
+                num(m, "missed"));
+    }
     if (!profile && top)
         summarize_collapsed(text, top);
     free(text);

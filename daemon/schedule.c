@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 
 #include <cjson/cJSON.h>
 
@@ -38,6 +39,7 @@ static struct {
     long page;
     uint64_t win_loop_cpu_ns; /* the loop thread's CPU time when the window began */
     double overhead;          /* loop CPU / CPU measured in ticks (stops handled later...) */
+    double avail;             /* CPU ns per second to share out */
 } g = {.sigfd = -1, .overhead = 1.0};
 
 static const char *const mode_names[] = {"sleep", "event", "alarm", "cputime"};
@@ -98,14 +100,30 @@ static void run_tick(struct sched *s, uint64_t tick_ns, bool cpu_only)
     s->win_ticks++;
 }
 
-/* Arm the one-shot timer to fire `after` ns from now (the real now: the loop's cached time
- * is stale by whatever this iteration has done). */
-static void arm(struct sched *s, int64_t after)
+static struct timespec ts_of(uint64_t ns)
 {
-    ev_timer_stop(s->loop, &s->timer);
-    ev_now_update(s->loop);
-    ev_timer_set(&s->timer, after > 0 ? (double)after / 1e9 : 0, 0);
-    ev_timer_start(s->loop, &s->timer);
+    return (struct timespec){(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)};
+}
+
+/* Fire once, `after` ns from now. */
+static void arm(struct sched *s, uint64_t after)
+{
+    struct itimerspec it = {.it_value = ts_of(after ? after : 1)};
+    timerfd_settime(s->tfd, 0, &it, NULL);
+}
+
+/* Fire at `first` (CLOCK_MONOTONIC) and every `period` ns after it, on that grid. */
+static void arm_periodic(struct sched *s, uint64_t first, uint64_t period)
+{
+    struct itimerspec it = {.it_value = ts_of(first), .it_interval = ts_of(period)};
+    timerfd_settime(s->tfd, TFD_TIMER_ABSTIME, &it, NULL);
+}
+
+static void disarm(struct sched *s)
+{
+    struct itimerspec it;
+    memset(&it, 0, sizeof(it));
+    timerfd_settime(s->tfd, 0, &it, NULL);
 }
 
 /* ---- cputime: credit of CPU time per thread ---- */
@@ -129,9 +147,9 @@ static bool credit(struct sched *s, struct thread *th, uint64_t ns)
 }
 
 /* The poll source looks at the threads twice per interval. */
-static double poll_period_s(const struct sched *s)
+static uint64_t poll_period_ns(const struct sched *s)
 {
-    return (double)s->eff_interval_ns / 2e9;
+    return s->eff_interval_ns / 2;
 }
 
 /* Timer and poll sources: read every thread's CPU time, mark those due, sample them. */
@@ -286,31 +304,27 @@ static void on_cpu_signal(struct ev_loop *loop, ev_io *w, int revents)
 
 /* ---- the wall-clock modes ---- */
 
-static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+static void on_timer(struct ev_loop *loop, ev_io *w, int revents)
 {
     (void)loop;
     (void)revents;
     struct sched *s = w->data;
+    uint64_t expirations;
+    if (read(s->tfd, &expirations, sizeof(expirations)) != sizeof(expirations))
+        return; /* EAGAIN: re-armed meanwhile */
     uint64_t now = now_ns();
     switch (s->mode) {
     case SCHED_ALARM:
-        if (now >= s->next_ns + s->eff_interval_ns) {
-            /* Late by whole intervals: those ticks are missed, not made up in a burst. */
-            uint64_t k = (now - s->next_ns) / s->eff_interval_ns;
-            s->missed += k;
-            s->next_ns += k * s->eff_interval_ns;
-        }
+        /* The kernel keeps the grid: ticks we were too late for are missed, not made up in
+         * a burst. */
+        s->missed += expirations - 1;
         run_tick(s, now, false);
-        if (!s->running)
-            return;
-        s->next_ns += s->eff_interval_ns;
-        arm(s, (int64_t)(s->next_ns - now_ns()));
         break;
     case SCHED_SLEEP:
     case SCHED_EVENT:
         run_tick(s, now, false);
         if (s->running)
-            arm(s, (int64_t)s->eff_interval_ns);
+            arm(s, s->eff_interval_ns);
         break;
     case SCHED_CPUTIME:
         cpu_credit_tick(s); /* the poll source */
@@ -363,15 +377,13 @@ static int start_cputime(struct sched *s)
     }
     s->source = CPU_SRC_POLL;
     cpu_credit_tick(s);
-    double iv = poll_period_s(s);
-    ev_timer_set(&s->timer, iv, iv);
-    ev_timer_start(s->loop, &s->timer);
+    arm_periodic(s, now_ns() + poll_period_ns(s), poll_period_ns(s));
     return 0;
 }
 
 static void stop_sources(struct sched *s)
 {
-    ev_timer_stop(s->loop, &s->timer);
+    disarm(s);
     if (s->have_cpu_timer) {
         timer_delete(s->cpu_timer);
         s->have_cpu_timer = false;
@@ -387,8 +399,10 @@ static int start_sources(struct sched *s)
     if (s->mode == SCHED_CPUTIME)
         return start_cputime(s);
     s->source = CPU_SRC_AUTO;
-    s->next_ns = now + s->eff_interval_ns;
-    arm(s, (int64_t)s->eff_interval_ns);
+    if (s->mode == SCHED_ALARM)
+        arm_periodic(s, now + s->eff_interval_ns, s->eff_interval_ns);
+    else
+        arm(s, s->eff_interval_ns);
     return 0;
 }
 
@@ -402,11 +416,20 @@ int sched_start(struct sched *s, struct ev_loop *loop, struct target *t, enum sc
     s->hz = hz;
     s->scale = 1.0;
     set_interval(s);
-    ev_timer_init(&s->timer, on_timer, 0, 0);
-    s->timer.data = s;
+    s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (s->tfd < 0)
+        return -errno;
+    ev_io_init(&s->tio, on_timer, s->tfd, EV_READ);
+    s->tio.data = s;
+    ev_io_start(loop, &s->tio);
     s->win_start_ns = now_ns();
     int r = start_sources(s);
     s->running = r == 0;
+    if (r < 0) {
+        ev_io_stop(loop, &s->tio);
+        close(s->tfd);
+        s->tfd = -1;
+    }
     return r;
 }
 
@@ -416,6 +439,9 @@ void sched_stop(struct sched *s)
         return;
     s->running = false;
     stop_sources(s);
+    ev_io_stop(s->loop, &s->tio);
+    close(s->tfd);
+    s->tfd = -1;
 }
 
 int sched_reconfigure(struct sched *s, enum sched_mode mode, unsigned hz)
@@ -445,7 +471,7 @@ bool sched_event(struct sched *s)
     s->events++;
     run_tick(s, now_ns(), false);
     if (s->running)
-        arm(s, (int64_t)s->eff_interval_ns);
+        arm(s, s->eff_interval_ns);
     return true;
 }
 
@@ -511,15 +537,15 @@ static void set_scale(struct sched *s, double scale, uint64_t now)
         } else if (s->source == CPU_SRC_TIMER) {
             timer_set(s, s->eff_interval_ns);
         } else {
-            double iv = poll_period_s(s);
-            ev_timer_stop(s->loop, &s->timer);
-            ev_timer_set(&s->timer, iv, iv);
-            ev_timer_start(s->loop, &s->timer);
+            arm_periodic(s, now + poll_period_ns(s), poll_period_ns(s));
         }
     } else if (s->mode == SCHED_ALARM) {
-        /* Anchor the new rate at the next tick due. */
-        s->next_ns = now + s->eff_interval_ns;
-        arm(s, (int64_t)s->eff_interval_ns);
+        /* A new grid from now; ticks of the old one that are due now are missed (setting
+         * the timer forgets them). */
+        uint64_t due;
+        if (read(s->tfd, &due, sizeof(due)) == sizeof(due))
+            s->missed += due;
+        arm_periodic(s, now + s->eff_interval_ns, s->eff_interval_ns);
     }
 }
 
@@ -566,19 +592,37 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
         double secs = (double)(now - s->win_start_ns) / 1e9;
         if (secs <= 0)
             secs = BUDGET_PERIOD_S;
+        uint64_t missed = s->missed - s->win_missed;
         s->recent_hz = (double)s->win_ticks / secs;
         /* Samples, counted here: a stop can complete after its tick. */
         s->recent_sps = (double)(t->stats.samples - s->win_samples) / secs;
-        double d = (double)s->win_cost_ns * g.overhead / secs / s->scale;
-        s->demand = s->demand > 0 ? 0.5 * s->demand + 0.5 * d : d;
+        /* Demand: CPU per tick (all the loop's costs included) times the ticks it would
+         * take unthrottled and on time: the wall-clock modes' rate, or for cputime the
+         * intervals its threads used (taken or missed) at scale 1. */
+        if (s->win_ticks) {
+            double per_tick = (double)s->win_cost_ns * g.overhead / (double)s->win_ticks;
+            s->cost_per_tick = s->cost_per_tick > 0 ? 0.5 * s->cost_per_tick + 0.5 * per_tick
+                                                    : per_tick;
+        }
+        double want = s->mode == SCHED_CPUTIME
+                          ? (double)(s->win_ticks + missed) / secs / s->scale
+                          : (double)s->hz;
+        s->demand = s->cost_per_tick * want;
         s->win_cost_ns = s->win_ticks = 0;
         s->win_samples = t->stats.samples;
+        s->win_missed = s->missed;
         s->win_start_ns = now;
         v[k++] = s;
     }
     if (g.max_cpu_pct > 0) {
+        /* Only the budget: when the machine cannot give the loop even that much (every
+         * CPU busy), ticks come late or are missed, at random across targets; that shows
+         * in each one's missed ticks and achieved rate. (Lowering the budget to what the
+         * loop got does not help: on a saturated machine the loop is late because it waits
+         * for a CPU, however little it asks; it only spirals the rates down.) */
+        g.avail = g.max_cpu_pct / 100.0 * 1e9;
         qsort(v, n, sizeof(*v), by_demand);
-        double left = g.max_cpu_pct / 100.0 * 1e9;
+        double left = g.avail;
         for (size_t i = 0; i < n; i++) {
             struct sched *s = v[i];
             double share = left / (double)(n - i);

@@ -50,8 +50,11 @@ struct sched {
     uint64_t interval_ns;   /* requested interval */
     double scale;           /* budget's factor on the rate, (0, 1] */
     uint64_t eff_interval_ns; /* interval_ns / scale */
-    ev_timer timer;         /* wall-clock modes, and cputime's poll source */
-    uint64_t next_ns;       /* alarm: the next tick's due time */
+    /* Wall-clock modes, and cputime's poll source: a timerfd (CLOCK_MONOTONIC, to the
+     * nanosecond: libev's own timers wait in epoll_wait, to the millisecond, rounded up,
+     * which at 999 Hz loses a tick in six) watched by the loop. */
+    int tfd;
+    ev_io tio;
     timer_t cpu_timer;      /* cputime's timer source */
     bool have_cpu_timer;
 
@@ -64,7 +67,9 @@ struct sched {
     /* Budget window. */
     uint64_t win_cost_ns, win_ticks, win_start_ns;
     uint64_t win_samples;   /* the target's sample count when the window began */
-    double demand;          /* smoothed CPU ns per second this target would cost at scale 1 */
+    uint64_t win_missed;    /* missed when the window began */
+    double demand;          /* CPU ns per second this target would cost at scale 1, on time */
+    double cost_per_tick;   /* smoothed CPU ns per tick, the loop's overhead included */
     double recent_hz;       /* ticks per second over the last budget window */
     double recent_sps;      /* samples (buffer entries) per second, same window */
     uint64_t scale_since_ns;

@@ -1,7 +1,8 @@
-/* sleeper.c: a target for the schedules: BUSY threads ("burner-N") spinning in burn(), one
- * thread ("napper") sleeping in nap() (nanosleep, 1 s at a time), and the main thread blocked
- * in read() on stdin. With BUSY = 0 the process is idle. Built -O2 without frame pointers.
- * Usage: sleeper [BUSY]; prints "ready PID"; exits at end of input. */
+/* sleeper.c: a target for the schedules: BUSY threads ("burner-N") spinning in burn(),
+ * NAPPERS threads ("napper", default 1) sleeping in nap() (nanosleep, 1 s at a time), and the
+ * main thread blocked in read() on stdin. With BUSY = 0 the process is idle. Built -O2
+ * without frame pointers. Usage: sleeper [BUSY [NAPPERS]]; prints "ready PID"; exits at end
+ * of input. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,10 +53,14 @@ static void *napper(void *arg)
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 0;
+    int naps = argc > 2 ? atoi(argv[2]) : 1;
     pthread_t th;
     if (n < 0 || n > 64)
         n = 0;
-    pthread_create(&th, NULL, napper, NULL);
+    if (naps < 0 || naps > 64)
+        naps = 1;
+    for (int i = 0; i < naps; i++)
+        pthread_create(&th, NULL, napper, NULL);
     for (int i = 0; i < n; i++)
         pthread_create(&th, NULL, burner, (void *)(intptr_t)(i + 1));
     printf("ready %d\n", getpid());
