@@ -5,6 +5,7 @@ SO_RCVTIMEO and read; one thread computes and handles real-time signals. At 999 
 hundreds of queued real-time signals and SIGWINCH (ignored by default) aimed at each blocked
 thread, every call must see zero EINTR, no timeout may expire early, and every signal must be
 handled. The same with the program built with frame pointers (as Ubuntu and Fedora build)."""
+import os
 import re
 from harness import *
 
@@ -79,6 +80,13 @@ def run(prog):
         for k in ("epoll", "accept", "select"):
             calls = after["calls_" + k] - before["calls_" + k]
             longest = after["longest_" + k] / 1000.0
+            if k == "accept" and os.environ.get("PROFD_WRAPPER", "").startswith("valgrind"):
+                # valgrind 3.19 does not implement pidfd_open: the daemon under it cannot
+                # read a socket's SO_RCVTIMEO, so the restarted accept never times out.
+                # Checked in the normal and sanitizer runs.
+                log("not checked under valgrind (no pidfd_open): accept's waits (%d calls, "
+                    "the longest %.1f ms)" % (calls, longest))
+                continue
             check(calls >= 8 and longest <= 150,
                   "%s: under a SIGWINCH every 10 ms, %s's 50 ms waits still end on time "
                   "(%d calls in 1.5 s, the longest %.1f ms)" % (prog, k, calls, longest))
