@@ -305,7 +305,7 @@ static cJSON *cmd_configure(struct request *r)
     if (e < 0)
         return proto_error_reply(r->id, PE_INTERNAL, "cannot start the %s schedule: %s",
                                  sched_mode_name(mode), strerror(-e));
-    t->hz = (unsigned)hz;
+    target_set_hz(t, (unsigned)hz);
     log_info("client pid %d: %d now sampled %s at %u Hz", r->c->peer.pid, t->pid,
              sched_mode_name(mode), t->hz);
     cJSON *res = target_summary(t, now_ns());
@@ -502,9 +502,6 @@ static cJSON *cmd_slice(struct request *r)
 {
     if (!r->t)
         return proto_error_reply(r->id, PE_NOT_ATTACHED, "process %d is not attached", r->pid);
-    /* In event mode a slice request is an event: a sample now, so the window ends with one. */
-    if (r->t->state == T_ATTACHED)
-        sched_event(&r->t->sched);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r->req, "format");
     int format = SLICE_COLLAPSED;
     if (fmt) {
@@ -541,6 +538,20 @@ static cJSON *cmd_slice(struct request *r)
     const cJSON *tids = cJSON_GetObjectItemCaseSensitive(r->req, "thread_ids");
     if (tids && !cJSON_IsBool(tids))
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"thread_ids\" must be a boolean");
+    /* In event mode a valid slice request is an event: a sample now. A window that ends now
+     * (the default) then ends with it. */
+    if (r->t->state == T_ATTACHED && sched_event(&r->t->sched)) {
+        if (!has_last && !has_to)
+            to = r->t->state == T_EXITED ? r->t->exit_ns : now_ns();
+        else if (has_last && r->t->state != T_EXITED)
+            to = now_ns();
+        /* The tick may have handled a set-user-ID exec: the access rule just changed. */
+        if (r->t->creds_changed && !(r->c->peer.cap_eff & (1ull << CAP_SYS_PTRACE)))
+            return proto_error_reply(r->id, PE_PERMISSION_DENIED,
+                                     "permission denied: process %d changed credentials at "
+                                     "exec (a set-user-ID program) while profiled",
+                                     r->pid);
+    }
     struct slice_wait *w = xcalloc(1, sizeof(*w));
     w->p = xcalloc(1, sizeof(*w->p));
     w->p->client = r->c;

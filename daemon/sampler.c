@@ -451,8 +451,10 @@ void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
         target_refresh_maps(t);
     for (size_t i = 0; i < t->nthreads; i++) {
         struct thread *th = t->threads[i];
-        if (th->zombie || !th->born)
+        if (th->zombie || !th->born) {
+            th->cpu_due = false;
             continue;
+        }
         if (cpu_only) {
             if (!th->cpu_due)
                 continue;

@@ -2,6 +2,7 @@
 #include "schedule.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -92,6 +93,7 @@ static uint64_t thread_cpu_ns(void)
 static void run_tick(struct sched *s, uint64_t tick_ns, bool cpu_only)
 {
     uint64_t c0 = thread_cpu_ns();
+    s->last_tick_ns = tick_ns;
     target_sample(s->t, tick_ns, cpu_only);
     uint64_t c = thread_cpu_ns() - c0;
     s->ticks++;
@@ -157,6 +159,7 @@ static void cpu_credit_tick(struct sched *s)
 {
     struct target *t = s->t;
     bool any = false;
+    uint64_t c0 = thread_cpu_ns();
     for (size_t i = 0; i < t->nthreads; i++) {
         struct thread *th = t->threads[i];
         if (!th->born || th->zombie)
@@ -173,6 +176,9 @@ static void cpu_credit_tick(struct sched *s)
         th->cpu_seen_ns = run;
         any |= credit(s, th, d);
     }
+    uint64_t c = thread_cpu_ns() - c0; /* the reads: the budget counts them too */
+    s->cost_ns += c;
+    s->win_cost_ns += c;
     if (any)
         run_tick(s, now_ns(), true);
 }
@@ -221,8 +227,12 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
     struct sched *s = &th->t->sched;
     unsigned n = perf_consume(th);
     if (n == 0) {
-        /* Readable with nothing recorded: the thread is gone (POLLHUP), its exit follows. */
-        ev_io_stop(g.loop, &th->perf_io);
+        /* Nothing new: either an overflow already consumed with the one before (the fd
+         * stayed readable), or the thread is gone (POLLHUP for ever after; its exit
+         * follows): only then stop watching. */
+        struct pollfd pfd = {.fd = th->perf_fd, .events = POLLIN};
+        if (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLHUP))
+            ev_io_stop(g.loop, &th->perf_io);
         return;
     }
     s->missed += n - 1;
@@ -344,9 +354,13 @@ static int start_cputime(struct sched *s)
     enum cpu_source want = g.source;
     if (want == CPU_SRC_AUTO || want == CPU_SRC_PERF) {
         int r = 0;
-        for (size_t i = 0; r == 0 && i < t->nthreads; i++)
-            if (!t->threads[i]->zombie)
-                r = perf_open(s, t->threads[i]);
+        for (size_t i = 0; r == 0 && i < t->nthreads; i++) {
+            if (t->threads[i]->zombie)
+                continue;
+            r = perf_open(s, t->threads[i]);
+            if (r == -ESRCH)
+                r = 0; /* exiting (or a leader that called pthread_exit): nothing to count */
+        }
         if (r == 0) {
             s->source = CPU_SRC_PERF;
             return 0;
@@ -392,10 +406,17 @@ static void stop_sources(struct sched *s)
         perf_close(s->t->threads[i]);
 }
 
+static void fold_throttled(struct sched *s, uint64_t now)
+{
+    if (s->scale < 1.0)
+        s->throttled_ns += now - s->scale_since_ns;
+    s->scale_since_ns = now;
+}
+
 static int start_sources(struct sched *s)
 {
     uint64_t now = now_ns();
-    s->scale_since_ns = now;
+    fold_throttled(s, now);
     if (s->mode == SCHED_CPUTIME)
         return start_cputime(s);
     s->source = CPU_SRC_AUTO;
@@ -438,6 +459,8 @@ void sched_stop(struct sched *s)
     if (!s->loop || !s->running)
         return;
     s->running = false;
+    fold_throttled(s, now_ns());
+    s->win_cost_ns = s->win_ticks = 0;
     stop_sources(s);
     ev_io_stop(s->loop, &s->tio);
     close(s->tfd);
@@ -459,14 +482,28 @@ int sched_reconfigure(struct sched *s, enum sched_mode mode, unsigned hz)
         s->mode = old_mode;
         s->hz = old_hz;
         set_interval(s);
-        start_sources(s);
+        if (start_sources(s) < 0) {
+            /* The old schedule cannot be had again either (a cputime source gone): alarm,
+             * which needs nothing but its timerfd, rather than no sampling at all. */
+            log_warn("pid %d: cannot restart the %s schedule: sampling with alarm", s->t->pid,
+                     sched_mode_name(s->mode));
+            s->mode = SCHED_ALARM;
+            start_sources(s);
+        }
     }
     return r;
 }
 
+/* Events closer together than this share a sample: a client asking for slices in a loop
+ * must not drive sampling at any rate. */
+#define EVENT_MIN_GAP_NS (1 * NS_PER_MS)
+
 bool sched_event(struct sched *s)
 {
     if (!s->running || s->mode != SCHED_EVENT)
+        return false;
+    uint64_t now = now_ns();
+    if (s->last_tick_ns && now - s->last_tick_ns < EVENT_MIN_GAP_NS)
         return false;
     s->events++;
     run_tick(s, now_ns(), false);
@@ -510,7 +547,8 @@ struct cJSON *sched_describe(const struct sched *s)
     cJSON_AddNumberToObject(o, "missed", (double)s->missed);
     if (s->mode == SCHED_EVENT)
         cJSON_AddNumberToObject(o, "event_samples", (double)s->events);
-    uint64_t thr = s->throttled_ns + (s->scale < 1.0 ? now_ns() - s->scale_since_ns : 0);
+    uint64_t thr = s->throttled_ns +
+                   (s->running && s->scale < 1.0 ? now_ns() - s->scale_since_ns : 0);
     cJSON_AddNumberToObject(o, "throttled_s", (double)thr / 1e9);
     cJSON_AddNumberToObject(o, "cpu_ms", (double)s->cost_ns / 1e6);
     return o;
@@ -520,9 +558,7 @@ struct cJSON *sched_describe(const struct sched *s)
 
 static void set_scale(struct sched *s, double scale, uint64_t now)
 {
-    if (s->scale < 1.0)
-        s->throttled_ns += now - s->scale_since_ns;
-    s->scale_since_ns = now;
+    fold_throttled(s, now);
     s->scale = scale;
     uint64_t old = s->eff_interval_ns;
     set_interval(s);
@@ -546,6 +582,9 @@ static void set_scale(struct sched *s, double scale, uint64_t now)
         if (read(s->tfd, &due, sizeof(due)) == sizeof(due))
             s->missed += due;
         arm_periodic(s, now + s->eff_interval_ns, s->eff_interval_ns);
+    } else {
+        /* sleep, event: the wait under way is for the old interval. */
+        arm(s, s->eff_interval_ns);
     }
 }
 
@@ -570,7 +609,9 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
     size_t n = 0;
     uint64_t ticks_cpu = 0;
     for (struct target *t = targets_first(); t; t = t->next) {
-        n += t->state == T_ATTACHED && t->sched.running;
+        if (t->state != T_ATTACHED || !t->sched.running)
+            continue;
+        n++;
         ticks_cpu += t->sched.win_cost_ns;
     }
     if (!n)
@@ -604,10 +645,16 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
             s->cost_per_tick = s->cost_per_tick > 0 ? 0.5 * s->cost_per_tick + 0.5 * per_tick
                                                     : per_tick;
         }
-        double want = s->mode == SCHED_CPUTIME
-                          ? (double)(s->win_ticks + missed) / secs / s->scale
-                          : (double)s->hz;
-        s->demand = s->cost_per_tick * want;
+        if (s->mode == SCHED_CPUTIME) {
+            /* Its work (the ticks, and the timer or poll source's reads of every thread)
+             * grows with the rate: what it cost, at scale 1, with the intervals missed. */
+            double at_scale = (double)s->win_cost_ns * g.overhead / secs;
+            if (s->win_ticks && missed)
+                at_scale += s->cost_per_tick * (double)missed / secs;
+            s->demand = at_scale / s->scale;
+        } else {
+            s->demand = s->cost_per_tick * (double)s->hz;
+        }
         s->win_cost_ns = s->win_ticks = 0;
         s->win_samples = t->stats.samples;
         s->win_missed = s->missed;
@@ -648,6 +695,7 @@ int sched_global_init(struct ev_loop *loop, enum cpu_source source, double max_c
     g.source = source;
     g.max_cpu_pct = max_cpu_pct;
     g.page = sysconf(_SC_PAGESIZE);
+    g.win_loop_cpu_ns = thread_cpu_ns();
     sigset_t ss;
     sigemptyset(&ss);
     sigaddset(&ss, CPU_TIMER_SIGNAL);

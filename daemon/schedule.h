@@ -4,12 +4,15 @@
  * Four modes, after Sentry's Python profiler's schedulers, out of process:
  *   sleep    the next sample one interval after the previous one finished (drifts by the
  *            cost of each sample, like a loop around time.sleep);
- *   event    sleep, but woken at once by events (a slice request, a transaction boundary);
- *   alarm    fixed-rate ticks on the monotonic clock anchored at start (ITIMER_REAL): no
- *            drift; ticks missed because the daemon was late are counted, not bunched;
- *   cputime  one sample of a thread per interval of its CPU time (ITIMER_PROF, per thread):
- *            only threads that ran; an idle process gets none, two busy threads twice the
- *            rate of one. On-CPU stacks only.
+ *   event    sleep, but woken at once by events (a slice request; transaction boundaries
+ *            once the client library calls sched_event);
+ *   alarm    fixed-rate ticks on the monotonic clock anchored at start (like ITIMER_REAL,
+ *            which is on the wall clock): no drift; ticks missed because the daemon was late
+ *            are counted, not bunched;
+ *   cputime  one sample of a thread per interval of that thread's CPU time (where
+ *            ITIMER_PROF counts the whole process's and samples whichever thread): only
+ *            threads that ran; an idle process gets none, two busy threads twice the rate
+ *            of one. On-CPU stacks only.
  * The wall-clock modes sample every thread at each tick, blocked ones without stopping them.
  *
  * The CPU budget (sched_budget_init) lowers the rates of the targets, fairly, when sampling
@@ -62,6 +65,7 @@ struct sched {
     uint64_t ticks;         /* times the sampler ran */
     uint64_t missed;        /* ticks (alarm) or CPU intervals (cputime) not sampled: late */
     uint64_t events;        /* event mode: samples taken at an event */
+    uint64_t last_tick_ns;  /* when the sampler last ran */
     uint64_t cost_ns;       /* daemon CPU spent sampling this target */
     uint64_t throttled_ns;  /* time spent with scale < 1 */
     /* Budget window. */

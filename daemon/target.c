@@ -451,6 +451,13 @@ static int seize_all(struct target *t, char *why, size_t whylen)
     return -EAGAIN;
 }
 
+/* The most entries a buffer holds: its length at hz for up to 64 threads sampled per tick. */
+static size_t ring_max_entries(unsigned hz, uint64_t buffer_ns)
+{
+    uint64_t n = (uint64_t)hz * (buffer_ns / NS_PER_SEC + 1) * 64;
+    return (size_t)(n > RING_MAX_ENTRIES ? RING_MAX_ENTRIES : n);
+}
+
 int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
                   struct target **out, char *why, size_t whylen)
 {
@@ -497,10 +504,7 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     t->attach_ns = now_ns();
     t->state = T_ATTACHED;
     stacks_init(&t->stacks);
-    uint64_t max_entries = (uint64_t)hz * (buffer_ns / NS_PER_SEC + 1) * 64;
-    if (max_entries > RING_MAX_ENTRIES)
-        max_entries = RING_MAX_ENTRIES;
-    ring_init(&t->ring, buffer_ns, (size_t)max_entries, ring_evict, t);
+    ring_init(&t->ring, buffer_ns, ring_max_entries(hz, buffer_ns), ring_evict, t);
     epoch_begin(t);
     t->next = targets;
     targets = t;
@@ -711,7 +715,9 @@ static struct thread *adopt_unknown(pid_t tid, int status)
 /* Between two repairs of one call the thread gives up the CPU exactly twice: when the
  * restarted call blocks again, and when the next signal puts it into its signal-delivery
  * stop. A call that ended in between (its timeout, an event) and a new call that blocked
- * make it three or more. Counted in voluntary context switches, which a preemption (a busy
+ * make it three or more. (A signal already pending when the call restarts makes it one:
+ * the chain then looks new and its wait starts over; accepting one would join a new call
+ * that returned at once to the old one, and end it early, which is worse.) Counted in voluntary context switches, which a preemption (a busy
  * machine) does not add to, unlike schedstat's count of times scheduled in. */
 #define CHAIN_SWITCHES 2
 
@@ -911,6 +917,12 @@ void targets_reap(void)
             return;
         targets_handle_wait(tid, status);
     }
+}
+
+void target_set_hz(struct target *t, unsigned hz)
+{
+    t->hz = hz;
+    t->ring.max_entries = ring_max_entries(hz, t->buffer_ns);
 }
 
 void target_sample(struct target *t, uint64_t tick_ns, bool cpu_only)

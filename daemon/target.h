@@ -178,6 +178,8 @@ void targets_handle_wait(pid_t tid, int status);
 /* Periodic housekeeping (1 Hz): thread names, maps changes, expiry of exited targets. */
 void targets_housekeeping(uint64_t now);
 
+/* Change the rate of t (and the bound of its buffer with it). */
+void target_set_hz(struct target *t, unsigned hz);
 /* Sample every thread of t once, or with cpu_only only the threads marked cpu_due that are
  * on a CPU (called by the scheduler). */
 void target_sample(struct target *t, uint64_t tick_ns, bool cpu_only);

@@ -180,6 +180,18 @@ with Daemon() as d, Program("sleeper", 0) as p:
     check(r.get("error", {}).get("code") == "bad_request" and "mode" in r["error"]["message"],
           "configure with an unknown mode: bad_request naming \"mode\"")
 
+# 5b. A rate raised on an attached process raises the bound of its buffer with it (sized at
+# attach for 1 Hz, the buffer would hold under 2 s of samples at 999 Hz).
+with Daemon() as d, Program("sleeper", 0) as p:
+    d.ctl("attach", p.pid, "--hz", 1, "--buffer", 60)
+    d.ctl("configure", p.pid, "--hz", 999)
+    time.sleep(2.5)
+    st = d.target_status(p.pid)
+    check(st["buffered"] == st["samples"] and st["samples"] > 4000 * (1 if TIMING else 0.1)
+          and st["ring_dropped_full"] == 0,
+          "configure --hz 999 after attach at 1 Hz: every sample kept (%d of %d, %d dropped)"
+          % (st["buffered"], st["samples"], st["ring_dropped_full"]))
+
 # 6. The budget: 4 targets of 2 busy threads at 999 Hz would cost far more than 5% of a
 # CPU; they are slowed down alike and the daemon stays within its budget.
 with Daemon("--max-cpu", "5") as d:
