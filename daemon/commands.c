@@ -17,6 +17,7 @@
 #include "server.h"
 #include "slice.h"
 #include "target.h"
+#include "txn.h"
 #include "util.h"
 #include "worker.h"
 
@@ -257,6 +258,12 @@ static cJSON *cmd_attach(struct request *r)
                                  server_cfg.max_buffer_ns / NS_PER_SEC);
     if (got)
         buffer_ns = buf_s * NS_PER_SEC;
+    if (r->t && r->t->state == T_ATTACHED && !r->t->explicit_attach) {
+        /* Attached for its transactions only: now also because a client asked. */
+        r->t->explicit_attach = true;
+        txn_target_changed(r->pid);
+        return result_reply(r->id, target_summary(r->t, now_ns()));
+    }
     if (r->t) {
         return proto_error_reply(r->id, PE_ALREADY_ATTACHED, "process %d is already %s",
                                  r->pid, r->t->state == T_EXITED ? "attached (and has exited)"
@@ -283,6 +290,7 @@ static cJSON *cmd_attach(struct request *r)
         return proto_error_reply(r->id, errno_code(-e), "%s",
                                  why[0] ? why : strerror(-e));
     t->owner_uid = r->c->peer.uid;
+    t->explicit_attach = true;
     log_info("client pid %d (uid %u) attached %d", r->c->peer.pid, r->c->peer.uid, r->pid);
     return result_reply(r->id, target_summary(t, now_ns()));
 }
@@ -397,6 +405,17 @@ static void slice_done(struct slice_job *job)
              * the profile. */
             cJSON *m = cJSON_AddObjectToObject(job->json, "profd");
             cJSON_AddItemToObject(m, "sampling", cJSON_Duplicate(job->sampling, 1));
+            /* A transaction that started before its process was attached (the first ones:
+             * a start does not wait for the attach) has no samples of that time. */
+            if (job->txn.start_ns > job->start_ns) {
+                cJSON *x = cJSON_AddObjectToObject(m, "transaction");
+                cJSON_AddNumberToObject(x, "lookback_ns", (double)(job->txn.start_ns - job->start_ns));
+                cJSON_AddNumberToObject(x, "start_ns", (double)job->txn.start_ns);
+                cJSON_AddNumberToObject(x, "end_ns", (double)job->txn.end_ns);
+            }
+            if (job->txn.start_ns && job->txn.start_ns < job->attach_ns)
+                cJSON_AddNumberToObject(m, "unsampled_before_attach_ms",
+                                        (double)(job->attach_ns - job->txn.start_ns) / 1e6);
         }
         if (job->json) {
             cJSON_AddItemToObject(res, "profile", job->json);
@@ -423,9 +442,45 @@ struct slice_wait {
     ev_timer timer;
     int tries;
     struct slice_wait *next; /* waits with an armed timer, freed at shutdown */
+    /* A transaction's profile: its metadata (owned strings). */
+    struct profile_txn txn;
+    /* Keep only the samples of these transactions (slice "transaction": NAME). */
+    struct txn_span *spans;
+    size_t nspans;
+    bool only_spans;
+};
+
+struct txn_span {
+    pid_t tid;
+    uint64_t start_ns, end_ns;
 };
 
 static struct slice_wait *waits;
+
+static void slice_wait_free(struct slice_wait *w)
+{
+    free(w->txn.id);
+    free(w->txn.name);
+    free(w->txn.trace_id);
+    free(w->spans);
+    free(w);
+}
+
+/* Drop the samples outside every span (same thread, inside its times). */
+static void keep_spans(struct slice_job *job, const struct slice_wait *w)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < job->nsamples; i++) {
+        const struct ring_entry *e = &job->samples[i];
+        bool in = false;
+        for (size_t j = 0; j < w->nspans && !in; j++)
+            in = w->spans[j].tid == e->tid && e->t_ns >= w->spans[j].start_ns &&
+                 e->t_ns <= w->spans[j].end_ns;
+        if (in)
+            job->samples[k++] = *e;
+    }
+    job->nsamples = k;
+}
 
 static void wait_unlink(struct slice_wait *w)
 {
@@ -443,7 +498,7 @@ void commands_shutdown(void)
         waits = w->next;
         ev_timer_stop(server_loop(), &w->timer);
         pending_finish(w->p, proto_error_reply(NULL, PE_SHUTTING_DOWN, "profd is exiting"));
-        free(w);
+        slice_wait_free(w);
     }
 }
 
@@ -463,10 +518,16 @@ static void slice_start(struct slice_wait *w, const struct target *t)
 {
     struct slice_job *job = slice_collect(t, w->from, w->to, w->format);
     job->thread_ids = w->thread_ids;
+    if (w->txn.name) {
+        job->txn = w->txn; /* moved */
+        memset(&w->txn, 0, sizeof(w->txn));
+    }
+    if (w->only_spans)
+        keep_spans(job, w);
     job->ctx = w->p;
     job->done = slice_done;
     worker_submit(job);
-    free(w);
+    slice_wait_free(w);
 }
 
 /* Up to 50 ms for stops that belong to the window; then slice what there is. */
@@ -480,7 +541,7 @@ static void slice_retry(struct ev_loop *l, ev_timer *tm, int revents)
         ev_timer_stop(l, tm);
         wait_unlink(w);
         pending_finish(w->p, cJSON_CreateObject());
-        free(w);
+        slice_wait_free(w);
         return;
     }
     if (!t) {
@@ -488,7 +549,7 @@ static void slice_retry(struct ev_loop *l, ev_timer *tm, int revents)
         wait_unlink(w);
         pending_finish(w->p, proto_error_reply(NULL, PE_NOT_ATTACHED,
                                                "process %d was detached", w->pid));
-        free(w);
+        slice_wait_free(w);
         return;
     }
     if (stops_in_flight(t, w->to) && ++w->tries < 50)
@@ -497,6 +558,10 @@ static void slice_retry(struct ev_loop *l, ev_timer *tm, int revents)
     wait_unlink(w);
     slice_start(w, t);
 }
+
+static struct slice_wait *new_slice_wait(struct request *r, pid_t pid, uint64_t from,
+                                         uint64_t to, enum slice_format format);
+static cJSON *submit_slice(struct client *c, struct target *t, struct slice_wait *w);
 
 static cJSON *cmd_slice(struct request *r)
 {
@@ -552,17 +617,48 @@ static cJSON *cmd_slice(struct request *r)
                                      "exec (a set-user-ID program) while profiled",
                                      r->pid);
     }
+    const cJSON *only = cJSON_GetObjectItemCaseSensitive(r->req, "transaction");
+    if (only && (!cJSON_IsString(only) || !only->valuestring))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"transaction\" must be a string");
+    struct slice_wait *w = new_slice_wait(r, r->pid, from, to, (enum slice_format)format);
+    w->thread_ids = tids && cJSON_IsTrue(tids);
+    if (only) {
+        /* The samples of the threads that ran a transaction of that name, while it ran. */
+        w->only_spans = true;
+        struct txn_proc *tp = txn_proc_find(r->pid);
+        for (struct txn *x = tp ? tp->txns : NULL; x; x = x->next) {
+            if (strcmp(x->name, only->valuestring) || x->tid <= 0)
+                continue;
+            w->spans = xrealloc(w->spans, (w->nspans + 1) * sizeof(*w->spans));
+            w->spans[w->nspans++] = (struct txn_span){x->tid, x->start_ns,
+                                                      x->end_ns ? x->end_ns : UINT64_MAX};
+        }
+    }
+    return submit_slice(r->c, r->t, w);
+}
+
+/* A new slice request's wait record; its reply goes to the requesting client. */
+static struct slice_wait *new_slice_wait(struct request *r, pid_t pid, uint64_t from,
+                                         uint64_t to, enum slice_format format)
+{
     struct slice_wait *w = xcalloc(1, sizeof(*w));
     w->p = xcalloc(1, sizeof(*w->p));
     w->p->client = r->c;
     w->p->id = r->id ? cJSON_Duplicate(r->id, 1) : NULL;
-    w->pid = r->pid;
+    w->pid = pid;
     w->from = from;
     w->to = to;
-    w->format = (enum slice_format)format;
-    w->thread_ids = tids && cJSON_IsTrue(tids);
-    r->c->pending = w->p;
-    if (stops_in_flight(r->t, to)) {
+    w->format = format;
+    return w;
+}
+
+/* Slice now, or once the stops of ticks inside the window have arrived. The reply is sent
+ * later: returns NULL. */
+static cJSON *submit_slice(struct client *c, struct target *t, struct slice_wait *w)
+{
+    uint64_t to = w->to;
+    c->pending = w->p;
+    if (stops_in_flight(t, to)) {
         /* Samples of ticks inside the window are still being taken (their threads have not
          * stopped yet): give them a moment, so the window is complete. */
         ev_timer_init(&w->timer, slice_retry, 0.001, 0.001);
@@ -572,8 +668,158 @@ static cJSON *cmd_slice(struct request *r)
         waits = w;
         return NULL;
     }
-    slice_start(w, r->t);
+    slice_start(w, t);
     return NULL;
+}
+
+/* ---- transactions: always of the calling process (the socket's peer) ---- */
+
+/* May the peer profile itself? The rule of may_access, on its own process (a process is
+ * not its own descendant: Yama does not apply). */
+static int self_access(const struct client *c, pid_t pid, char *why, size_t whylen)
+{
+    struct proc_creds cr;
+    if (pid <= 0 || proc_creds_read(pid, &cr) < 0) {
+        snprintf(why, whylen, "no such process: %d", pid);
+        return -ESRCH;
+    }
+    return perms_check(&c->peer, &cr, why, whylen);
+}
+
+static cJSON *cmd_txn_start(struct request *r)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(r->req, "name");
+    const cJSON *trace = cJSON_GetObjectItemCaseSensitive(r->req, "trace_id");
+    if (!cJSON_IsString(name) || !name->valuestring || !name->valuestring[0] ||
+        strlen(name->valuestring) > 512)
+        return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "txn_start needs \"name\": a string of 1 to 512 bytes");
+    if (trace && (!cJSON_IsString(trace) || !trace->valuestring ||
+                  strlen(trace->valuestring) > 64))
+        return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "\"trace_id\" must be a string (32 hex digits)");
+    pid_t pid = r->c->peer.pid;
+    int64_t tid = 0;
+    if (json_get_i64(r->req, "tid", &tid) < 0 || tid < 0 || tid > 0x3fffffff)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"tid\" must be a thread id");
+    if (tid) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/task/%d", pid, (int)tid);
+        if (access(path, F_OK) < 0)
+            return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                     "thread %d is not a thread of your process %d", (int)tid,
+                                     pid);
+    }
+    char why[256];
+    int e = self_access(r->c, pid, why, sizeof(why));
+    if (e < 0)
+        return proto_error_reply(r->id, errno_code(-e), "%s", why);
+    struct target *t = target_find(pid);
+    struct txn_proc *tp = txn_proc_find(pid);
+    if ((!t || t->state == T_EXITED) && !(tp && tp->open) &&
+        !(r->c->peer.cap_eff & (1ull << CAP_SYS_PTRACE))) {
+        unsigned mine = 0;
+        for (struct target *k = targets_first(); k; k = k->next)
+            mine += k->owner_uid == r->c->peer.uid && k->state != T_EXITED;
+        if (mine >= server_cfg.max_targets_per_user)
+            return proto_error_reply(r->id, PE_LIMIT,
+                                     "uid %u has reached the limit per user of %u "
+                                     "attached processes",
+                                     r->c->peer.uid, server_cfg.max_targets_per_user);
+    }
+    if ((!t || t->state == T_EXITED) && targets_count() >= server_cfg.max_targets)
+        return proto_error_reply(r->id, PE_LIMIT, "profd already follows %u processes",
+                                 server_cfg.max_targets);
+    /* Event mode: a transaction's start is an event. */
+    if (t && t->state == T_ATTACHED)
+        sched_event(&t->sched);
+    struct txn *x = txn_start(pid, (pid_t)tid, name->valuestring,
+                              trace ? trace->valuestring : NULL, r->c->id, now_ns());
+    tp = txn_proc_find(pid);
+    if (!tp->uid)
+        tp->uid = r->c->peer.uid;
+    cJSON *res = cJSON_CreateObject();
+    cJSON_AddNumberToObject(res, "txn_id", (double)x->seq);
+    cJSON_AddStringToObject(res, "id", x->uuid);
+    cJSON_AddNumberToObject(res, "pid", pid);
+    cJSON_AddBoolToObject(res, "attached", t && t->state == T_ATTACHED);
+    return result_reply(r->id, res);
+}
+
+/* The caller's open transaction named by "txn_id", or an error reply in *err. */
+static struct txn *open_txn(struct request *r, struct txn_proc **tpp, cJSON **err)
+{
+    uint64_t seq = 0;
+    *err = NULL;
+    if (json_get_u64(r->req, "txn_id", &seq) <= 0) {
+        *err = proto_error_reply(r->id, PE_BAD_REQUEST, "\"txn_id\" must be the integer "
+                                                        "txn_start returned");
+        return NULL;
+    }
+    struct txn *x = txn_find_open(r->c->peer.pid, seq);
+    if (!x) {
+        *err = proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "no open transaction %" PRIu64 " in process %d", seq,
+                                 r->c->peer.pid);
+        return NULL;
+    }
+    *tpp = txn_proc_find(r->c->peer.pid);
+    return x;
+}
+
+static cJSON *cmd_txn_finish(struct request *r)
+{
+    double lookback = 0;
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(r->req, "lookback_s");
+    if (lb) {
+        if (!cJSON_IsNumber(lb) || !(lb->valuedouble >= 0 && lb->valuedouble <= 3600))
+            return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                     "\"lookback_s\" must be seconds from 0 to 3600");
+        lookback = lb->valuedouble;
+    }
+    struct txn_proc *tp;
+    cJSON *err;
+    struct txn *x = open_txn(r, &tp, &err);
+    if (!x)
+        return err;
+    pid_t pid = r->c->peer.pid;
+    struct target *t = target_find(pid);
+    if (t && t->state == T_ATTACHED)
+        sched_event(&t->sched); /* event mode: the end is an event */
+    txn_end(tp, x, false, now_ns());
+    if (!t) {
+        if (tp->attach_err)
+            return proto_error_reply(r->id, errno_code(-tp->attach_err),
+                                     "process %d could not be profiled: %s", pid,
+                                     tp->attach_why);
+        return proto_error_reply(r->id, PE_NOT_ATTACHED, "process %d is not attached yet",
+                                 pid);
+    }
+    uint64_t lb_ns = (uint64_t)(lookback * 1e9);
+    uint64_t from = x->start_ns > lb_ns ? x->start_ns - lb_ns : 0;
+    struct slice_wait *w = new_slice_wait(r, pid, from, x->end_ns, SLICE_SENTRY);
+    w->txn.id = xstrdup(x->uuid);
+    w->txn.name = xstrdup(x->name);
+    w->txn.trace_id = x->trace_id ? xstrdup(x->trace_id) : NULL;
+    w->txn.active_tid = x->tid;
+    w->txn.start_ns = x->start_ns;
+    w->txn.end_ns = x->end_ns;
+    return submit_slice(r->c, t, w);
+}
+
+static cJSON *cmd_txn_discard(struct request *r)
+{
+    struct txn_proc *tp;
+    cJSON *err;
+    struct txn *x = open_txn(r, &tp, &err);
+    if (!x)
+        return err;
+    uint64_t seq = x->seq;
+    txn_end(tp, x, true, now_ns());
+    cJSON *res = cJSON_CreateObject();
+    cJSON_AddNumberToObject(res, "txn_id", (double)seq);
+    cJSON_AddBoolToObject(res, "discarded", true);
+    return result_reply(r->id, res);
 }
 
 struct command {
@@ -591,6 +837,9 @@ static const struct command commands[] = {
     {"status", cmd_status, false, true},
     {"slice", cmd_slice, true, false},
     {"configure", cmd_configure, true, false},
+    {"txn_start", cmd_txn_start, false, false},
+    {"txn_finish", cmd_txn_finish, false, false},
+    {"txn_discard", cmd_txn_discard, false, false},
 };
 
 cJSON *commands_dispatch(struct client *c, const cJSON *req)

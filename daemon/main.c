@@ -15,6 +15,7 @@
 #include "server.h"
 #include "target.h"
 #include "util.h"
+#include "txn.h"
 #include "worker.h"
 
 static struct ev_loop *loop;
@@ -37,6 +38,9 @@ static void usage(FILE *f)
             "                        thread's CPU time) (alarm)\n"
             "      --max-cpu PERCENT CPU budget for sampling, in percent of one CPU: rates are\n"
             "                        lowered fairly across targets to stay within it; 0: none (25)\n"
+            "      --txn-linger SECONDS\n"
+            "                        how long a process attached for its transactions stays\n"
+            "                        attached after its last one ended (5)\n"
             "      --cputime-source auto|perf|timer|poll\n"
             "                        how cputime follows CPU time (auto: the best available)\n"
             "      --buffer SECONDS  default sample buffer length (60)\n"
@@ -81,6 +85,7 @@ static void on_housekeeping(struct ev_loop *l, ev_timer *w, int revents)
 {
     (void)l, (void)w, (void)revents;
     targets_housekeeping(now_ns());
+    txn_expire(now_ns());
 }
 
 static unsigned parse_uint_opt(const char *name, const char *v, unsigned lo, unsigned hi)
@@ -104,6 +109,7 @@ int main(int argc, char **argv)
         {"mode", required_argument, NULL, 7},
         {"max-cpu", required_argument, NULL, 8},
         {"cputime-source", required_argument, NULL, 9},
+        {"txn-linger", required_argument, NULL, 10},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -112,6 +118,7 @@ int main(int argc, char **argv)
     const char *socket_opt = NULL;
     unsigned max_stack_kib = 512;
     double max_cpu = 25;
+    uint64_t linger_ns = 5 * NS_PER_SEC;
     enum cpu_source cpu_src = CPU_SRC_AUTO;
     server_cfg.default_mode = SCHED_ALARM;
     log_init("profd", LOG_LVL_INFO);
@@ -166,6 +173,11 @@ int main(int argc, char **argv)
             if (cpu_source_parse(optarg, &cpu_src) < 0)
                 fatal("--cputime-source must be auto, perf, timer or poll, not \"%s\"", optarg);
             break;
+        case 10:
+            if (parse_duration_ns(optarg, &linger_ns) < 0 || linger_ns > 3600 * NS_PER_SEC)
+                fatal("--txn-linger must be a duration up to 1 h (\"5\", \"500ms\"), not \"%s\"",
+                      optarg);
+            break;
         case 'v':
             log_set_level(LOG_LVL_DEBUG);
             break;
@@ -210,6 +222,7 @@ int main(int argc, char **argv)
         fatal("out of memory");
     targets_init(loop);
     sched_global_init(loop, cpu_src, max_cpu);
+    txn_init(loop, linger_ns);
     ev_signal_init(&sigchld_w, on_sigchld, SIGCHLD);
     ev_signal_start(loop, &sigchld_w);
     ev_signal_init(&sigterm_w, on_terminate, SIGTERM);
@@ -234,6 +247,7 @@ int main(int argc, char **argv)
     ev_run(loop, 0);
 
     commands_shutdown();
+    txn_shutdown();
     server_shutdown();
     targets_shutdown(5 * NS_PER_SEC);
     targets_collect();

@@ -59,6 +59,8 @@ struct profile_txn {
     char *name;
     char *trace_id;     /* 32 hex digits */
     int32_t active_tid; /* thread that ran it; 0 if unknown */
+    uint64_t start_ns;  /* CLOCK_MONOTONIC; 0: the profile's window is the transaction */
+    uint64_t end_ns;
 };
 
 struct profile {

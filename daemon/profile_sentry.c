@@ -651,8 +651,16 @@ static cJSON *txn_json(const struct profile *p, const struct plan *pl, const cha
     ok = ok && cJSON_AddStringToObject(o, "trace_id", trace) != NULL;
     /* Numbers: every relay reads these as plain u64, the newer ones strings too. */
     ok = ok && add_u64(o, "active_thread_id", active > 0 ? (uint64_t)active : 0);
-    ok = ok && add_u64(o, "relative_start_ns", 0);
-    ok = ok && add_u64(o, "relative_end_ns", pl->relative_end_ns);
+    /* relay keeps only the samples between these two: a look-back before a transaction of
+     * the client library is part of it here (the profile says where the transaction
+     * itself began, under "profd"). */
+    uint64_t rs = 0, re = pl->relative_end_ns;
+    if (p->txn.end_ns > p->start_ns && p->txn.end_ns - p->start_ns < re)
+        re = p->txn.end_ns - p->start_ns;
+    if (re == 0)
+        re = 1;
+    ok = ok && add_u64(o, "relative_start_ns", rs);
+    ok = ok && add_u64(o, "relative_end_ns", re);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

@@ -1,6 +1,7 @@
 /* server.c: accept clients on the Unix socket, read framed requests, write replies.
  * A client that misbehaves (oversized, truncated, or never reading) is dropped alone. */
 #include "server.h"
+#include "txn.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -221,6 +222,8 @@ static void client_close(struct client *c)
     nclients--;
     if (c->pending)
         c->pending->client = NULL;
+    /* An application that went away (or crashed) ends its open transactions. */
+    txn_client_gone(c->id, now_ns());
     ev_io_stop(loop, &c->rio);
     ev_io_stop(loop, &c->wio);
     ev_timer_stop(loop, &c->stall);

@@ -52,6 +52,7 @@ struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint6
     job->exe = xstrdup(t->exe);
     job->hz = t->hz;
     job->sampling = sched_describe(&t->sched);
+    job->attach_ns = t->attach_ns;
     job->start_ns = start_ns;
     job->end_ns = end_ns;
     job->realtime_offset_ns = (int64_t)(realtime_ns() - now_ns());
@@ -318,6 +319,8 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
     p->txn.name = dup_or_null(job->txn.name);
     p->txn.trace_id = dup_or_null(job->txn.trace_id);
     p->txn.active_tid = job->txn.active_tid;
+    p->txn.start_ns = job->txn.start_ns;
+    p->txn.end_ns = job->txn.end_ns;
 
     struct builder b = {.job = job, .sym = sym, .p = p};
     size_t total_ips = 0;

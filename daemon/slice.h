@@ -55,6 +55,7 @@ struct slice_job {
     size_t nepochs;
     struct profile_txn txn;
     struct cJSON *sampling; /* how the samples were taken (sched_describe), or NULL */
+    uint64_t attach_ns;     /* when the target was attached */
     /* Result (worker). */
     int err;            /* 0 or -errno */
     char *data;         /* formatted text (collapsed) */

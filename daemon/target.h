@@ -122,6 +122,7 @@ struct target {
     uint64_t buffer_ns;
     uint64_t attach_ns;
     uid_t owner_uid;        /* uid of the client that attached it */
+    bool explicit_attach;   /* attached by an attach request (not only for transactions) */
     uint64_t exit_ns;
     int exit_status;        /* wait status of the leader */
 

@@ -85,7 +85,7 @@ for source in ("perf", "timer", "poll"):
             c1, t1 = proc_cpu_ns(p.pid), time.monotonic()
             n1 = d.target_status(p.pid)["samples"]
             per_cpu_s = (n1 - n0) / ((c1 - c0) / 1e9)
-            rates[(source, busy)] = (n1 - n0) / (t1 - t0)
+            rates[(source, busy)] = ((n1 - n0) / (t1 - t0), (c1 - c0) / 1e9 / (t1 - t0))
             check_timing(abs(per_cpu_s - HZ) <= 0.15 * HZ,
                          "cputime (%s), %d busy: %.1f samples per CPU-second (%d asked)"
                          % (source, busy, per_cpu_s, HZ))
@@ -97,10 +97,14 @@ for source in ("perf", "timer", "poll"):
                   % (source, busy, burn, sum(prof.values())))
             check(nap == 0, "cputime (%s): the sleeping thread never shows (%d)" % (source, nap))
     if (source, 2) in rates:
-        ratio = rates[(source, 2)] / rates[(source, 1)]
-        check_timing(1.6 <= ratio <= 2.4,
-                     "cputime (%s): two busy threads get %.2fx the samples per second of one"
-                     % (source, ratio))
+        # Twice the rate of one for twice the CPU: on a machine whose CPUs the busy threads
+        # share with profd (2 here) they may get less than twice, so the rate is compared
+        # with the CPU they got.
+        (r2, cpu2), (r1, cpu1) = rates[(source, 2)], rates[(source, 1)]
+        ratio, cpu_ratio = r2 / r1, cpu2 / cpu1
+        check_timing(0.8 <= ratio / cpu_ratio <= 1.25,
+                     "cputime (%s): two busy threads get %.2fx the samples per second of one, "
+                     "for %.2fx the CPU" % (source, ratio, cpu_ratio))
 
 # 3. The wall-clock modes show where the sleeping thread waits; event samples at a slice.
 for mode in ("alarm", "sleep", "event"):

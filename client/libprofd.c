@@ -1,0 +1,302 @@
+/* libprofd.c: the client library (see profd.h). No threads, no signals, no hidden state
+ * beyond the handle: one connection per process, opened on first use. */
+#include "profd.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "proto.h"
+#include "util.h"
+
+#define DEFAULT_START_MS 1000
+#define DEFAULT_FINISH_MS 10000
+
+struct profd {
+    pthread_mutex_t mu;
+    char *path;
+    int fd;          /* -1: not connected */
+    pid_t owner;     /* the process fd belongs to (fork safety) */
+    int start_ms, finish_ms;
+    uint64_t next_id;
+};
+
+struct profd *profd_open(const char *socket_path)
+{
+    struct profd *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->path = profd_client_socket_path(socket_path);
+    if (!p->path) {
+        free(p);
+        return NULL;
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    p->fd = -1;
+    p->start_ms = DEFAULT_START_MS;
+    p->finish_ms = DEFAULT_FINISH_MS;
+    return p;
+}
+
+void profd_close(struct profd *p)
+{
+    if (!p)
+        return;
+    if (p->fd >= 0)
+        close(p->fd);
+    pthread_mutex_destroy(&p->mu);
+    free(p->path);
+    free(p);
+}
+
+void profd_set_timeout(struct profd *p, int start_ms, int finish_ms)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->start_ms = start_ms > 0 ? start_ms : DEFAULT_START_MS;
+    p->finish_ms = finish_ms > 0 ? finish_ms : DEFAULT_FINISH_MS;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void disconnect(struct profd *p)
+{
+    if (p->fd >= 0)
+        close(p->fd);
+    p->fd = -1;
+}
+
+static int errno_to_profd(int e)
+{
+    switch (e) {
+    case ETIMEDOUT:
+        return PROFD_ETIMEDOUT;
+    case ENOMEM:
+        return PROFD_ENOMEM;
+    case EMSGSIZE:
+    case EPROTO:
+    case EBADMSG:
+        return PROFD_EPROTO;
+    default:
+        return PROFD_EDISCONNECTED;
+    }
+}
+
+static int daemon_error(const cJSON *reply)
+{
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(reply, "error");
+    const cJSON *code = cJSON_GetObjectItemCaseSensitive(err, "code");
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+    const char *c = cJSON_IsString(code) ? code->valuestring : "";
+    const char *m = cJSON_IsString(msg) && msg->valuestring ? msg->valuestring : "";
+    if (!strcmp(c, "permission_denied"))
+        return PROFD_EPERM;
+    if (!strcmp(c, "limit"))
+        return PROFD_ELIMIT;
+    if (!strcmp(c, "not_attached") || !strcmp(c, "attach_failed") ||
+        !strcmp(c, "no_such_process"))
+        return PROFD_ENOTPROFILED;
+    if (!strcmp(c, "bad_request") && strstr(m, "no open transaction"))
+        return PROFD_ENOTXN;
+    return PROFD_EDAEMON;
+}
+
+/* One request and its reply (matched by id: a reply that came too late for an earlier call
+ * is skipped). Called with the lock held. On success *result is the reply (free it). */
+static int call(struct profd *p, cJSON *req, int timeout_ms, cJSON **result)
+{
+    *result = NULL;
+    if (p->fd >= 0 && p->owner != getpid()) {
+        /* Inherited across fork(): the parent's connection, never ours to use. */
+        close(p->fd);
+        p->fd = -1;
+    }
+    if (p->fd < 0) {
+        int fd = proto_connect(p->path);
+        if (fd < 0)
+            return fd == -ENOMEM ? PROFD_ENOMEM : PROFD_ENODAEMON;
+        p->fd = fd;
+        p->owner = getpid();
+        cJSON *hello = cJSON_CreateObject(), *reply = NULL;
+        if (!hello) {
+            disconnect(p);
+            return PROFD_ENOMEM;
+        }
+        cJSON_AddStringToObject(hello, "cmd", "hello");
+        cJSON_AddNumberToObject(hello, "version", PROTO_VERSION);
+        int r = proto_call(p->fd, hello, &reply, timeout_ms);
+        cJSON_Delete(hello);
+        if (r < 0) {
+            disconnect(p);
+            return errno_to_profd(-r);
+        }
+        bool ok = cJSON_GetObjectItemCaseSensitive(reply, "result") != NULL;
+        cJSON_Delete(reply);
+        if (!ok) {
+            disconnect(p);
+            return PROFD_EPROTO;
+        }
+    }
+    uint64_t id = ++p->next_id;
+    cJSON_AddNumberToObject(req, "id", (double)id);
+    char *text = cJSON_PrintUnformatted(req);
+    if (!text)
+        return PROFD_ENOMEM;
+    int r = proto_send(p->fd, text, strlen(text), timeout_ms);
+    free(text);
+    if (r < 0) {
+        disconnect(p);
+        return errno_to_profd(-r);
+    }
+    for (;;) {
+        char *payload = NULL;
+        size_t len = 0;
+        r = proto_recv(p->fd, PROTO_MAX_REPLY, &payload, &len, timeout_ms);
+        if (r == -ETIMEDOUT)
+            return PROFD_ETIMEDOUT; /* its reply, when it comes, is skipped by id */
+        if (r < 0) {
+            disconnect(p);
+            return errno_to_profd(-r);
+        }
+        cJSON *reply = cJSON_ParseWithLength(payload, len);
+        free(payload);
+        if (!reply) {
+            disconnect(p);
+            return PROFD_EPROTO;
+        }
+        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(reply, "id");
+        if (!cJSON_IsNumber(rid) || (uint64_t)rid->valuedouble != id) {
+            cJSON_Delete(reply); /* a late reply to a call that timed out */
+            continue;
+        }
+        if (!cJSON_GetObjectItemCaseSensitive(reply, "result")) {
+            int e = daemon_error(reply);
+            cJSON_Delete(reply);
+            return e;
+        }
+        *result = reply;
+        return 0;
+    }
+}
+
+int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uint64_t *txn_id)
+{
+    if (!p || !name || !*name || !txn_id)
+        return PROFD_EINVAL;
+    cJSON *req = cJSON_CreateObject();
+    if (!req)
+        return PROFD_ENOMEM;
+    cJSON_AddStringToObject(req, "cmd", "txn_start");
+    cJSON_AddStringToObject(req, "name", name);
+    if (trace_id)
+        cJSON_AddStringToObject(req, "trace_id", trace_id);
+    cJSON_AddNumberToObject(req, "tid", (double)syscall(SYS_gettid));
+    cJSON *reply;
+    pthread_mutex_lock(&p->mu);
+    int r = call(p, req, p->start_ms, &reply);
+    pthread_mutex_unlock(&p->mu);
+    cJSON_Delete(req);
+    if (r < 0)
+        return r;
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(reply, "result");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(res, "txn_id");
+    r = cJSON_IsNumber(id) && id->valuedouble >= 1 ? 0 : PROFD_EPROTO;
+    if (r == 0)
+        *txn_id = (uint64_t)id->valuedouble;
+    cJSON_Delete(reply);
+    return r;
+}
+
+int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_s,
+                              char **profile_json)
+{
+    if (!p || !txn_id || !profile_json || !(lookback_s >= 0))
+        return PROFD_EINVAL;
+    *profile_json = NULL;
+    cJSON *req = cJSON_CreateObject();
+    if (!req)
+        return PROFD_ENOMEM;
+    cJSON_AddStringToObject(req, "cmd", "txn_finish");
+    cJSON_AddNumberToObject(req, "txn_id", (double)txn_id);
+    if (lookback_s > 0)
+        cJSON_AddNumberToObject(req, "lookback_s", lookback_s);
+    cJSON *reply;
+    pthread_mutex_lock(&p->mu);
+    int r = call(p, req, p->finish_ms, &reply);
+    pthread_mutex_unlock(&p->mu);
+    cJSON_Delete(req);
+    if (r < 0)
+        return r;
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(reply, "result");
+    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(res, "profile");
+    if (!cJSON_IsObject(prof)) {
+        cJSON_Delete(reply);
+        return PROFD_EPROTO;
+    }
+    *profile_json = cJSON_PrintUnformatted(prof);
+    cJSON_Delete(reply);
+    return *profile_json ? 0 : PROFD_ENOMEM;
+}
+
+int profd_txn_finish(struct profd *p, uint64_t txn_id, char **profile_json)
+{
+    return profd_txn_finish_lookback(p, txn_id, 0, profile_json);
+}
+
+int profd_txn_discard(struct profd *p, uint64_t txn_id)
+{
+    if (!p || !txn_id)
+        return PROFD_EINVAL;
+    cJSON *req = cJSON_CreateObject();
+    if (!req)
+        return PROFD_ENOMEM;
+    cJSON_AddStringToObject(req, "cmd", "txn_discard");
+    cJSON_AddNumberToObject(req, "txn_id", (double)txn_id);
+    cJSON *reply;
+    pthread_mutex_lock(&p->mu);
+    int r = call(p, req, p->start_ms, &reply);
+    pthread_mutex_unlock(&p->mu);
+    cJSON_Delete(req);
+    if (r == 0)
+        cJSON_Delete(reply);
+    return r;
+}
+
+const char *profd_strerror(int err)
+{
+    switch (err) {
+    case 0:
+        return "success";
+    case PROFD_ENOMEM:
+        return "out of memory";
+    case PROFD_EINVAL:
+        return "invalid argument";
+    case PROFD_ENODAEMON:
+        return "profd is not running";
+    case PROFD_ETIMEDOUT:
+        return "profd did not answer in time";
+    case PROFD_EDISCONNECTED:
+        return "the connection to profd was lost";
+    case PROFD_EPROTO:
+        return "profd's answer was not understood";
+    case PROFD_EPERM:
+        return "profd may not profile this process";
+    case PROFD_ENOTXN:
+        return "no such open transaction";
+    case PROFD_ELIMIT:
+        return "profd follows as many processes as it may";
+    case PROFD_ENOTPROFILED:
+        return "the process is not profiled (it could not be attached, or not yet)";
+    case PROFD_EDAEMON:
+        return "profd refused the request";
+    default:
+        return "unknown error";
+    }
+}

@@ -1,0 +1,95 @@
+/* profd.h: mark transactions of your application for profd, and get each one's profile.
+ *
+ *     struct profd *p = profd_open(NULL);
+ *     uint64_t txn;
+ *     if (profd_txn_start(p, "GET /users", NULL, &txn) == 0) {
+ *         handle_request();
+ *         char *profile = NULL;
+ *         if (profd_txn_finish(p, txn, &profile) == 0) {
+ *             send_to_sentry(profile);   // Sentry sampled profile, version 1 (JSON)
+ *             free(profile);
+ *         }
+ *     }
+ *     profd_close(p);
+ *
+ * The daemon samples your process from outside (ptrace): no thread, no signal handler and no
+ * timer is added to it. It attaches at your first transaction and detaches a few seconds
+ * after your last one ends.
+ *
+ * Errors: every function returns 0 or a negative PROFD_E* code; profd_strerror() names it.
+ * When the daemon is absent, dead or restarting, calls fail at once (or within the timeout)
+ * and your application runs on; a later call reconnects. No call raises SIGPIPE.
+ *
+ * Threads: a struct profd may be shared by any number of threads (calls on it are
+ * serialized). Fork: a child process never uses its parent's connection; its first call
+ * opens its own, and it is profiled as a process of its own (so is each worker of a
+ * prefork server). Transactions started by the parent are the parent's.
+ *
+ * Link with -lprofd (pkg-config profd). */
+#ifndef PROFD_H
+#define PROFD_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct profd;
+
+enum {
+    PROFD_ENOMEM = -1,       /* out of memory */
+    PROFD_EINVAL = -2,       /* a bad argument (NULL, empty name) */
+    PROFD_ENODAEMON = -3,    /* profd is not running (nothing listens on the socket) */
+    PROFD_ETIMEDOUT = -4,    /* profd did not answer in time */
+    PROFD_EDISCONNECTED = -5, /* the connection to profd was lost (it exited?) */
+    PROFD_EPROTO = -6,       /* profd answered something this library does not understand */
+    PROFD_EPERM = -7,        /* profd may not profile this process (credentials) */
+    PROFD_ENOTXN = -8,       /* no such open transaction (finished, discarded, another
+                                process's, or profd restarted since it started) */
+    PROFD_ELIMIT = -9,       /* profd follows as many processes as it may */
+    PROFD_ENOTPROFILED = -10, /* the process could not be attached, or not yet */
+    PROFD_EDAEMON = -11,     /* any other error profd reported */
+};
+
+/* A handle on the daemon at socket_path; NULL: $PROFD_SOCKET, else /run/profd/profd.sock
+ * (as root) or $XDG_RUNTIME_DIR/profd.sock. Does not connect (the first call does), so it
+ * succeeds whether or not profd runs. Returns NULL only when out of memory. */
+struct profd *profd_open(const char *socket_path);
+
+/* Close the connection and free p. Open transactions on it are discarded by the daemon.
+ * p may be NULL. Not to be called while another thread uses p. */
+void profd_close(struct profd *p);
+
+/* Most time a call waits for profd, in milliseconds (default: 1000 for start and discard,
+ * 10000 for finish, which symbolizes). 0 or less: the defaults. */
+void profd_set_timeout(struct profd *p, int start_ms, int finish_ms);
+
+/* Start a transaction of this process, run by the calling thread. name: what it does
+ * ("GET /users"); trace_id: the Sentry trace it belongs to (32 hex digits), or NULL. On
+ * success *txn_id names it for profd_txn_finish or profd_txn_discard. Does not wait for
+ * profd to attach. Transactions may nest and overlap, in any threads. */
+int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uint64_t *txn_id);
+
+/* Finish a transaction: its profile, the samples of every thread of the process between its
+ * start and now, as a Sentry sampled profile (version 1) in JSON, in a string the caller
+ * frees with free(). */
+int profd_txn_finish(struct profd *p, uint64_t txn_id, char **profile_json);
+
+/* The same, with the lookback_s seconds before the start too ("what was it doing before
+ * this slow request?"); the transaction's own times are relative_start_ns and
+ * relative_end_ns in the profile (Sentry keeps only the samples between them). */
+int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_s,
+                              char **profile_json);
+
+/* End a transaction without a profile (nothing is built). */
+int profd_txn_discard(struct profd *p, uint64_t txn_id);
+
+/* A static description of an error code. */
+const char *profd_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

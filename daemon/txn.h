@@ -1,0 +1,60 @@
+/* txn.h: transactions that applications mark with the client library (txn_start/finish).
+ *
+ * A transaction belongs to the process that started it (the socket's peer) and to the
+ * connection it came over: when that connection closes, its open transactions are
+ * discarded. A process is attached at its first transaction (after the reply: a start never
+ * waits for an attach) and stays attached while any transaction is open or a client
+ * attached it explicitly; after its last transaction ends it is detached once it has had
+ * none for the linger time, so a steady stream of requests does not re-attach every time.
+ * Finished transactions are kept as long as the samples they cover, so slices can be split
+ * by transaction. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <ev.h>
+
+struct txn {
+    uint64_t seq;            /* daemon-wide number: the id clients use */
+    char uuid[33];           /* the Sentry transaction id (32 hex digits) */
+    char *name;
+    char *trace_id;          /* 32 hex digits, or NULL */
+    pid_t pid, tid;          /* process, and the thread that started it (0: unknown) */
+    uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC; end_ns 0 while open */
+    uint64_t client;         /* connection that owns it while open */
+    struct txn *next;
+};
+
+/* The transactions of one process. */
+struct txn_proc {
+    pid_t pid;
+    struct txn *txns;        /* newest first */
+    unsigned open;
+    bool attaching;          /* the attach is queued */
+    int attach_err;          /* 0, or -errno of a failed attach (why in attach_why) */
+    char attach_why[200];
+    uint64_t last_end_ns;
+    uid_t uid;               /* of the client that started the first one */
+    ev_timer linger;
+    struct txn_proc *next;
+};
+
+void txn_init(struct ev_loop *loop, uint64_t linger_ns);
+void txn_shutdown(void);
+struct txn_proc *txn_proc_find(pid_t pid);
+/* Start a transaction for pid (its thread tid) on connection client. The process is
+ * attached after the reply if it is not. Returns the transaction (never NULL). */
+struct txn *txn_start(pid_t pid, pid_t tid, const char *name, const char *trace_id,
+                      uint64_t client, uint64_t now);
+/* The open transaction seq of process pid, or NULL. */
+struct txn *txn_find_open(pid_t pid, uint64_t seq);
+/* End a transaction (finish or discard). discard: forget it at once. */
+void txn_end(struct txn_proc *tp, struct txn *x, bool discard, uint64_t now);
+/* A connection closed: discard its open transactions. */
+void txn_client_gone(uint64_t client, uint64_t now);
+/* Forget transactions whose samples are gone (ended longer ago than their buffer). */
+void txn_expire(uint64_t now);
+/* A client attached or detached pid explicitly: the linger logic must know. */
+void txn_target_changed(pid_t pid);
