@@ -39,7 +39,7 @@ static void usage(FILE *f)
             "  list [--json]                            attached processes\n"
             "  status [PID] [--json]                    daemon and sampling statistics\n"
             "  slice PID [--last SECONDS | --from NS --to NS] [--format collapsed|sentry]\n"
-            "            [-o FILE] [--thread-ids] [--top N]\n"
+            "            [-o FILE] [--thread-ids] [--top N] [--transaction NAME]\n"
             "                                           write a profile of a time window\n\n"
             "The socket is --socket, else $PROFD_SOCKET, else /run/profd/profd.sock as root,\n"
             "else $XDG_RUNTIME_DIR/profd.sock (or /run/profd/profd.sock if only that exists).\n"
@@ -363,7 +363,7 @@ static void summarize_collapsed(const char *data, unsigned top)
 
 static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, int have_last,
                      uint64_t from, int have_from, uint64_t to, int have_to, const char *out,
-                     bool thread_ids, unsigned top)
+                     bool thread_ids, unsigned top, const char *txn_name)
 {
     cJSON *req = cJSON_CreateObject();
     cJSON_AddStringToObject(req, "cmd", "slice");
@@ -384,6 +384,8 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
     }
     if (thread_ids)
         cJSON_AddBoolToObject(req, "thread_ids", 1);
+    if (txn_name)
+        cJSON_AddStringToObject(req, "transaction", txn_name);
     cJSON *reply;
     const cJSON *res = call(fd, req, &reply);
     const cJSON *profile = cJSON_GetObjectItemCaseSensitive(res, "profile");
@@ -434,7 +436,8 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
 
 int main(int argc, char **argv)
 {
-    enum { O_HZ = 1, O_BUFFER, O_LAST, O_FROM, O_TO, O_FORMAT, O_JSON, O_TIDS, O_TOP, O_MODE };
+    enum { O_HZ = 1, O_BUFFER, O_LAST, O_FROM, O_TO, O_FORMAT, O_JSON, O_TIDS, O_TOP, O_MODE,
+           O_TXN };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"hz", required_argument, NULL, O_HZ},
@@ -448,12 +451,13 @@ int main(int argc, char **argv)
         {"thread-ids", no_argument, NULL, O_TIDS},
         {"top", required_argument, NULL, O_TOP},
         {"mode", required_argument, NULL, O_MODE},
+        {"transaction", required_argument, NULL, O_TXN},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     uint64_t hz = 0, buffer_ns = 0, last_ns = 0, from = 0, to = 0, top = 10;
     int have_last = 0, have_from = 0, have_to = 0;
-    const char *format = "collapsed", *out = NULL, *mode = NULL;
+    const char *format = "collapsed", *out = NULL, *mode = NULL, *txn_name = NULL;
     bool tids = false;
     int c;
     /* Options may come before or after the command ("permute" mode). */
@@ -503,6 +507,9 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &top) < 0)
                 die(EXIT_USAGE, "--top must be a number");
             break;
+        case O_TXN:
+            txn_name = optarg;
+            break;
         case O_MODE:
             if (strcmp(optarg, "alarm") && strcmp(optarg, "sleep") && strcmp(optarg, "event") &&
                 strcmp(optarg, "cputime"))
@@ -549,7 +556,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "slice") && nargs == 1) {
         pid_t pid = parse_pid(args[0]);
         return cmd_slice(connect_daemon(), pid, format, last_ns, have_last, from, have_from, to,
-                         have_to, out, tids, (unsigned)top);
+                         have_to, out, tids, (unsigned)top, txn_name);
     }
     usage(stderr);
     return EXIT_USAGE;

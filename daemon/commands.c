@@ -730,11 +730,13 @@ static cJSON *cmd_txn_start(struct request *r)
     if ((!t || t->state == T_EXITED) && targets_count() >= server_cfg.max_targets)
         return proto_error_reply(r->id, PE_LIMIT, "profd already follows %u processes",
                                  server_cfg.max_targets);
-    /* Event mode: a transaction's start is an event. */
-    if (t && t->state == T_ATTACHED)
-        sched_event(&t->sched);
     struct txn *x = txn_start(pid, (pid_t)tid, name->valuestring,
                               trace ? trace->valuestring : NULL, r->c->id, now_ns());
+    /* A transaction's start is an event (event mode: every thread); in any mode its own
+     * thread is sampled at its boundaries, so even one shorter than the interval has
+     * samples (Sentry needs two). The thread is waiting for this reply: no stop needed. */
+    if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
+        target_sample_thread(t, (pid_t)tid, now_ns());
     tp = txn_proc_find(pid);
     if (!tp->uid)
         tp->uid = r->c->peer.uid;
@@ -784,8 +786,8 @@ static cJSON *cmd_txn_finish(struct request *r)
         return err;
     pid_t pid = r->c->peer.pid;
     struct target *t = target_find(pid);
-    if (t && t->state == T_ATTACHED)
-        sched_event(&t->sched); /* event mode: the end is an event */
+    if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
+        target_sample_thread(t, x->tid, now_ns()); /* its boundary, as at the start */
     txn_end(tp, x, false, now_ns());
     if (!t) {
         if (tp->attach_err)

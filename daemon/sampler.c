@@ -439,6 +439,22 @@ static void await_stops(struct target *t, unsigned pending)
     targets_reap();
 }
 
+void sampler_sample_one(struct target *t, struct thread *th, uint64_t tick_ns)
+{
+    if (t->state != T_ATTACHED || th->zombie || !th->born || th->interrupt_pending)
+        return;
+    if (th->state == TH_GROUP_STOP) {
+        if (th->last_stack != STACK_NONE) {
+            stacks_ref(&t->stacks, th->last_stack);
+            push(t, th, tick_ns, th->last_stack);
+            t->stats.samples_reused++;
+        }
+        return;
+    }
+    if (sample_thread(t, th, tick_ns, false))
+        await_stops(t, 1);
+}
+
 void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
 {
     unsigned interrupted = 0;

@@ -22,6 +22,8 @@ void sampler_finish(void);
  * cpu_only, only the threads marked cpu_due, and only if they are on a CPU (running, or
  * runnable): on-CPU stacks for the cputime schedule. */
 void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only);
+/* One thread, now, as a tick would (a transaction's boundary on the thread running it). */
+void sampler_sample_one(struct target *t, struct thread *th, uint64_t tick_ns);
 /* th is in the interrupt stop we asked for: copy regs and stack, resume it, unwind. */
 void sampler_on_stop(struct thread *th);
 /* Release a thread's sampler state (its last-stack reference). */

@@ -919,6 +919,17 @@ void targets_reap(void)
     }
 }
 
+void target_sample_thread(struct target *t, pid_t tid, uint64_t now)
+{
+    if (t->state != T_ATTACHED || tid <= 0)
+        return;
+    for (size_t i = 0; i < t->nthreads; i++)
+        if (t->threads[i]->tid == tid) {
+            sampler_sample_one(t, t->threads[i], now);
+            return;
+        }
+}
+
 void target_set_hz(struct target *t, unsigned hz)
 {
     t->hz = hz;

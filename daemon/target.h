@@ -179,6 +179,8 @@ void targets_handle_wait(pid_t tid, int status);
 /* Periodic housekeeping (1 Hz): thread names, maps changes, expiry of exited targets. */
 void targets_housekeeping(uint64_t now);
 
+/* Sample thread tid of t now (if it is one of its threads). */
+void target_sample_thread(struct target *t, pid_t tid, uint64_t now);
 /* Change the rate of t (and the bound of its buffer with it). */
 void target_set_hz(struct target *t, unsigned hz);
 /* Sample every thread of t once, or with cpu_only only the threads marked cpu_due that are

@@ -1,0 +1,114 @@
+/* txnbench.c: what the client library costs the application.
+ *
+ * Usage: txnbench SOCKET [N]
+ * 1. N start + discard pairs on one thread (the process attached by the first): the
+ *    round-trip latency of txn_start and of txn_discard, p50 and p99;
+ * 2. 20 transactions of 1 s with 4 threads busy, sampled at the daemon's rate: the time
+ *    txn_finish takes to return the profile (symbolized, formatted), p50 and max.
+ * Prints one "name value" line per figure (microseconds or milliseconds as named). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "profd.h"
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t pct(uint64_t *v, size_t n, double q)
+{
+    qsort(v, n, sizeof(*v), cmp);
+    size_t i = (size_t)(q * (double)n);
+    return v[i < n ? i : n - 1];
+}
+
+static atomic_int stop;
+static volatile uint64_t sink;
+
+static void *busy(void *arg)
+{
+    (void)arg;
+    uint64_t x = 1;
+    while (!atomic_load(&stop))
+        for (int i = 0; i < 100000; i++)
+            x = x * 6364136223846793005ull + 1, sink = x;
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: txnbench SOCKET [N]\n");
+        return 2;
+    }
+    size_t n = argc > 2 ? (size_t)atoi(argv[2]) : 5000;
+    struct profd *p = profd_open(argv[1]);
+    uint64_t id;
+    if (!p || profd_txn_start(p, "warm-up", NULL, &id) != 0) {
+        fprintf(stderr, "txnbench: cannot reach profd at %s\n", argv[1]);
+        return 1;
+    }
+    usleep(200000); /* let the attach happen */
+    profd_txn_discard(p, id);
+    uint64_t *st = calloc(n, sizeof(*st)), *dt = calloc(n, sizeof(*dt));
+    for (size_t i = 0; i < n; i++) {
+        uint64_t t0 = now_ns();
+        if (profd_txn_start(p, "bench", NULL, &id) != 0)
+            return 1;
+        uint64_t t1 = now_ns();
+        profd_txn_discard(p, id);
+        dt[i] = now_ns() - t1;
+        st[i] = t1 - t0;
+    }
+    printf("start_p50_us %.1f\nstart_p99_us %.1f\n", (double)pct(st, n, 0.5) / 1e3,
+           (double)pct(st, n, 0.99) / 1e3);
+    printf("discard_p50_us %.1f\ndiscard_p99_us %.1f\n", (double)pct(dt, n, 0.5) / 1e3,
+           (double)pct(dt, n, 0.99) / 1e3);
+
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, busy, NULL);
+    uint64_t fin[20];
+    size_t nf = 0;
+    for (int k = 0; k < 20; k++) {
+        if (profd_txn_start(p, "one-second", NULL, &id) != 0)
+            return 1;
+        uint64_t end = now_ns() + 1000000000ull, x = 1;
+        while (now_ns() < end)
+            for (int i = 0; i < 1000; i++)
+                x = x * 6364136223846793005ull + 1, sink = x;
+        char *json = NULL;
+        uint64_t t0 = now_ns();
+        int r = profd_txn_finish(p, id, &json);
+        uint64_t t1 = now_ns();
+        if (r == 0)
+            fin[nf++] = t1 - t0;
+        free(json);
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    if (nf) {
+        printf("finish_1s_4threads_p50_ms %.2f\n", (double)pct(fin, nf, 0.5) / 1e6);
+        printf("finish_1s_4threads_max_ms %.2f\n", (double)pct(fin, nf, 1.0) / 1e6);
+    }
+    profd_close(p);
+    free(st);
+    free(dt);
+    return 0;
+}
