@@ -58,6 +58,7 @@ struct sched {
      * which at 999 Hz loses a tick in six) watched by the loop. */
     int tfd;
     ev_io tio;
+    uint64_t next_ns;       /* alarm: start of the next tick's interval on the grid */
     timer_t cpu_timer;      /* cputime's timer source */
     bool have_cpu_timer;
 
