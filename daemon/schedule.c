@@ -161,16 +161,26 @@ static void disarm(struct sched *s)
 
 /* ---- cputime: credit of CPU time per thread ---- */
 
+static uint64_t cpu_period(uint64_t iv)
+{
+    return iv - iv / 4 + jitter(iv / 2);
+}
+
 /* A thread has used `ns` more CPU: one sample is due per interval of it. One is taken per
  * look; up to two more intervals stay owed and are taken at the next looks (the poll source
  * looks twice per interval, so it catches up); beyond that they are counted missed. */
 static bool credit(struct sched *s, struct thread *th, uint64_t ns)
 {
     uint64_t iv = s->eff_interval_ns;
+    /* Each sample after a random amount of CPU in [3/4, 5/4) of the interval (1 on
+     * average): exactly periodic samples alias with periodic work, as alarm's would. */
+    if (!th->cpu_thresh_ns)
+        th->cpu_thresh_ns = cpu_period(iv);
     th->cpu_credit_ns += ns;
-    if (th->cpu_credit_ns < iv)
+    if (th->cpu_credit_ns < th->cpu_thresh_ns)
         return false;
-    th->cpu_credit_ns -= iv;
+    th->cpu_credit_ns -= th->cpu_thresh_ns;
+    th->cpu_thresh_ns = cpu_period(iv);
     if (th->cpu_credit_ns > 2 * iv) {
         s->missed += (th->cpu_credit_ns - 2 * iv) / iv;
         th->cpu_credit_ns = 2 * iv + th->cpu_credit_ns % iv;
@@ -268,6 +278,9 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
     }
     s->missed += n - 1;
     th->cpu_due = true;
+    /* The next overflow after a random amount of CPU around the interval (see credit). */
+    uint64_t period = cpu_period(s->eff_interval_ns);
+    ioctl(th->perf_fd, PERF_EVENT_IOC_PERIOD, &period);
     run_tick(s, now_ns(), true);
 }
 
@@ -413,6 +426,7 @@ static int start_cputime(struct sched *s)
     for (size_t i = 0; i < t->nthreads; i++) {
         t->threads[i]->cpu_seen_valid = false;
         t->threads[i]->cpu_credit_ns = 0;
+        t->threads[i]->cpu_thresh_ns = 0;
     }
     if (want == CPU_SRC_AUTO || want == CPU_SRC_TIMER) {
         int r = g.sigfd >= 0 ? timer_open(s) : -ENOSYS;

@@ -7,8 +7,9 @@
  *   event    sleep, but woken at once by events (a slice request; transaction boundaries
  *            once the client library calls sched_event);
  *   alarm    fixed-rate ticks on the monotonic clock anchored at start (like ITIMER_REAL,
- *            which is on the wall clock): no drift; ticks missed because the daemon was late
- *            are counted, not bunched;
+ *            which is on the wall clock), each at a random point of the first quarter of
+ *            its interval (against aliasing): no drift; ticks missed because the daemon was
+ *            late are counted, not bunched;
  *   cputime  one sample of a thread per interval of that thread's CPU time (where
  *            ITIMER_PROF counts the whole process's and samples whichever thread): only
  *            threads that ran; an idle process gets none, two busy threads twice the rate

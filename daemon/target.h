@@ -60,6 +60,7 @@ struct thread {
     bool cpu_due;
     uint64_t cpu_seen_ns;
     uint64_t cpu_credit_ns;
+    uint64_t cpu_thresh_ns;     /* CPU to the next sample (random around the interval) */
     int perf_fd;                /* its perf task-clock event (perf source), or -1 */
     void *perf_buf;
     ev_io perf_io;

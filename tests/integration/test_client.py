@@ -50,14 +50,17 @@ def traced(pid):
         return int(f.read().split("TracerPid:")[1].split()[0]) != 0
 
 
-def pychild(code, sock, **kw):
+def pychild(code, sock, args_extra=(), **kw):
     env = dict(os.environ, PYTHONPATH=PYMOD, PROFD_SOCKET=sock)
-    return subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, bufsize=1, **kw)
+    return subprocess.Popen([sys.executable, "-c", code] + list(args_extra), env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            bufsize=1, **kw)
 
 
 # 1. Many threads, concurrent and nested transactions.
-THREADS, COUNT, MS = 8, (20 if WRAPPED else 200), 12
+THREADS, COUNT, MS = 8, 200, 12
+if WRAPPED:
+    COUNT, MS = 6, 150  # the daemon under valgrind takes a few samples a second
 with Daemon("--hz", "999") as d, tempfile.TemporaryDirectory() as out:
     if d.sanitized() and not WRAPPED:
         # The sanitized daemon samples far fewer ticks: longer transactions, fewer of them.
@@ -244,11 +247,14 @@ try:
         raise RuntimeError("boom")
 except RuntimeError:
     pass
-print(json.dumps({"profile": t.profile, "error": str(t.error), "failing": f.profile,
-                  "ferr": str(f.error)}), flush=True)
-""", d.socket)
-    out = json.loads(child.stdout.readline())
-    child.wait(timeout=60)
+import sys
+with open(sys.argv[1], "w") as fp:
+    json.dump({"profile": t.profile, "error": str(t.error), "failing": f.profile,
+               "ferr": str(f.error)}, fp)
+""", d.socket, args_extra=[os.path.join(d.dir, "py.json")])
+    child.wait(timeout=120 * SLOW)
+    with open(os.path.join(d.dir, "py.json")) as fp:
+        out = json.load(fp)
     prof = out["profile"]
     check(prof is not None, "the context manager's profile (%s)" % out["error"])
     problems, _ = check_sentry.check(json.dumps(prof).encode())
