@@ -184,12 +184,21 @@ with tempfile.TemporaryDirectory() as out:
                  "... fast (the slowest %.0f ms)" % (1000 * max(t for _, t in results)))
     check(app.poll() is None, "the application runs on")
     # A new daemon on the same socket path.
+    newlog = open(os.path.join(d.dir, "profd2.log"), "w")
     proc = subprocess.Popen([os.path.join(BUILD, "daemon", "profd"), "--socket", d.socket],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=newlog, stderr=subprocess.STDOUT)
     try:
         time.sleep(0.5 * SLOW)
-        res, _ = one()
-        check(res == "ok", "once a new daemon is up, calls succeed again (%s)" % res)
+        # Seen once under valgrind in CI: the first transaction after the restart was "not
+        # profiled" (the new daemon's log is printed if it happens again). Calls must
+        # succeed again within a few tries.
+        tries = [one()[0] for _ in range(3)]
+        if tries[0] != "ok":
+            with open(os.path.join(d.dir, "profd2.log")) as f:
+                log("first call after the restart: %s; new daemon's log:\n%s"
+                    % (tries[0], f.read()[-3000:]))
+        check(tries[-1] == "ok" and tries.count("ok") >= 2,
+              "once a new daemon is up, calls succeed again (%s)" % tries)
     finally:
         app.stdin.close()
         app.wait(timeout=30)
