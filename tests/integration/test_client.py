@@ -205,6 +205,31 @@ with tempfile.TemporaryDirectory() as out:
         proc.terminate()
         proc.wait(timeout=30)
 
+# 4b. Fork safety: the child of a process with a connection (and a transaction open) uses
+# its own connection and is profiled as a process of its own; the parent carries on.
+with Daemon("--hz", "499") as d, tempfile.TemporaryDirectory() as out:
+    r = subprocess.run([TXNAPP, d.socket, out, "1", "1", "1", "2"], capture_output=True,
+                       text=True, timeout=120 * SLOW, env=APP_ENV, stdin=subprocess.DEVNULL)
+    line = [l for l in r.stdout.splitlines() if l.startswith("fork")]
+    f = line[0].split() if line else []
+    check(len(f) == 4 and f[2] == "0" and f[3] == "0",
+          "after fork, the child's transaction and the parent's (open across the fork) both "
+          "succeed (%s %s)" % (line, r.stderr[-200:]))
+    with open(os.path.join(out, "-1-0child.json")) as fp:
+        child_prof = json.load(fp)
+    with open(os.path.join(out, "-1-0parent.json")) as fp:
+        parent_prof = json.load(fp)
+    app_pid = int(r.stdout.split()[1])
+    cfns = set()
+    for tid in child_prof["profile"]["thread_metadata"]:
+        cfns |= functions_of_thread(child_prof, int(tid))
+    check(child_prof["transaction"]["name"] == "in-child" and
+          int(child_prof["transaction"]["active_thread_id"]) == int(f[1]) and "work_1" in cfns,
+          "the child's profile is of the child process (its thread %s, its work_1)" % f[1])
+    check(parent_prof["transaction"]["name"] == "across-fork" and
+          int(parent_prof["transaction"]["active_thread_id"]) == app_pid,
+          "the parent's transaction, open across the fork, is the parent's")
+
 # 5. A client that never reads its replies.
 with Daemon("--txn-linger", "0.5") as d:
     greedy = pychild("""

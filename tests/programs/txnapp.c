@@ -6,14 +6,18 @@
  *
  * Usage: txnapp SOCKET DIR THREADS COUNT MS [LOOP]
  * With LOOP = 1 it then keeps starting and finishing transactions until stdin closes,
- * printing "ok N" / "err CODE" lines for each (the daemon-restart test). Prints "ready PID"
- * first, "done OK ERRORS" at the end. */
+ * printing "ok N" / "err CODE" lines for each (the daemon-restart test). With LOOP = 2 it
+ * forks instead: the child, with the parent's handle, runs a transaction of its own and
+ * writes its profile to DIR/-1-0child.json; then the parent, to DIR/-1-0parent.json; it prints
+ * "fork CHILDPID CHILDRESULT PARENTRESULT". Prints "ready PID" first, "done OK ERRORS"
+ * after the threads. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -143,7 +147,7 @@ int main(int argc, char **argv)
     int threads = atoi(argv[3]);
     count = atoi(argv[4]);
     ms = atoi(argv[5]);
-    int loop = argc > 6 && atoi(argv[6]);
+    int loop = argc > 6 ? atoi(argv[6]) : 0;
     if (!pd || threads < 1 || threads > 64)
         return 2;
     printf("ready %d\n", getpid());
@@ -155,7 +159,36 @@ int main(int argc, char **argv)
         pthread_join(th[i], NULL);
     printf("done %d %d\n", ok_n, err_n);
     fflush(stdout);
-    if (loop) {
+    if (loop == 2) {
+        /* Fork safety: a transaction open in the parent across the fork. */
+        uint64_t open_id;
+        int r0 = profd_txn_start(pd, "across-fork", NULL, &open_id);
+        pid_t child = fork();
+        if (child == 0) {
+            uint64_t id;
+            char *json = NULL;
+            int r = profd_txn_start(pd, "in-child", NULL, &id);
+            if (r == 0) {
+                work_1(20000000);
+                r = profd_txn_finish(pd, id, &json);
+            }
+            if (r == 0)
+                save(-1, 0, "child", json);
+            _exit(r < 0 ? -r : 0);
+        }
+        int st = 0;
+        waitpid(child, &st, 0);
+        char *json = NULL;
+        int r = r0;
+        if (r == 0) {
+            work_2(20000000);
+            r = profd_txn_finish(pd, open_id, &json);
+        }
+        if (r == 0)
+            save(-1, 0, "parent", json);
+        printf("fork %d %d %d\n", child, WIFEXITED(st) ? -WEXITSTATUS(st) : -100, r);
+        fflush(stdout);
+    } else if (loop) {
         /* One transaction per line of input: how each call fares. */
         char line[64];
         while (fgets(line, sizeof(line), stdin)) {
