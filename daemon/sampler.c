@@ -213,10 +213,22 @@ static bool interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
  * having run a while (the way back takes a few microseconds) or being blocked again. */
 #define PAST_STOP_EINTR_NS (200 * NS_PER_US)
 
-/* Sample one thread, stopping it only if it is running. Returns whether it was
- * interrupted (its sample completes when the stop arrives). */
 static void young_name(struct thread *th);
 
+/* Record the thread's latest stack again (it is still where it was). Returns false if it
+ * has none. */
+static bool push_last(struct target *t, struct thread *th, uint64_t tick_ns)
+{
+    if (th->last_stack == STACK_NONE)
+        return false;
+    stacks_ref(&t->stacks, th->last_stack);
+    push(t, th, tick_ns, th->last_stack);
+    t->stats.samples_reused++;
+    return true;
+}
+
+/* Sample one thread, stopping it only if it is running. Returns whether it was
+ * interrupted (its sample completes when the stop arrives). */
 static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns, bool cpu_only)
 {
     uint64_t run, pcount;
@@ -246,13 +258,8 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         return interrupt(t, th, tick_ns);
     }
     /* Not run since its last sample: same stack, no need to look again. */
-    if (th->have_sched && th->last_stack != STACK_NONE && run == th->run_ns &&
-        pcount == th->pcount) {
-        stacks_ref(&t->stacks, th->last_stack);
-        push(t, th, tick_ns, th->last_stack);
-        t->stats.samples_reused++;
+    if (th->have_sched && run == th->run_ns && pcount == th->pcount && push_last(t, th, tick_ns))
         return false;
-    }
     for (int attempt = 0; attempt < 2; attempt++) {
         struct sysc_info si;
         if (proc_read_syscall(th->syscall_fd, &si) < 0) {
@@ -312,13 +319,8 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
      * makes the chain of repairs look broken and its timeout start over (see
      * repair_ignored_signal); its last stack is where it is. */
     if (th->chain_valid && run - th->chain_run_ns < PAST_STOP_EINTR_NS) {
-        if (th->last_stack != STACK_NONE) {
-            stacks_ref(&t->stacks, th->last_stack);
-            push(t, th, tick_ns, th->last_stack);
-            t->stats.samples_reused++;
-        } else {
+        if (!push_last(t, th, tick_ns))
             t->stats.skipped_resuming++;
-        }
         return false;
     }
     sampler_thread_reset(th);
@@ -439,19 +441,29 @@ static void await_stops(struct target *t, unsigned pending)
     targets_reap();
 }
 
+/* A wall-clock sample of one thread: its stack where job control stopped it, nothing while
+ * our previous stop is outstanding, else as sample_thread. Returns whether it was
+ * interrupted. */
+static bool sample_wall(struct target *t, struct thread *th, uint64_t tick_ns)
+{
+    if (th->state == TH_GROUP_STOP) {
+        /* Stopped by job control: where it stopped is where its time goes. */
+        if (!push_last(t, th, tick_ns))
+            t->stats.skipped_stopped++;
+        return false;
+    }
+    if (th->interrupt_pending) {
+        t->stats.skipped_pending++;
+        return false;
+    }
+    return sample_thread(t, th, tick_ns, false);
+}
+
 void sampler_sample_one(struct target *t, struct thread *th, uint64_t tick_ns)
 {
-    if (t->state != T_ATTACHED || th->zombie || !th->born || th->interrupt_pending)
+    if (t->state != T_ATTACHED || th->zombie || !th->born)
         return;
-    if (th->state == TH_GROUP_STOP) {
-        if (th->last_stack != STACK_NONE) {
-            stacks_ref(&t->stacks, th->last_stack);
-            push(t, th, tick_ns, th->last_stack);
-            t->stats.samples_reused++;
-        }
-        return;
-    }
-    if (sample_thread(t, th, tick_ns, false))
+    if (sample_wall(t, th, tick_ns))
         await_stops(t, 1);
 }
 
@@ -483,22 +495,7 @@ void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
             interrupted += sample_thread(t, th, tick_ns, true);
             continue;
         }
-        if (th->state == TH_GROUP_STOP) {
-            /* Stopped by job control: where it stopped is where its time goes. */
-            if (th->last_stack != STACK_NONE) {
-                stacks_ref(&t->stacks, th->last_stack);
-                push(t, th, tick_ns, th->last_stack);
-                t->stats.samples_reused++;
-            } else {
-                t->stats.skipped_stopped++;
-            }
-            continue;
-        }
-        if (th->interrupt_pending) {
-            t->stats.skipped_pending++;
-            continue;
-        }
-        interrupted += sample_thread(t, th, tick_ns, false);
+        interrupted += sample_wall(t, th, tick_ns);
     }
     if (interrupted)
         await_stops(t, interrupted);
