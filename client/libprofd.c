@@ -1,5 +1,6 @@
-/* libprofd.c: the client library (see profd.h). No threads, no signals, no hidden state
- * beyond the handle: one connection per process, opened on first use. */
+/* libprofd.c: the client library (see profd.h). No threads, no signals, no timers: one
+ * connection per handle and process, opened on first use; the only global state is the
+ * list of open handles, for the fork handler. */
 #include "profd.h"
 
 #include <errno.h>
@@ -8,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -18,6 +21,7 @@
 
 #define DEFAULT_START_MS 1000
 #define DEFAULT_FINISH_MS 10000
+#define GEN_LIMIT (1u << 21) /* ids stay below 2^53, exact in JSON numbers */
 
 struct profd {
     pthread_mutex_t mu;
@@ -25,8 +29,34 @@ struct profd {
     int fd;          /* -1: not connected */
     pid_t owner;     /* the process fd belongs to (fork safety) */
     int start_ms, finish_ms;
-    uint64_t next_id;
+    uint64_t next_id;  /* request ids */
+    /* Transaction ids are chosen here, (gen << 32) | seq: gen changes with each connection,
+     * so the id of a transaction the daemon lost with its connection (daemon restarted,
+     * or the parent's, across fork) is known at once to be gone. */
+    uint32_t gen, seq;
+    bool stalled; /* a send found no room for start_ms: fail fast until there is room */
+    struct profd *next; /* in the list of open handles */
 };
+
+/* Every open handle, for the fork handler: a child may have been forked while another
+ * thread of the parent held a handle's lock, which no thread of the child would ever
+ * release. The child gets each lock afresh; its first call then drops the parent's
+ * connection (owner differs) and opens its own. */
+static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct profd *handles;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_child(void)
+{
+    pthread_mutex_init(&handles_mu, NULL);
+    for (struct profd *p = handles; p; p = p->next)
+        pthread_mutex_init(&p->mu, NULL);
+}
+
+static void install_atfork(void)
+{
+    pthread_atfork(NULL, NULL, atfork_child);
+}
 
 struct profd *profd_open(const char *socket_path)
 {
@@ -42,6 +72,11 @@ struct profd *profd_open(const char *socket_path)
     p->fd = -1;
     p->start_ms = DEFAULT_START_MS;
     p->finish_ms = DEFAULT_FINISH_MS;
+    pthread_once(&atfork_once, install_atfork);
+    pthread_mutex_lock(&handles_mu);
+    p->next = handles;
+    handles = p;
+    pthread_mutex_unlock(&handles_mu);
     return p;
 }
 
@@ -49,6 +84,13 @@ void profd_close(struct profd *p)
 {
     if (!p)
         return;
+    pthread_mutex_lock(&handles_mu);
+    for (struct profd **pp = &handles; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    pthread_mutex_unlock(&handles_mu);
     if (p->fd >= 0)
         close(p->fd);
     pthread_mutex_destroy(&p->mu);
@@ -64,6 +106,13 @@ void profd_set_timeout(struct profd *p, int start_ms, int finish_ms)
     p->start_ms = start_ms > 0 ? start_ms : DEFAULT_START_MS;
     p->finish_ms = finish_ms > 0 ? finish_ms : DEFAULT_FINISH_MS;
     pthread_mutex_unlock(&p->mu);
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static void disconnect(struct profd *p)
@@ -108,11 +157,9 @@ static int daemon_error(const cJSON *reply)
     return PROFD_EDAEMON;
 }
 
-/* One request and its reply (matched by id: a reply that came too late for an earlier call
- * is skipped). Called with the lock held. On success *result is the reply (free it). */
-static int call(struct profd *p, cJSON *req, int timeout_ms, cJSON **result)
+/* Connect (and shake hands) unless connected. Called with the lock held. */
+static int ensure_connected(struct profd *p, int timeout_ms)
 {
-    *result = NULL;
     if (p->fd >= 0 && p->owner != getpid()) {
         /* Inherited across fork(): the parent's connection, never ours to use. */
         close(p->fd);
@@ -123,6 +170,7 @@ static int call(struct profd *p, cJSON *req, int timeout_ms, cJSON **result)
         if (fd < 0)
             return fd == -ENOMEM ? PROFD_ENOMEM : PROFD_ENODAEMON;
         p->fd = fd;
+        p->stalled = false;
         p->owner = getpid();
         cJSON *hello = cJSON_CreateObject(), *reply = NULL;
         if (!hello) {
@@ -143,13 +191,62 @@ static int call(struct profd *p, cJSON *req, int timeout_ms, cJSON **result)
             disconnect(p);
             return PROFD_EPROTO;
         }
+        p->gen = p->gen + 1 < GEN_LIMIT ? p->gen + 1 : 1;
+        p->seq = 0;
     }
+    return 0;
+}
+
+/* Is txn_id one of this connection's (it may still be open)? */
+static bool current_txn(const struct profd *p, uint64_t txn_id)
+{
+    return p->fd >= 0 && p->owner == getpid() && (uint32_t)(txn_id >> 32) == p->gen &&
+           (uint32_t)txn_id != 0;
+}
+
+/* Send a request that has no reply. If profd is behind and its socket full, wait for room
+ * up to start_ms; if that passes, fail at once (PROFD_EBUSY) until there is room again, so
+ * a stopped daemon costs the application one timeout, not one per call. */
+static int send_only(struct profd *p, cJSON *req)
+{
+    char *text = cJSON_PrintUnformatted(req);
+    if (!text)
+        return PROFD_ENOMEM;
+    int r = proto_send_nowait(p->fd, text, strlen(text), p->start_ms);
+    if (r == -EBUSY && !p->stalled) {
+        uint64_t deadline = mono_ms() + (uint64_t)p->start_ms;
+        for (uint64_t now = mono_ms(); r == -EBUSY && now < deadline; now = mono_ms()) {
+            struct pollfd pf = {.fd = p->fd, .events = POLLOUT};
+            if (poll(&pf, 1, (int)(deadline - now)) < 0 && errno != EINTR)
+                break;
+            r = proto_send_nowait(p->fd, text, strlen(text), p->start_ms);
+        }
+    }
+    free(text);
+    p->stalled = r == -EBUSY;
+    if (r == -EBUSY)
+        return PROFD_EBUSY;
+    if (r < 0) {
+        disconnect(p);
+        return errno_to_profd(-r);
+    }
+    return 0;
+}
+
+/* One request and its reply (matched by id: a reply that came too late for an earlier call
+ * is skipped). Called with the lock held. On success *result is the reply (free it). */
+static int call(struct profd *p, cJSON *req, int timeout_ms, cJSON **result)
+{
+    *result = NULL;
+    int r = ensure_connected(p, timeout_ms);
+    if (r < 0)
+        return r;
     uint64_t id = ++p->next_id;
     cJSON_AddNumberToObject(req, "id", (double)id);
     char *text = cJSON_PrintUnformatted(req);
     if (!text)
         return PROFD_ENOMEM;
-    int r = proto_send(p->fd, text, strlen(text), timeout_ms);
+    r = proto_send(p->fd, text, strlen(text), timeout_ms);
     free(text);
     if (r < 0) {
         disconnect(p);
@@ -188,8 +285,12 @@ static int call(struct profd *p, cJSON *req, int timeout_ms, cJSON **result)
 
 int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uint64_t *txn_id)
 {
-    if (!p || !name || !*name || !txn_id)
+    if (!p || !name || !*name || strlen(name) > 512 || !txn_id ||
+        (trace_id && strlen(trace_id) > 64))
         return PROFD_EINVAL;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     cJSON *req = cJSON_CreateObject();
     if (!req)
         return PROFD_ENOMEM;
@@ -198,19 +299,23 @@ int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uin
     if (trace_id)
         cJSON_AddStringToObject(req, "trace_id", trace_id);
     cJSON_AddNumberToObject(req, "tid", (double)syscall(SYS_gettid));
-    cJSON *reply;
+    /* Its start by our clock: the daemon reads the request a little later. */
+    cJSON_AddNumberToObject(req, "t_ns", (double)t);
+    cJSON_AddBoolToObject(req, "noreply", 1);
     pthread_mutex_lock(&p->mu);
-    int r = call(p, req, p->start_ms, &reply);
+    int r = ensure_connected(p, p->start_ms);
+    uint64_t id = 0;
+    if (r == 0 && p->seq == UINT32_MAX)
+        r = PROFD_ELIMIT; /* 4 billion starts on one connection */
+    if (r == 0) {
+        id = (uint64_t)p->gen << 32 | ++p->seq;
+        cJSON_AddNumberToObject(req, "txn_id", (double)id);
+        r = send_only(p, req);
+    }
     pthread_mutex_unlock(&p->mu);
     cJSON_Delete(req);
-    if (r < 0)
-        return r;
-    const cJSON *res = cJSON_GetObjectItemCaseSensitive(reply, "result");
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(res, "txn_id");
-    r = cJSON_IsNumber(id) && id->valuedouble >= 1 ? 0 : PROFD_EPROTO;
     if (r == 0)
-        *txn_id = (uint64_t)id->valuedouble;
-    cJSON_Delete(reply);
+        *txn_id = id;
     return r;
 }
 
@@ -229,7 +334,7 @@ int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_
         cJSON_AddNumberToObject(req, "lookback_s", lookback_s);
     cJSON *reply;
     pthread_mutex_lock(&p->mu);
-    int r = call(p, req, p->finish_ms, &reply);
+    int r = current_txn(p, txn_id) ? call(p, req, p->finish_ms, &reply) : PROFD_ENOTXN;
     pthread_mutex_unlock(&p->mu);
     cJSON_Delete(req);
     if (r < 0)
@@ -259,13 +364,11 @@ int profd_txn_discard(struct profd *p, uint64_t txn_id)
         return PROFD_ENOMEM;
     cJSON_AddStringToObject(req, "cmd", "txn_discard");
     cJSON_AddNumberToObject(req, "txn_id", (double)txn_id);
-    cJSON *reply;
+    cJSON_AddBoolToObject(req, "noreply", 1);
     pthread_mutex_lock(&p->mu);
-    int r = call(p, req, p->start_ms, &reply);
+    int r = current_txn(p, txn_id) ? send_only(p, req) : PROFD_ENOTXN;
     pthread_mutex_unlock(&p->mu);
     cJSON_Delete(req);
-    if (r == 0)
-        cJSON_Delete(reply);
     return r;
 }
 
@@ -296,6 +399,8 @@ const char *profd_strerror(int err)
         return "the process is not profiled (it could not be attached, or not yet)";
     case PROFD_EDAEMON:
         return "profd refused the request";
+    case PROFD_EBUSY:
+        return "profd is not keeping up (its socket is full): nothing was sent";
     default:
         return "unknown error";
     }

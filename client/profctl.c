@@ -40,14 +40,18 @@ static void usage(FILE *f)
             "  status [PID] [--json]                    daemon and sampling statistics\n"
             "  slice PID [--last SECONDS | --from NS --to NS] [--format collapsed|sentry]\n"
             "            [-o FILE] [--thread-ids] [--top N] [--transaction NAME]\n"
-            "                                           write a profile of a time window\n\n"
+            "            [--by-transaction]             write a profile of a time window\n\n"
             "The socket is --socket, else $PROFD_SOCKET, else /run/profd/profd.sock as root,\n"
             "else $XDG_RUNTIME_DIR/profd.sock (or /run/profd/profd.sock if only that exists).\n"
             "--from/--to are CLOCK_MONOTONIC nanoseconds. MODE: alarm (fixed rate on the wall\n"
             "clock), sleep (an interval after each sample), event (sleep, and a sample at each\n"
             "slice request), cputime (per interval of each thread's CPU time, on-CPU only).\n"
             "Exit status: 0 ok, 1 error, 2 usage, 3 profd not running, 4 no such process,\n"
-            "5 permission denied, 6 not attached.\n");
+            "5 permission denied, 6 not attached.\n"
+            "--transaction NAME keeps the samples of threads while they ran a transaction of\n"
+            "that name; --by-transaction splits the profile by transaction (collapsed: a root\n"
+            "frame \"[txn NAME]\" per open transaction, or \"[no transaction]\"; sentry: the\n"
+            "transactions listed under \"profd\").\n");
 }
 
 static void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
@@ -363,7 +367,7 @@ static void summarize_collapsed(const char *data, unsigned top)
 
 static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, int have_last,
                      uint64_t from, int have_from, uint64_t to, int have_to, const char *out,
-                     bool thread_ids, unsigned top, const char *txn_name)
+                     bool thread_ids, unsigned top, const char *txn_name, bool by_txn)
 {
     cJSON *req = cJSON_CreateObject();
     cJSON_AddStringToObject(req, "cmd", "slice");
@@ -386,6 +390,8 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
         cJSON_AddBoolToObject(req, "thread_ids", 1);
     if (txn_name)
         cJSON_AddStringToObject(req, "transaction", txn_name);
+    if (by_txn)
+        cJSON_AddBoolToObject(req, "by_transaction", 1);
     cJSON *reply;
     const cJSON *res = call(fd, req, &reply);
     const cJSON *profile = cJSON_GetObjectItemCaseSensitive(res, "profile");
@@ -437,7 +443,7 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
 int main(int argc, char **argv)
 {
     enum { O_HZ = 1, O_BUFFER, O_LAST, O_FROM, O_TO, O_FORMAT, O_JSON, O_TIDS, O_TOP, O_MODE,
-           O_TXN };
+           O_TXN, O_BY_TXN };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"hz", required_argument, NULL, O_HZ},
@@ -452,13 +458,14 @@ int main(int argc, char **argv)
         {"top", required_argument, NULL, O_TOP},
         {"mode", required_argument, NULL, O_MODE},
         {"transaction", required_argument, NULL, O_TXN},
+        {"by-transaction", no_argument, NULL, O_BY_TXN},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     uint64_t hz = 0, buffer_ns = 0, last_ns = 0, from = 0, to = 0, top = 10;
     int have_last = 0, have_from = 0, have_to = 0;
     const char *format = "collapsed", *out = NULL, *mode = NULL, *txn_name = NULL;
-    bool tids = false;
+    bool tids = false, by_txn = false;
     int c;
     /* Options may come before or after the command ("permute" mode). */
     while ((c = getopt_long(argc, argv, "s:o:h", opts, NULL)) != -1) {
@@ -506,6 +513,9 @@ int main(int argc, char **argv)
         case O_TOP:
             if (parse_u64(optarg, &top) < 0)
                 die(EXIT_USAGE, "--top must be a number");
+            break;
+        case O_BY_TXN:
+            by_txn = true;
             break;
         case O_TXN:
             txn_name = optarg;
@@ -556,7 +566,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "slice") && nargs == 1) {
         pid_t pid = parse_pid(args[0]);
         return cmd_slice(connect_daemon(), pid, format, last_ns, have_last, from, have_from, to,
-                         have_to, out, tids, (unsigned)top, txn_name);
+                         have_to, out, tids, (unsigned)top, txn_name, by_txn);
     }
     usage(stderr);
     return EXIT_USAGE;

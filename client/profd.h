@@ -50,6 +50,7 @@ enum {
     PROFD_ELIMIT = -9,       /* profd follows as many processes as it may */
     PROFD_ENOTPROFILED = -10, /* the process could not be attached, or not yet */
     PROFD_EDAEMON = -11,     /* any other error profd reported */
+    PROFD_EBUSY = -12,       /* profd is not reading (its socket is full): nothing was sent */
 };
 
 /* A handle on the daemon at socket_path; NULL: $PROFD_SOCKET, else /run/profd/profd.sock
@@ -61,19 +62,28 @@ struct profd *profd_open(const char *socket_path);
  * p may be NULL. Not to be called while another thread uses p. */
 void profd_close(struct profd *p);
 
-/* Most time a call waits for profd, in milliseconds (default: 1000 for start and discard,
- * 10000 for finish, which symbolizes). 0 or less: the defaults. */
+/* Most time a call waits for profd, in milliseconds (default: 1000 for connecting and
+ * the first handshake, 10000 for finish, which symbolizes). 0 or less: the defaults. */
 void profd_set_timeout(struct profd *p, int start_ms, int finish_ms);
 
 /* Start a transaction of this process, run by the calling thread. name: what it does
- * ("GET /users"); trace_id: the Sentry trace it belongs to (32 hex digits), or NULL. On
- * success *txn_id names it for profd_txn_finish or profd_txn_discard. Does not wait for
- * profd to attach. Transactions may nest and overlap, in any threads. */
+ * ("GET /users", 1 to 512 bytes); trace_id: the Sentry trace it belongs to (32 hex
+ * digits), or NULL. On success *txn_id names it for profd_txn_finish or
+ * profd_txn_discard. Transactions may nest and overlap, in any threads.
+ *
+ * Sends the start and returns without waiting for an answer (one send(2), a few
+ * microseconds; the first call of a process also connects, one round trip). It records
+ * the start time by this process's clock. It does not wait for profd to attach either.
+ * What profd may refuse (this process may not be profiled, a limit) is reported by the
+ * finish. PROFD_EBUSY: profd has not read its socket for a while (nothing was sent; the
+ * transaction does not exist). */
 int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uint64_t *txn_id);
 
 /* Finish a transaction: its profile, the samples of every thread of the process between its
  * start and now, as a Sentry sampled profile (version 1) in JSON, in a string the caller
- * frees with free(). */
+ * frees with free(). Waits for profd's answer (default at most 10 s). Errors: PROFD_ENOTXN
+ * (unknown, already ended, or lost with an earlier connection), PROFD_EPERM, PROFD_ELIMIT
+ * (profd refused the start), PROFD_ENOTPROFILED (not attached, or not yet). */
 int profd_txn_finish(struct profd *p, uint64_t txn_id, char **profile_json);
 
 /* The same, with the lookback_s seconds before the start too ("what was it doing before
@@ -82,7 +92,10 @@ int profd_txn_finish(struct profd *p, uint64_t txn_id, char **profile_json);
 int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_s,
                               char **profile_json);
 
-/* End a transaction without a profile (nothing is built). */
+/* End a transaction without a profile (nothing is built). Like a start, it is sent without
+ * waiting for an answer: 0 once sent. PROFD_ENOTXN: txn_id is of an earlier connection (profd
+ * restarted since, or it is the parent's across fork); an id profd does not know on this
+ * connection is not reported. */
 int profd_txn_discard(struct profd *p, uint64_t txn_id);
 
 /* A static description of an error code. */

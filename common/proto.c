@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -169,15 +170,26 @@ static int wait_fd(int fd, short events, uint64_t deadline, int timeout_ms)
     }
 }
 
-static int send_all(int fd, const void *data, size_t n, uint64_t deadline, int timeout_ms)
+/* Send header and payload in one call where the socket has room (one wake-up of the
+ * reader, not two). busy_if_full: return -EBUSY at once, having sent nothing, if the
+ * socket has no room; once part of a frame is out the rest is always sent (within the
+ * timeout), or the stream would be broken. */
+static int send_frame(int fd, const unsigned char *h, size_t hlen, const char *payload,
+                      size_t len, uint64_t deadline, int timeout_ms, bool busy_if_full)
 {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    struct iovec iov[2] = {{(void *)h, hlen}, {(void *)payload, len}};
+    struct iovec *v = iov;
+    int nv = 2;
+    bool started = false;
+    while (nv > 0) {
+        struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)nv};
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (busy_if_full && !started)
+                    return -EBUSY;
                 int r = wait_fd(fd, POLLOUT, deadline, timeout_ms);
                 if (r < 0)
                     return r;
@@ -185,13 +197,23 @@ static int send_all(int fd, const void *data, size_t n, uint64_t deadline, int t
             }
             return -errno;
         }
-        p += w;
-        n -= (size_t)w;
+        started = true;
+        size_t done = (size_t)w;
+        while (nv > 0 && done >= v->iov_len) {
+            done -= v->iov_len;
+            v++;
+            nv--;
+        }
+        if (nv > 0) {
+            v->iov_base = (char *)v->iov_base + done;
+            v->iov_len -= done;
+        }
     }
     return 0;
 }
 
-int proto_send(int fd, const char *payload, size_t len, int timeout_ms)
+static int send_payload(int fd, const char *payload, size_t len, int timeout_ms,
+                        bool busy_if_full)
 {
     if (len == 0 || len > UINT32_MAX)
         return -EMSGSIZE;
@@ -202,10 +224,17 @@ int proto_send(int fd, const char *payload, size_t len, int timeout_ms)
         (unsigned char)(len >> 8),
         (unsigned char)len,
     };
-    int r = send_all(fd, h, sizeof(h), deadline, timeout_ms);
-    if (r == 0)
-        r = send_all(fd, payload, len, deadline, timeout_ms);
-    return r;
+    return send_frame(fd, h, sizeof(h), payload, len, deadline, timeout_ms, busy_if_full);
+}
+
+int proto_send(int fd, const char *payload, size_t len, int timeout_ms)
+{
+    return send_payload(fd, payload, len, timeout_ms, false);
+}
+
+int proto_send_nowait(int fd, const char *payload, size_t len, int timeout_ms)
+{
+    return send_payload(fd, payload, len, timeout_ms, true);
 }
 
 static int recv_all(int fd, void *data, size_t n, uint64_t deadline, int timeout_ms)

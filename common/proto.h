@@ -66,6 +66,9 @@ int frame_encode(struct strbuf *out, const char *payload, size_t len);
  * one whole frame, each bounded by timeout_ms (-1: no limit). Return 0 or -errno
  * (-ETIMEDOUT, -ECONNRESET at EOF, -EMSGSIZE if the reply exceeds max). */
 int proto_send(int fd, const char *payload, size_t len, int timeout_ms);
+/* The same, but -EBUSY at once (nothing sent) if the socket has no room: for requests sent
+ * without waiting, which must not block the caller on a daemon that is not reading. */
+int proto_send_nowait(int fd, const char *payload, size_t len, int timeout_ms);
 int proto_recv(int fd, size_t max, char **payload, size_t *len, int timeout_ms);
 /* Send a cJSON request and wait for its reply, parsed. */
 int proto_call(int fd, const cJSON *req, cJSON **reply, int timeout_ms);

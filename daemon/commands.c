@@ -125,6 +125,9 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(sk, "job_control_stopped", (double)s->skipped_stopped);
     cJSON_AddNumberToObject(sk, "resuming_from_job_control", (double)s->skipped_resuming);
     cJSON_AddNumberToObject(sk, "off_cpu_when_due", (double)s->skipped_off_cpu);
+    cJSON *b = cJSON_AddObjectToObject(o, "transaction_boundaries");
+    cJSON_AddNumberToObject(b, "sampled", (double)s->boundary_taken);
+    cJSON_AddNumberToObject(b, "skipped_within_interval", (double)s->boundary_skipped);
     cJSON *f = cJSON_AddObjectToObject(o, "failed");
     cJSON_AddNumberToObject(f, "thread_exited", (double)s->failed_vanished);
     cJSON_AddNumberToObject(f, "registers", (double)s->failed_regs);
@@ -378,6 +381,8 @@ static void slice_done(struct slice_job *job)
 {
     struct pending *p = job->ctx;
     cJSON *reply;
+    log_debug("slice of %d: %zu samples, built in %.2f ms", job->pid, job->nsamples,
+              (double)job->build_ns / 1e6);
     if (job->err < 0) {
         reply = proto_error_reply(NULL, PE_INTERNAL, "could not build the profile: %s",
                                   strerror(-job->err));
@@ -403,7 +408,9 @@ static void slice_done(struct slice_job *job)
         if (job->json && job->sampling) {
             /* Sentry's readers drop fields they do not know: how it was sampled travels with
              * the profile. */
-            cJSON *m = cJSON_AddObjectToObject(job->json, "profd");
+            cJSON *m = cJSON_GetObjectItemCaseSensitive(job->json, "profd");
+            if (!m)
+                m = cJSON_AddObjectToObject(job->json, "profd");
             cJSON_AddItemToObject(m, "sampling", cJSON_Duplicate(job->sampling, 1));
             /* A transaction that started before its process was attached (the first ones:
              * a start does not wait for the attach) has no samples of that time. */
@@ -444,15 +451,10 @@ struct slice_wait {
     struct slice_wait *next; /* waits with an armed timer, freed at shutdown */
     /* A transaction's profile: its metadata (owned strings). */
     struct profile_txn txn;
-    /* Keep only the samples of these transactions (slice "transaction": NAME). */
-    struct txn_span *spans;
-    size_t nspans;
-    bool only_spans;
-};
-
-struct txn_span {
-    pid_t tid;
-    uint64_t start_ns, end_ns;
+    /* Keep only the samples inside transactions of this name ("transaction": NAME); split
+     * the output by transaction ("by_transaction"). */
+    char *only_txn;
+    bool by_txn;
 };
 
 static struct slice_wait *waits;
@@ -462,24 +464,18 @@ static void slice_wait_free(struct slice_wait *w)
     free(w->txn.id);
     free(w->txn.name);
     free(w->txn.trace_id);
-    free(w->spans);
+    free(w->only_txn);
     free(w);
 }
 
-/* Drop the samples outside every span (same thread, inside its times). */
-static void keep_spans(struct slice_job *job, const struct slice_wait *w)
+/* A transaction of the target that overlaps the job's window (and ran on a known thread). */
+static void collect_txn(const struct txn *x, void *arg)
 {
-    size_t k = 0;
-    for (size_t i = 0; i < job->nsamples; i++) {
-        const struct ring_entry *e = &job->samples[i];
-        bool in = false;
-        for (size_t j = 0; j < w->nspans && !in; j++)
-            in = w->spans[j].tid == e->tid && e->t_ns >= w->spans[j].start_ns &&
-                 e->t_ns <= w->spans[j].end_ns;
-        if (in)
-            job->samples[k++] = *e;
-    }
-    job->nsamples = k;
+    struct slice_job *job = arg;
+    uint64_t end = x->end_ns ? x->end_ns : UINT64_MAX;
+    if (x->tid <= 0 || end < job->start_ns || x->start_ns > job->end_ns)
+        return;
+    slice_add_txn(job, x->tid, x->start_ns, end, x->name);
 }
 
 static void wait_unlink(struct slice_wait *w)
@@ -522,8 +518,13 @@ static void slice_start(struct slice_wait *w, const struct target *t)
         job->txn = w->txn; /* moved */
         memset(&w->txn, 0, sizeof(w->txn));
     }
-    if (w->only_spans)
-        keep_spans(job, w);
+    if (w->only_txn || w->by_txn) {
+        /* Samples are tagged (and filtered) on the worker thread. */
+        job->only_txn = w->only_txn;
+        w->only_txn = NULL;
+        job->by_txn = w->by_txn;
+        txn_each(job->pid, collect_txn, job);
+    }
     job->ctx = w->p;
     job->done = slice_done;
     worker_submit(job);
@@ -557,6 +558,22 @@ static void slice_retry(struct ev_loop *l, ev_timer *tm, int revents)
     ev_timer_stop(l, tm);
     wait_unlink(w);
     slice_start(w, t);
+}
+
+void commands_stops_reaped(void)
+{
+    struct slice_wait **pp = &waits;
+    while (*pp) {
+        struct slice_wait *w = *pp;
+        struct target *t = target_find(w->pid);
+        if (!w->p->client || !t || stops_in_flight(t, w->to)) {
+            pp = &w->next; /* its timer deals with it */
+            continue;
+        }
+        *pp = w->next;
+        ev_timer_stop(server_loop(), &w->timer);
+        slice_start(w, t);
+    }
 }
 
 static struct slice_wait *new_slice_wait(struct request *r, pid_t pid, uint64_t from,
@@ -620,20 +637,15 @@ static cJSON *cmd_slice(struct request *r)
     const cJSON *only = cJSON_GetObjectItemCaseSensitive(r->req, "transaction");
     if (only && (!cJSON_IsString(only) || !only->valuestring))
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"transaction\" must be a string");
+    const cJSON *by = cJSON_GetObjectItemCaseSensitive(r->req, "by_transaction");
+    if (by && !cJSON_IsBool(by))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"by_transaction\" must be a boolean");
     struct slice_wait *w = new_slice_wait(r, r->pid, from, to, (enum slice_format)format);
     w->thread_ids = tids && cJSON_IsTrue(tids);
-    if (only) {
-        /* The samples of the threads that ran a transaction of that name, while it ran. */
-        w->only_spans = true;
-        struct txn_proc *tp = txn_proc_find(r->pid);
-        for (struct txn *x = tp ? tp->txns : NULL; x; x = x->next) {
-            if (strcmp(x->name, only->valuestring) || x->tid <= 0)
-                continue;
-            w->spans = xrealloc(w->spans, (w->nspans + 1) * sizeof(*w->spans));
-            w->spans[w->nspans++] = (struct txn_span){x->tid, x->start_ns,
-                                                      x->end_ns ? x->end_ns : UINT64_MAX};
-        }
-    }
+    /* The samples of the threads that ran a transaction of that name, while it ran. */
+    if (only)
+        w->only_txn = xstrdup(only->valuestring);
+    w->by_txn = by && cJSON_IsTrue(by);
     return submit_slice(r->c, r->t, w);
 }
 
@@ -686,87 +698,180 @@ static int self_access(const struct client *c, pid_t pid, char *why, size_t whyl
     return perms_check(&c->peer, &cr, why, whylen);
 }
 
+/* A start refused: its error reply, or, for a start that asked for no reply, a record of
+ * the refusal that its finish (or discard) reports. */
+static cJSON *start_refused(struct request *r, bool noreply, uint64_t id, enum proto_error code,
+                            const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static cJSON *start_refused(struct request *r, bool noreply, uint64_t id, enum proto_error code,
+                            const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    if (!noreply)
+        return proto_error_reply(r->id, code, "%s", why);
+    log_debug("client %" PRIu64 " (pid %d): transaction %" PRIu64 " refused: %s", r->c->id,
+              r->c->peer.pid, id, why);
+    txn_refuse(r->c->peer.pid, id, r->c->id, (int)code, why);
+    return NULL;
+}
+
+/* A request without a reply that cannot even be recorded (no usable txn_id, or too many
+ * open): logged; its finish will find no such transaction. */
+static cJSON *start_dropped(struct request *r, const char *why)
+{
+    static uint64_t last_ns;
+    uint64_t now = now_ns();
+    if (now - last_ns > NS_PER_SEC) {
+        last_ns = now;
+        log_info("client %" PRIu64 " (pid %d): txn_start dropped: %s", r->c->id,
+                 r->c->peer.pid, why);
+    }
+    return NULL;
+}
+
 static cJSON *cmd_txn_start(struct request *r)
 {
+    pid_t pid = r->c->peer.pid;
+    const cJSON *nr = cJSON_GetObjectItemCaseSensitive(r->req, "noreply");
+    if (nr && !cJSON_IsBool(nr))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"noreply\" must be a boolean");
+    bool noreply = cJSON_IsTrue(nr);
+    uint64_t id = 0;
+    int has_id = json_get_u64(r->req, "txn_id", &id);
+    if (has_id < 0 || (has_id && (id == 0 || id > (1ull << 53)))) {
+        if (noreply)
+            return start_dropped(r, "\"txn_id\" is not an integer from 1 to 2^53");
+        return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "\"txn_id\" must be an integer from 1 to 2^53");
+    }
+    if (noreply && !has_id)
+        return start_dropped(r, "\"noreply\" needs the caller's \"txn_id\"");
+    if (has_id && txn_find_open(pid, r->c->id, id)) {
+        if (noreply)
+            return start_dropped(r, "\"txn_id\" already names an open transaction");
+        return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "transaction %" PRIu64 " is already open on this connection",
+                                 id);
+    }
+    struct txn_proc *tp = txn_proc_find(pid);
+    if (tp && tp->open + tp->refused >= TXN_MAX_OPEN) {
+        if (noreply)
+            return start_dropped(r, "the process has too many open transactions");
+        return proto_error_reply(r->id, PE_LIMIT, "process %d has %u open transactions", pid,
+                                 tp->open + tp->refused);
+    }
+    if (!has_id)
+        id = txn_new_id(pid, r->c->id);
+
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(r->req, "name");
     const cJSON *trace = cJSON_GetObjectItemCaseSensitive(r->req, "trace_id");
     if (!cJSON_IsString(name) || !name->valuestring || !name->valuestring[0] ||
         strlen(name->valuestring) > 512)
-        return proto_error_reply(r->id, PE_BAD_REQUEST,
-                                 "txn_start needs \"name\": a string of 1 to 512 bytes");
+        return start_refused(r, noreply, id, PE_BAD_REQUEST,
+                             "txn_start needs \"name\": a string of 1 to 512 bytes");
     if (trace && (!cJSON_IsString(trace) || !trace->valuestring ||
                   strlen(trace->valuestring) > 64))
-        return proto_error_reply(r->id, PE_BAD_REQUEST,
-                                 "\"trace_id\" must be a string (32 hex digits)");
-    pid_t pid = r->c->peer.pid;
+        return start_refused(r, noreply, id, PE_BAD_REQUEST,
+                             "\"trace_id\" must be a string (32 hex digits)");
     int64_t tid = 0;
     if (json_get_i64(r->req, "tid", &tid) < 0 || tid < 0 || tid > 0x3fffffff)
-        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"tid\" must be a thread id");
+        return start_refused(r, noreply, id, PE_BAD_REQUEST, "\"tid\" must be a thread id");
+    /* When it began, by the caller's clock (CLOCK_MONOTONIC, the daemon's too): a start
+     * sent without waiting is read a little later. Not before the connection, not ahead. */
+    uint64_t now = now_ns(), start = now;
+    int has_t = json_get_u64(r->req, "t_ns", &start);
+    if (has_t < 0)
+        return start_refused(r, noreply, id, PE_BAD_REQUEST,
+                             "\"t_ns\" must be a CLOCK_MONOTONIC time in nanoseconds");
+    if (start > now || start < r->c->accept_ns)
+        start = start > now ? now : r->c->accept_ns;
     if (tid) {
         char path[64];
         snprintf(path, sizeof(path), "/proc/%d/task/%d", pid, (int)tid);
         if (access(path, F_OK) < 0)
-            return proto_error_reply(r->id, PE_BAD_REQUEST,
-                                     "thread %d is not a thread of your process %d", (int)tid,
-                                     pid);
+            return start_refused(r, noreply, id, PE_BAD_REQUEST,
+                                 "thread %d is not a thread of your process %d", (int)tid, pid);
     }
     char why[256];
     int e = self_access(r->c, pid, why, sizeof(why));
     if (e < 0)
-        return proto_error_reply(r->id, errno_code(-e), "%s", why);
+        return start_refused(r, noreply, id, errno_code(-e), "%s", why);
     struct target *t = target_find(pid);
-    struct txn_proc *tp = txn_proc_find(pid);
     if ((!t || t->state == T_EXITED) && !(tp && tp->open) &&
         !(r->c->peer.cap_eff & (1ull << CAP_SYS_PTRACE))) {
         unsigned mine = 0;
         for (struct target *k = targets_first(); k; k = k->next)
             mine += k->owner_uid == r->c->peer.uid && k->state != T_EXITED;
         if (mine >= server_cfg.max_targets_per_user)
-            return proto_error_reply(r->id, PE_LIMIT,
-                                     "uid %u has reached the limit per user of %u "
-                                     "attached processes",
-                                     r->c->peer.uid, server_cfg.max_targets_per_user);
+            return start_refused(r, noreply, id, PE_LIMIT,
+                                 "uid %u has reached the limit per user of %u "
+                                 "attached processes",
+                                 r->c->peer.uid, server_cfg.max_targets_per_user);
     }
     if ((!t || t->state == T_EXITED) && targets_count() >= server_cfg.max_targets)
-        return proto_error_reply(r->id, PE_LIMIT, "profd already follows %u processes",
-                                 server_cfg.max_targets);
-    struct txn *x = txn_start(pid, (pid_t)tid, name->valuestring,
-                              trace ? trace->valuestring : NULL, r->c->id, now_ns());
+        return start_refused(r, noreply, id, PE_LIMIT, "profd already follows %u processes",
+                             server_cfg.max_targets);
+    struct txn *x = txn_start(pid, (pid_t)tid, id, name->valuestring,
+                              trace ? trace->valuestring : NULL, r->c->id, start);
     /* A transaction's start is an event (event mode: every thread); in any mode its own
-     * thread is sampled at its boundaries, so even one shorter than the interval has
-     * samples (Sentry needs two). The thread is waiting for this reply: no stop needed. */
+     * thread is sampled at its boundaries (at most once an interval), so even one shorter
+     * than the interval can have the two samples Sentry needs. */
     if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
-        target_sample_thread(t, (pid_t)tid, now_ns());
+        target_sample_boundary(t, (pid_t)tid, now_ns());
     tp = txn_proc_find(pid);
     if (!tp->uid)
         tp->uid = r->c->peer.uid;
+    if (noreply)
+        return NULL;
     cJSON *res = cJSON_CreateObject();
-    cJSON_AddNumberToObject(res, "txn_id", (double)x->seq);
+    cJSON_AddNumberToObject(res, "txn_id", (double)x->id);
     cJSON_AddStringToObject(res, "id", x->uuid);
     cJSON_AddNumberToObject(res, "pid", pid);
     cJSON_AddBoolToObject(res, "attached", t && t->state == T_ATTACHED);
     return result_reply(r->id, res);
 }
 
-/* The caller's open transaction named by "txn_id", or an error reply in *err. */
+/* The caller's open transaction named by "txn_id" on this connection, or an error reply in
+ * *err. A refused start is ended here, its refusal the error. */
 static struct txn *open_txn(struct request *r, struct txn_proc **tpp, cJSON **err)
 {
-    uint64_t seq = 0;
+    uint64_t id = 0;
     *err = NULL;
-    if (json_get_u64(r->req, "txn_id", &seq) <= 0) {
+    if (json_get_u64(r->req, "txn_id", &id) <= 0) {
         *err = proto_error_reply(r->id, PE_BAD_REQUEST, "\"txn_id\" must be the integer "
-                                                        "txn_start returned");
+                                                        "of a txn_start");
         return NULL;
     }
-    struct txn *x = txn_find_open(r->c->peer.pid, seq);
+    struct txn *x = txn_find_open(r->c->peer.pid, r->c->id, id);
     if (!x) {
         *err = proto_error_reply(r->id, PE_BAD_REQUEST,
-                                 "no open transaction %" PRIu64 " in process %d", seq,
-                                 r->c->peer.pid);
+                                 "no open transaction %" PRIu64 " on this connection of "
+                                 "process %d", id, r->c->peer.pid);
         return NULL;
     }
     *tpp = txn_proc_find(r->c->peer.pid);
+    if (x->refused) {
+        *err = proto_error_reply(r->id, (enum proto_error)x->refused_code,
+                                 "transaction %" PRIu64 " was refused at its start: %s", id,
+                                 x->refused_why);
+        txn_end(*tpp, x, true, now_ns());
+        return NULL;
+    }
     return x;
+}
+
+/* "noreply": true (discard only): no answer, not even an error. */
+static int want_noreply(struct request *r, cJSON **err)
+{
+    const cJSON *nr = cJSON_GetObjectItemCaseSensitive(r->req, "noreply");
+    if (nr && !cJSON_IsBool(nr)) {
+        *err = proto_error_reply(r->id, PE_BAD_REQUEST, "\"noreply\" must be a boolean");
+        return -1;
+    }
+    return cJSON_IsTrue(nr);
 }
 
 static cJSON *cmd_txn_finish(struct request *r)
@@ -787,7 +892,7 @@ static cJSON *cmd_txn_finish(struct request *r)
     pid_t pid = r->c->peer.pid;
     struct target *t = target_find(pid);
     if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
-        target_sample_thread(t, x->tid, now_ns()); /* its boundary, as at the start */
+        target_sample_boundary(t, x->tid, now_ns()); /* its boundary, as at the start */
     txn_end(tp, x, false, now_ns());
     if (!t) {
         if (tp->attach_err)
@@ -811,15 +916,25 @@ static cJSON *cmd_txn_finish(struct request *r)
 
 static cJSON *cmd_txn_discard(struct request *r)
 {
-    struct txn_proc *tp;
-    cJSON *err;
-    struct txn *x = open_txn(r, &tp, &err);
-    if (!x)
+    cJSON *err = NULL;
+    int noreply = want_noreply(r, &err);
+    if (noreply < 0)
         return err;
-    uint64_t seq = x->seq;
+    struct txn_proc *tp;
+    struct txn *x = open_txn(r, &tp, &err);
+    if (!x) {
+        if (noreply) {
+            cJSON_Delete(err);
+            return NULL;
+        }
+        return err;
+    }
+    uint64_t id = x->id;
     txn_end(tp, x, true, now_ns());
+    if (noreply)
+        return NULL;
     cJSON *res = cJSON_CreateObject();
-    cJSON_AddNumberToObject(res, "txn_id", (double)seq);
+    cJSON_AddNumberToObject(res, "txn_id", (double)id);
     cJSON_AddBoolToObject(res, "discarded", true);
     return result_reply(r->id, res);
 }

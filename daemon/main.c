@@ -59,6 +59,7 @@ static void on_sigchld(struct ev_loop *l, ev_signal *w, int revents)
 {
     (void)l, (void)w, (void)revents;
     targets_reap();
+    commands_stops_reaped();
 }
 
 static void on_terminate(struct ev_loop *l, ev_signal *w, int revents)

@@ -31,6 +31,12 @@ void profile_free(struct profile *p)
     for (size_t i = 0; p->images && i < p->nimages; i++)
         free(p->images[i].code_file);
     free(p->images);
+    for (size_t i = 0; p->txn_paths && i < p->ntxn_paths; i++)
+        free(p->txn_paths[i]);
+    free(p->txn_paths);
+    for (size_t i = 0; p->spans && i < p->nspans; i++)
+        free(p->spans[i].name);
+    free(p->spans);
     memset(p, 0, sizeof(*p));
 }
 

@@ -14,6 +14,8 @@
 #include "util.h"
 
 #define PROFILE_MAX_BUILD_ID 64
+#define PROFILE_TXN_SEP '\x1f'
+
 
 /* One frame as shown to the user. Inlined functions are frames of their own. */
 struct profile_frame {
@@ -47,6 +49,14 @@ struct profile_sample {
     uint64_t t_ns;      /* CLOCK_MONOTONIC ns */
     int32_t tid;
     uint32_t stack;     /* index into profile.stacks */
+    uint32_t txn_path;  /* index into profile.txn_paths; 0: in no transaction */
+};
+
+/* A transaction in the profile's window (for listing; the samples carry txn_path). */
+struct profile_span {
+    int32_t tid;
+    uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC; end_ns UINT64_MAX: still open */
+    char *name;
 };
 
 struct profile_thread {
@@ -74,6 +84,13 @@ struct profile {
     uint64_t period_ns;  /* 1e9 / hz */
     struct profile_txn txn;
     bool thread_ids;     /* collapsed: name threads "name-TID" instead of merging by name */
+    bool by_transaction; /* split by transaction: collapsed roots "[txn NAME]", sentry lists */
+    /* The transactions samples ran under: [0] NULL (none), then each distinct nesting, its
+     * names outermost first, separated by PROFILE_TXN_SEP. */
+    char **txn_paths;
+    size_t ntxn_paths;
+    struct profile_span *spans;
+    size_t nspans;
 
     struct profile_frame *frames;
     size_t nframes;

@@ -14,6 +14,7 @@
 
 /* One (thread, stack) pair; samples sorted on it form runs that become lines. */
 struct key {
+    uint32_t path; /* transactions (by_transaction only) */
     int32_t tid;
     uint32_t stack;
 };
@@ -27,6 +28,8 @@ struct line {
 static int cmp_key(const void *a, const void *b)
 {
     const struct key *x = a, *y = b;
+    if (x->path != y->path)
+        return x->path < y->path ? -1 : 1;
     if (x->tid != y->tid)
         return x->tid < y->tid ? -1 : 1;
     if (x->stack != y->stack)
@@ -156,11 +159,44 @@ static int put_frame(struct strbuf *sb, const struct profile_frame *f)
     return r;
 }
 
-/* Render "THREAD;root;...;leaf" for one key. Frame indices out of range are skipped: the
- * sample still counts, under the frames that are known. */
+/* Split by transaction: a root frame per transaction open on the thread, outermost first,
+ * "[txn NAME]", or "[no transaction]". */
+static int put_txns(struct strbuf *sb, const struct profile *p, uint32_t path)
+{
+    const char *s = path < p->ntxn_paths ? p->txn_paths[path] : NULL;
+    if (!s)
+        return strbuf_puts(sb, "[no transaction];");
+    int r = 0;
+    while (r == 0 && s) {
+        const char *end = strchr(s, PROFILE_TXN_SEP);
+        size_t n = end ? (size_t)(end - s) : strlen(s);
+        char *name = strndup(s, n);
+        if (!name)
+            return -ENOMEM;
+        size_t start = sb->len;
+        r = strbuf_puts(sb, "[txn ");
+        if (r == 0)
+            r = put_name(sb, name, false);
+        if (r == 0)
+            r = strbuf_puts(sb, "]");
+        if (r == 0)
+            fix_edges(sb, start);
+        if (r == 0)
+            r = strbuf_puts(sb, ";");
+        free(name);
+        s = end ? end + 1 : NULL;
+    }
+    return r;
+}
+
+/* Render "THREAD;root;...;leaf" for one key (with its transactions first when split by
+ * them). Frame indices out of range are skipped: the sample still counts, under the frames
+ * that are known. */
 static int render(struct strbuf *sb, const struct profile *p, const struct key *k)
 {
-    int r = put_thread(sb, p, k->tid);
+    int r = p->by_transaction ? put_txns(sb, p, k->path) : 0;
+    if (r == 0)
+        r = put_thread(sb, p, k->tid);
     const struct profile_stack *st = &p->stacks[k->stack];
     uint32_t n = st->frames ? st->n : 0;
     for (uint32_t i = n; r == 0 && i-- > 0;) {
@@ -193,7 +229,8 @@ int profile_write_collapsed(const struct profile *p, struct strbuf *out)
         const struct profile_sample *s = &p->samples[i];
         if (s->stack >= p->nstacks) /* a broken slice: drop the sample rather than guess */
             continue;
-        keys[nkeys++] = (struct key){.tid = s->tid, .stack = s->stack};
+        keys[nkeys++] = (struct key){
+            .path = p->by_transaction ? s->txn_path : 0, .tid = s->tid, .stack = s->stack};
     }
     qsort(keys, nkeys, sizeof(*keys), cmp_key);
 

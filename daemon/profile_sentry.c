@@ -682,6 +682,34 @@ static int pick_id(const char *given, const char *what, char out[33])
 
 /* Build the profile (see the comment at the top for what relay makes of it). Returns a new
  * object, or NULL with errno set: ENOMEM, or getrandom's error for the ids. */
+/* Split by transaction: the transactions in the window, under "profd" (relay ignores it),
+ * each with its thread and its times relative to the profile's start, clipped to the
+ * window; the samples between them are that transaction's. */
+static cJSON *spans_json(const struct profile *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *a = o ? cJSON_AddArrayToObject(o, "transactions") : NULL;
+    bool ok = a != NULL;
+    for (size_t i = 0; ok && i < p->nspans; i++) {
+        const struct profile_span *sp = &p->spans[i];
+        uint64_t s = sp->start_ns > p->start_ns ? sp->start_ns - p->start_ns : 0;
+        uint64_t e = sp->end_ns < p->end_ns ? sp->end_ns : p->end_ns;
+        e = e > p->start_ns ? e - p->start_ns : 0;
+        cJSON *x = cJSON_CreateObject();
+        ok = push(a, x);
+        ok = ok && cJSON_AddStringToObject(x, "name", sp->name) != NULL;
+        ok = ok && cJSON_AddNumberToObject(x, "thread_id", sp->tid) != NULL;
+        ok = ok && cJSON_AddNumberToObject(x, "relative_start_ns", (double)s) != NULL;
+        ok = ok && cJSON_AddNumberToObject(x, "relative_end_ns", (double)e) != NULL;
+        ok = ok && cJSON_AddBoolToObject(x, "open", sp->end_ns == UINT64_MAX) != NULL;
+    }
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 cJSON *profile_to_sentry(const struct profile *p)
 {
     struct plan pl = {0};
@@ -732,6 +760,8 @@ cJSON *profile_to_sentry(const struct profile *p)
                 ok = push(images, image_json(&p->images[i]));
     }
     ok = ok && put(root, "profile", trace_json(p, &pl));
+    if (ok && p->by_transaction)
+        ok = put(root, "profd", spans_json(p));
     if (!ok)
         goto fail;
     plan_finish(&pl);

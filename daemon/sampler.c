@@ -71,10 +71,12 @@ void sampler_thread_reset(struct thread *th)
     th->have_sched = false;
 }
 
-/* Record one sample (the ring takes over the stack reference). */
-static void push(struct target *t, struct thread *th, uint64_t tick_ns, uint32_t stack)
+/* Record one sample (the ring takes over the stack reference). when: the time the stack was
+ * seen (the stop, or the read of a blocked thread), not the tick's: a thread slow to stop
+ * may have moved on since the tick, and transactions are matched to samples by time. */
+static void push(struct target *t, struct thread *th, uint64_t when, uint32_t stack)
 {
-    struct ring_entry e = {.t_ns = tick_ns, .tid = th->tid, .stack = stack};
+    struct ring_entry e = {.t_ns = when, .tid = th->tid, .stack = stack};
     if (ring_push(&t->ring, &e) < 0) {
         stacks_unref(&t->stacks, stack);
         return;
@@ -217,12 +219,12 @@ static void young_name(struct thread *th);
 
 /* Record the thread's latest stack again (it is still where it was). Returns false if it
  * has none. */
-static bool push_last(struct target *t, struct thread *th, uint64_t tick_ns)
+static bool push_last(struct target *t, struct thread *th)
 {
     if (th->last_stack == STACK_NONE)
         return false;
     stacks_ref(&t->stacks, th->last_stack);
-    push(t, th, tick_ns, th->last_stack);
+    push(t, th, now_ns(), th->last_stack);
     t->stats.samples_reused++;
     return true;
 }
@@ -258,7 +260,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         return interrupt(t, th, tick_ns);
     }
     /* Not run since its last sample: same stack, no need to look again. */
-    if (th->have_sched && run == th->run_ns && pcount == th->pcount && push_last(t, th, tick_ns))
+    if (th->have_sched && run == th->run_ns && pcount == th->pcount && push_last(t, th))
         return false;
     for (int attempt = 0; attempt < 2; attempt++) {
         struct sysc_info si;
@@ -302,7 +304,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             set_last(th, id, run, pcount);
         else
             sampler_thread_reset(th);
-        push(t, th, tick_ns, id);
+        push(t, th, now_ns(), id);
         t->stats.samples_blocked++;
         young_name(th);
         return false;
@@ -319,7 +321,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
      * makes the chain of repairs look broken and its timeout start over (see
      * repair_ignored_signal); its last stack is where it is. */
     if (th->chain_valid && run - th->chain_run_ns < PAST_STOP_EINTR_NS) {
-        if (!push_last(t, th, tick_ns))
+        if (!push_last(t, th))
             t->stats.skipped_resuming++;
         return false;
     }
@@ -448,7 +450,7 @@ static bool sample_wall(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     if (th->state == TH_GROUP_STOP) {
         /* Stopped by job control: where it stopped is where its time goes. */
-        if (!push_last(t, th, tick_ns))
+        if (!push_last(t, th))
             t->stats.skipped_stopped++;
         return false;
     }
@@ -552,6 +554,6 @@ void sampler_on_stop(struct thread *th)
     uint32_t id = unwind_and_intern(t, th, NULL);
     if (id == STACK_NONE)
         return;
-    push(t, th, th->sample_tick_ns, id);
+    push(t, th, stopped, id);
     t->stats.samples_stopped++;
 }

@@ -308,6 +308,7 @@ static void on_accept(struct ev_loop *l, ev_io *w, int revents)
         struct client *c = xcalloc(1, sizeof(*c));
         c->fd = fd;
         c->id = next_id++;
+        c->accept_ns = now_ns();
         if (peer_from_socket(fd, &c->peer) < 0) {
             close(fd);
             free(c);

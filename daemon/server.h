@@ -27,6 +27,7 @@ struct client {
     bool throttled;            /* reading paused until the client reads its replies */
     struct pending *pending;   /* request being answered asynchronously */
     uint64_t id;               /* connection number, for logs */
+    uint64_t accept_ns;        /* when it connected (CLOCK_MONOTONIC) */
     struct client *next;
 };
 
@@ -72,3 +73,5 @@ void pending_finish(struct pending *p, cJSON *reply);
 cJSON *commands_dispatch(struct client *c, const cJSON *req);
 /* Answer and free requests still waiting (at exit). */
 void commands_shutdown(void);
+/* Stops were reaped: start the slices that were waiting for them. */
+void commands_stops_reaped(void);

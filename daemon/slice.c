@@ -141,10 +141,154 @@ void slice_job_free(struct slice_job *job)
     free(job->txn.id);
     free(job->txn.name);
     free(job->txn.trace_id);
+    for (size_t i = 0; i < job->ntxns; i++)
+        free(job->txns[i].name);
+    free(job->txns);
+    free(job->only_txn);
+    free(job->sample_path);
+    for (size_t i = 1; i < job->npaths; i++)
+        free(job->paths[i]);
+    free(job->paths);
     free(job->data);
     if (job->json)
         cJSON_Delete(job->json);
     free(job);
+}
+
+/* ---- transactions: which ones each sample ran under ---- */
+
+void slice_add_txn(struct slice_job *job, int32_t tid, uint64_t start_ns, uint64_t end_ns,
+                   const char *name)
+{
+    if (job->ntxns == job->cap_txns) {
+        job->cap_txns = job->cap_txns ? job->cap_txns * 2 : 16;
+        job->txns = xrealloc(job->txns, job->cap_txns * sizeof(*job->txns));
+    }
+    job->txns[job->ntxns++] = (struct slice_txn){tid, start_ns, end_ns, xstrdup(name)};
+}
+
+/* By thread, then start; of two starting together the longer (the outer) first. */
+static int cmp_txn(const void *a, const void *b)
+{
+    const struct slice_txn *x = a, *y = b;
+    if (x->tid != y->tid)
+        return x->tid < y->tid ? -1 : 1;
+    if (x->start_ns != y->start_ns)
+        return x->start_ns < y->start_ns ? -1 : 1;
+    if (x->end_ns != y->end_ns)
+        return x->end_ns > y->end_ns ? -1 : 1;
+    return 0;
+}
+
+struct sample_ref {
+    int32_t tid;
+    uint32_t i;
+    uint64_t t_ns;
+};
+
+static int cmp_ref(const void *a, const void *b)
+{
+    const struct sample_ref *x = a, *y = b;
+    if (x->tid != y->tid)
+        return x->tid < y->tid ? -1 : 1;
+    if (x->t_ns != y->t_ns)
+        return x->t_ns < y->t_ns ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The index of path in job->paths, added if new. slots: open-addressed table of indices
+ * (0: empty), size mask + 1, larger than twice the number of paths there can be. */
+static uint32_t intern_path(struct slice_job *job, uint32_t *slots, size_t mask,
+                            const char *path)
+{
+    size_t h = (size_t)hash_str(path) & mask;
+    for (; slots[h]; h = (h + 1) & mask)
+        if (!strcmp(job->paths[slots[h]], path))
+            return slots[h];
+    job->paths[job->npaths] = xstrdup(path);
+    slots[h] = (uint32_t)job->npaths;
+    return (uint32_t)job->npaths++;
+}
+
+void slice_tag_txns(struct slice_job *job)
+{
+    if (!job->ntxns && !job->only_txn)
+        return;
+    qsort(job->txns, job->ntxns, sizeof(*job->txns), cmp_txn);
+    size_t n = job->nsamples;
+    struct sample_ref *refs = xmalloc((n ? n : 1) * sizeof(*refs));
+    for (size_t i = 0; i < n; i++)
+        refs[i] = (struct sample_ref){job->samples[i].tid, (uint32_t)i, job->samples[i].t_ns};
+    qsort(refs, n, sizeof(*refs), cmp_ref);
+    job->sample_path = xcalloc(n ? n : 1, sizeof(*job->sample_path));
+    job->paths = xcalloc(n + 1, sizeof(*job->paths));
+    job->npaths = 1;
+    size_t mask = 15;
+    while (mask + 1 < 2 * (n + 1))
+        mask = mask * 2 + 1;
+    uint32_t *slots = xcalloc(mask + 1, sizeof(*slots));
+    size_t *active = xmalloc((job->ntxns ? job->ntxns : 1) * sizeof(*active));
+    size_t nact = 0, k = 0;
+    bool *keep = job->only_txn ? xcalloc(n ? n : 1, sizeof(*keep)) : NULL;
+    struct strbuf sb = {0};
+    for (size_t r = 0; r < n; r++) {
+        const struct sample_ref *s = &refs[r];
+        if (r == 0 || refs[r - 1].tid != s->tid) {
+            nact = 0;
+            while (k < job->ntxns && job->txns[k].tid < s->tid)
+                k++;
+        }
+        while (k < job->ntxns && job->txns[k].tid == s->tid && job->txns[k].start_ns <= s->t_ns)
+            active[nact++] = k++;
+        size_t m = 0;
+        for (size_t j = 0; j < nact; j++)
+            if (job->txns[active[j]].end_ns >= s->t_ns)
+                active[m++] = active[j];
+        nact = m;
+        if (!nact)
+            continue; /* path 0, and outside any transaction of that name */
+        sb.len = 0;
+        bool match = false, oom = false;
+        for (size_t j = 0; j < nact && !oom; j++) {
+            const char *name = job->txns[active[j]].name;
+            match |= job->only_txn && !strcmp(name, job->only_txn);
+            const char sep[2] = {PROFILE_TXN_SEP, 0};
+            oom = (j && strbuf_puts(&sb, sep) < 0);
+            size_t at = sb.len;
+            oom = oom || strbuf_puts(&sb, name) < 0;
+            for (char *c = sb.buf + at; !oom && *c; c++)
+                if (*c == PROFILE_TXN_SEP)
+                    *c = '_';
+        }
+        if (oom)
+            abort(); /* as xmalloc does */
+        job->sample_path[s->i] = intern_path(job, slots, mask, sb.buf);
+        if (keep)
+            keep[s->i] = match;
+    }
+    strbuf_finish(&sb);
+    if (keep) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!keep[i])
+                continue;
+            job->samples[m] = job->samples[i];
+            job->sample_path[m++] = job->sample_path[i];
+        }
+        job->nsamples = m;
+    }
+    free(keep);
+    free(active);
+    free(slots);
+    free(refs);
 }
 
 /* Most recently added mapping containing addr in an exec generation's history. */
@@ -315,6 +459,18 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
     p->hz = job->hz;
     p->period_ns = job->hz ? NS_PER_SEC / job->hz : 0;
     p->thread_ids = job->thread_ids;
+    p->by_transaction = job->by_txn;
+    p->ntxn_paths = job->npaths ? job->npaths : 1;
+    p->txn_paths = xcalloc(p->ntxn_paths, sizeof(*p->txn_paths));
+    for (size_t i = 1; i < job->npaths; i++)
+        p->txn_paths[i] = xstrdup(job->paths[i]);
+    if (job->by_txn) {
+        p->spans = xcalloc(job->ntxns ? job->ntxns : 1, sizeof(*p->spans));
+        for (size_t i = 0; i < job->ntxns; i++)
+            p->spans[p->nspans++] = (struct profile_span){
+                job->txns[i].tid, job->txns[i].start_ns, job->txns[i].end_ns,
+                xstrdup(job->txns[i].name)};
+    }
     p->txn.id = dup_or_null(job->txn.id);
     p->txn.name = dup_or_null(job->txn.name);
     p->txn.trace_id = dup_or_null(job->txn.trace_id);
@@ -368,6 +524,7 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
         s->t_ns = e->t_ns;
         s->tid = e->tid;
         s->stack = e->stack;
+        s->txn_path = job->sample_path ? job->sample_path[i] : 0;
         bool known = false;
         for (size_t j = p->nthreads; j-- > 0;)
             if (p->threads[j].tid == e->tid) {
@@ -422,6 +579,7 @@ void slice_run(struct slice_job *job, struct symbolizer *sym)
 {
     uint64_t t0 = now_ns();
     struct profile p;
+    slice_tag_txns(job);
     int r = slice_build_profile(job, sym, &p);
     if (r < 0) {
         job->err = r;

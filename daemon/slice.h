@@ -34,6 +34,13 @@ struct slice_epoch {
     struct maps maps; /* entries copied with their own module references */
 };
 
+/* A transaction of the target, as the slice sees it. */
+struct slice_txn {
+    int32_t tid;
+    uint64_t start_ns, end_ns; /* end_ns UINT64_MAX: still open */
+    char *name;
+};
+
 struct slice_job {
     /* What to build. */
     enum slice_format format;
@@ -54,6 +61,15 @@ struct slice_job {
     struct slice_epoch *epochs;
     size_t nepochs;
     struct profile_txn txn;
+    /* Transactions of the target that overlap the window: each sample is tagged with those
+     * open on its thread at its time. */
+    struct slice_txn *txns;
+    size_t ntxns, cap_txns;
+    char *only_txn;         /* keep only samples inside a transaction of this name */
+    bool by_txn;            /* split the output by transaction */
+    uint32_t *sample_path;  /* per sample: index into paths (0: in no transaction) */
+    char **paths;           /* [0] NULL; then "outer\x1finner" names */
+    size_t npaths;
     struct cJSON *sampling; /* how the samples were taken (sched_describe), or NULL */
     uint64_t attach_ns;     /* when the target was attached */
     /* Result (worker). */
@@ -72,6 +88,12 @@ struct slice_job {
 /* Copy samples of t with start_ns <= time <= end_ns into a new job. */
 struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint64_t end_ns,
                                 enum slice_format format);
+/* Add a transaction (tid > 0) to the job; name is copied. */
+void slice_add_txn(struct slice_job *job, int32_t tid, uint64_t start_ns, uint64_t end_ns,
+                   const char *name);
+/* Tag every sample with the transactions open on its thread then, and drop those outside
+ * only_txn if set. Runs on the worker thread (slice_run calls it). */
+void slice_tag_txns(struct slice_job *job);
 /* Build the profile (symbolize) and format it. Runs on the worker thread. */
 void slice_run(struct slice_job *job, struct symbolizer *sym);
 /* Build only the symbolized profile (tests, and slice_run). Returns 0 or -ENOMEM. */

@@ -919,15 +919,23 @@ void targets_reap(void)
     }
 }
 
-void target_sample_thread(struct target *t, pid_t tid, uint64_t now)
+void target_sample_boundary(struct target *t, pid_t tid, uint64_t now)
 {
     if (t->state != T_ATTACHED || tid <= 0)
         return;
-    for (size_t i = 0; i < t->nthreads; i++)
-        if (t->threads[i]->tid == tid) {
-            sampler_sample_one(t, t->threads[i], now);
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        if (th->tid != tid)
+            continue;
+        if (th->boundary_ns && now - th->boundary_ns < t->sched.eff_interval_ns) {
+            t->stats.boundary_skipped++;
             return;
         }
+        th->boundary_ns = now;
+        t->stats.boundary_taken++;
+        sampler_sample_one(t, th, now);
+        return;
+    }
 }
 
 void target_set_hz(struct target *t, unsigned hz)

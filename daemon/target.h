@@ -26,6 +26,7 @@ struct thread {
     bool interrupt_pending;     /* PTRACE_INTERRUPT sent, stop not yet seen */
     uint64_t interrupt_sent_ns;
     uint64_t sample_tick_ns;    /* tick the pending stop belongs to */
+    uint64_t boundary_ns;       /* its latest transaction-boundary sample */
     int schedstat_fd;           /* /proc/PID/task/TID/schedstat, kept open */
     int syscall_fd;             /* /proc/PID/task/TID/syscall */
     int status_fd;              /* /proc/PID/task/TID/status */
@@ -110,6 +111,8 @@ struct target_stats {
     uint64_t signals_forwarded;
     uint64_t group_stops;
     uint64_t threads_seen;
+    uint64_t boundary_taken;     /* transaction-boundary samples */
+    uint64_t boundary_skipped;   /* not taken: the thread had one less than an interval ago */
 };
 
 struct target {
@@ -180,8 +183,10 @@ void targets_handle_wait(pid_t tid, int status);
 /* Periodic housekeeping (1 Hz): thread names, maps changes, expiry of exited targets. */
 void targets_housekeeping(uint64_t now);
 
-/* Sample thread tid of t now (if it is one of its threads). */
-void target_sample_thread(struct target *t, pid_t tid, uint64_t now);
+/* A transaction's boundary: sample thread tid of t now (if it is one of its threads),
+ * unless it had a boundary sample less than one (effective) interval ago, so that a stream
+ * of short transactions cannot raise the sampling rate beyond twice the schedule's. */
+void target_sample_boundary(struct target *t, pid_t tid, uint64_t now);
 /* Change the rate of t (and the bound of its buffer with it). */
 void target_set_hz(struct target *t, unsigned hz);
 /* Sample every thread of t once, or with cpu_only only the threads marked cpu_due that are

@@ -30,6 +30,7 @@ struct txn_proc *txn_proc_find(pid_t pid)
 
 static void txn_free(struct txn *x)
 {
+    free(x->refused_why);
     free(x->name);
     free(x->trace_id);
     free(x);
@@ -113,8 +114,7 @@ static void on_attach(struct ev_loop *loop, ev_timer *w, int revents)
     }
 }
 
-struct txn *txn_start(pid_t pid, pid_t tid, const char *name, const char *trace_id,
-                      uint64_t client, uint64_t now)
+static struct txn_proc *proc_get(pid_t pid)
 {
     struct txn_proc *tp = txn_proc_find(pid);
     if (!tp) {
@@ -125,17 +125,24 @@ struct txn *txn_start(pid_t pid, pid_t tid, const char *name, const char *trace_
         tp->next = g.procs;
         g.procs = tp;
     }
+    return tp;
+}
+
+struct txn *txn_start(pid_t pid, pid_t tid, uint64_t id, const char *name,
+                      const char *trace_id, uint64_t client, uint64_t start_ns)
+{
+    struct txn_proc *tp = proc_get(pid);
     struct txn *x = xcalloc(1, sizeof(*x));
-    x->seq = ++g.next_seq;
+    x->id = id;
     uuid_hex(x->uuid);
     x->name = xstrdup(name);
     x->trace_id = trace_id ? xstrdup(trace_id) : NULL;
     x->pid = pid;
     x->tid = tid;
-    x->start_ns = now;
+    x->start_ns = start_ns;
     x->client = client;
-    x->next = tp->txns;
-    tp->txns = x;
+    x->next = tp->open_list;
+    tp->open_list = x;
     tp->open++;
     ev_timer_stop(g.loop, &tp->linger);
     struct target *t = target_find(pid);
@@ -150,30 +157,65 @@ struct txn *txn_start(pid_t pid, pid_t tid, const char *name, const char *trace_
     return x;
 }
 
-struct txn *txn_find_open(pid_t pid, uint64_t seq)
+void txn_refuse(pid_t pid, uint64_t id, uint64_t client, int code, const char *why)
+{
+    struct txn_proc *tp = proc_get(pid);
+    struct txn *x = xcalloc(1, sizeof(*x));
+    x->id = id;
+    x->pid = pid;
+    x->client = client;
+    x->refused = true;
+    x->refused_code = code;
+    x->refused_why = xstrdup(why);
+    x->next = tp->open_list;
+    tp->open_list = x;
+    tp->refused++;
+}
+
+struct txn *txn_find_open(pid_t pid, uint64_t client, uint64_t id)
 {
     struct txn_proc *tp = txn_proc_find(pid);
-    for (struct txn *x = tp ? tp->txns : NULL; x; x = x->next)
-        if (x->seq == seq && !x->end_ns)
+    for (struct txn *x = tp ? tp->open_list : NULL; x; x = x->next)
+        if (x->id == id && x->client == client)
             return x;
     return NULL;
 }
 
+uint64_t txn_new_id(pid_t pid, uint64_t client)
+{
+    uint64_t id;
+    do
+        id = ++g.next_seq;
+    while (txn_find_open(pid, client, id));
+    return id;
+}
+
 void txn_end(struct txn_proc *tp, struct txn *x, bool discard, uint64_t now)
 {
-    if (!x->end_ns) {
-        x->end_ns = now > x->start_ns ? now : x->start_ns + 1;
-        tp->open--;
-        tp->last_end_ns = now;
-    }
-    if (discard) {
-        for (struct txn **p = &tp->txns; *p; p = &(*p)->next) {
-            if (*p == x) {
-                *p = x->next;
-                break;
-            }
+    for (struct txn **p = &tp->open_list; *p; p = &(*p)->next) {
+        if (*p == x) {
+            *p = x->next;
+            break;
         }
+    }
+    x->next = NULL;
+    if (x->refused) {
+        tp->refused--;
         txn_free(x);
+        return;
+    }
+    x->end_ns = now > x->start_ns ? now : x->start_ns + 1;
+    tp->open--;
+    tp->last_end_ns = now;
+    if (discard) {
+        txn_free(x);
+    } else {
+        /* Ends come in time order: the queue stays sorted by end_ns. */
+        if (tp->done_tail)
+            tp->done_tail->next = x;
+        else
+            tp->done = x;
+        tp->done_tail = x;
     }
     arm_linger(tp);
 }
@@ -181,17 +223,30 @@ void txn_end(struct txn_proc *tp, struct txn *x, bool discard, uint64_t now)
 void txn_client_gone(uint64_t client, uint64_t now)
 {
     for (struct txn_proc *tp = g.procs; tp; tp = tp->next) {
-        struct txn *x = tp->txns;
+        struct txn *x = tp->open_list;
         while (x) {
             struct txn *next = x->next;
-            if (!x->end_ns && x->client == client) {
-                log_debug("pid %d: transaction %" PRIu64 " (%s) discarded: its connection "
-                          "closed", tp->pid, x->seq, x->name);
+            if (x->client == client) {
+                if (!x->refused)
+                    log_debug("pid %d: transaction %" PRIu64 " (%s) discarded: its "
+                              "connection closed", tp->pid, x->id, x->name);
                 txn_end(tp, x, true, now);
             }
             x = next;
         }
     }
+}
+
+void txn_each(pid_t pid, void (*fn)(const struct txn *x, void *arg), void *arg)
+{
+    struct txn_proc *tp = txn_proc_find(pid);
+    if (!tp)
+        return;
+    for (const struct txn *x = tp->done; x; x = x->next)
+        fn(x, arg);
+    for (const struct txn *x = tp->open_list; x; x = x->next)
+        if (!x->refused)
+            fn(x, arg);
 }
 
 void txn_expire(uint64_t now)
@@ -202,16 +257,14 @@ void txn_expire(uint64_t now)
         struct target *t = target_find(tp->pid);
         uint64_t keep = t ? t->buffer_ns : server_cfg.default_buffer_ns;
         uint64_t before = now > keep ? now - keep : 0;
-        for (struct txn **p = &tp->txns; *p;) {
-            struct txn *x = *p;
-            if (x->end_ns && x->end_ns < before) {
-                *p = x->next;
-                txn_free(x);
-            } else {
-                p = &x->next;
-            }
+        while (tp->done && tp->done->end_ns < before) {
+            struct txn *x = tp->done;
+            tp->done = x->next;
+            txn_free(x);
         }
-        if (!tp->txns && !tp->attaching && !target_find(tp->pid)) {
+        if (!tp->done)
+            tp->done_tail = NULL;
+        if (!tp->done && !tp->open_list && !tp->attaching && !target_find(tp->pid)) {
             ev_timer_stop(g.loop, &tp->linger);
             *pp = tp->next;
             free(tp);
@@ -237,11 +290,12 @@ void txn_shutdown(void)
         struct txn_proc *tp = g.procs;
         g.procs = tp->next;
         ev_timer_stop(g.loop, &tp->linger);
-        while (tp->txns) {
-            struct txn *x = tp->txns;
-            tp->txns = x->next;
-            txn_free(x);
-        }
+        for (struct txn **l = &tp->open_list; l; l = l == &tp->open_list ? &tp->done : NULL)
+            while (*l) {
+                struct txn *x = *l;
+                *l = x->next;
+                txn_free(x);
+            }
         free(tp);
     }
 }

@@ -17,21 +17,30 @@
 #include <ev.h>
 
 struct txn {
-    uint64_t seq;            /* daemon-wide number: the id clients use */
+    uint64_t id;             /* the caller's number for it, unique on its connection */
     char uuid[33];           /* the Sentry transaction id (32 hex digits) */
     char *name;
     char *trace_id;          /* 32 hex digits, or NULL */
     pid_t pid, tid;          /* process, and the thread that started it (0: unknown) */
     uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC; end_ns 0 while open */
     uint64_t client;         /* connection that owns it while open */
+    /* A start sent without waiting for its reply and refused: why, for its finish. */
+    bool refused;
+    int refused_code;        /* its protocol error code (PE_*) */
+    char *refused_why;
     struct txn *next;
 };
+
+/* Most transactions one process may have open (and refused starts not yet ended). */
+#define TXN_MAX_OPEN 65536
 
 /* The transactions of one process. */
 struct txn_proc {
     pid_t pid;
-    struct txn *txns;        /* newest first */
-    unsigned open;
+    struct txn *open_list;   /* open ones and refused starts, newest first */
+    struct txn *done, *done_tail; /* ended ones in the order they ended (oldest first) */
+    unsigned open;           /* open transactions (refused starts not counted) */
+    unsigned refused;        /* refused starts not yet finished or discarded */
     bool attaching;          /* the attach is queued */
     int attach_err;          /* 0, or -errno of a failed attach (why in attach_why) */
     char attach_why[200];
@@ -44,13 +53,18 @@ struct txn_proc {
 void txn_init(struct ev_loop *loop, uint64_t linger_ns);
 void txn_shutdown(void);
 struct txn_proc *txn_proc_find(pid_t pid);
-/* Start a transaction for pid (its thread tid) on connection client. The process is
- * attached after the reply if it is not. Returns the transaction (never NULL). */
-struct txn *txn_start(pid_t pid, pid_t tid, const char *name, const char *trace_id,
-                      uint64_t client, uint64_t now);
-/* The open transaction seq of process pid, or NULL. */
-struct txn *txn_find_open(pid_t pid, uint64_t seq);
-/* End a transaction (finish or discard). discard: forget it at once. */
+/* Start transaction id of process pid (its thread tid) on connection client, begun at
+ * start_ns. The process is attached after the reply if it is not. Returns the transaction
+ * (never NULL). */
+struct txn *txn_start(pid_t pid, pid_t tid, uint64_t id, const char *name,
+                      const char *trace_id, uint64_t client, uint64_t start_ns);
+/* Record a refused start (code PE_*, why) so that its finish can say why. */
+void txn_refuse(pid_t pid, uint64_t id, uint64_t client, int code, const char *why);
+/* The open (or refused) transaction id of connection client in process pid, or NULL. */
+struct txn *txn_find_open(pid_t pid, uint64_t client, uint64_t id);
+/* A number for a transaction whose caller gave none: unused on that connection. */
+uint64_t txn_new_id(pid_t pid, uint64_t client);
+/* End a transaction (finish or discard). discard (or a refused start): forget it at once. */
 void txn_end(struct txn_proc *tp, struct txn *x, bool discard, uint64_t now);
 /* A connection closed: discard its open transactions. */
 void txn_client_gone(uint64_t client, uint64_t now);
@@ -58,3 +72,5 @@ void txn_client_gone(uint64_t client, uint64_t now);
 void txn_expire(uint64_t now);
 /* A client attached or detached pid explicitly: the linger logic must know. */
 void txn_target_changed(pid_t pid);
+/* Call fn on every transaction of pid, open or ended (not refused starts). */
+void txn_each(pid_t pid, void (*fn)(const struct txn *x, void *arg), void *arg);

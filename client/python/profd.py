@@ -24,6 +24,7 @@ import os
 import socket
 import struct
 import threading
+import time
 
 __all__ = ["Profd", "ProfdError", "default_socket_path"]
 
@@ -64,6 +65,10 @@ class Profd:
         self._sock = None
         self._owner = None
         self._next_id = 0
+        # Transaction ids are chosen here, (gen << 32) | seq, gen changing with each
+        # connection: an id the daemon lost with its connection is known to be gone.
+        self._gen = 0
+        self._seq = 0
 
     # -- connection ----------------------------------------------------------------------
     def close(self):
@@ -94,6 +99,24 @@ class Profd:
                              % (self.path, e.strerror or e))
         self._sock, self._owner = s, os.getpid()
         self._exchange({"cmd": "hello", "version": PROTO_VERSION}, timeout)
+        self._gen = self._gen + 1 if self._gen + 1 < (1 << 21) else 1
+        self._seq = 0
+
+    def _current(self, txn_id):
+        return (self._sock is not None and self._owner == os.getpid()
+                and isinstance(txn_id, int) and txn_id >> 32 == self._gen)
+
+    def _send_only(self, req):
+        data = json.dumps(req).encode()
+        try:
+            self._sock.settimeout(self.timeout)
+            self._sock.sendall(struct.pack(">I", len(data)) + data)
+        except socket.timeout:
+            self._drop()  # part of a frame may be out: the stream is no longer usable
+            raise ProfdError("timeout", "profd did not read within %.1f s" % self.timeout)
+        except OSError as e:
+            self._drop()
+            raise ProfdError("disconnected", str(e))
 
     def _recv_exact(self, n):
         b = bytearray()
@@ -141,22 +164,40 @@ class Profd:
 
     # -- transactions --------------------------------------------------------------------
     def start(self, name, trace_id=None):
-        """Start a transaction run by the calling thread; returns its id."""
-        req = {"cmd": "txn_start", "name": str(name), "tid": threading.get_native_id()}
+        """Start a transaction run by the calling thread; returns its id. Sent without
+        waiting for an answer: what profd refuses is reported by finish()."""
+        name = str(name)
+        if not name or len(name.encode()) > 512 or (trace_id and len(trace_id) > 64):
+            raise ProfdError("bad_request", "name: 1 to 512 bytes; trace_id: 32 hex digits")
+        req = {"cmd": "txn_start", "name": name, "tid": threading.get_native_id(),
+               "t_ns": time.monotonic_ns(), "noreply": True}
         if trace_id:
             req["trace_id"] = trace_id
-        return self._call(req, self.timeout)["txn_id"]
+        with self._lock:
+            self._connect(self.timeout)
+            self._seq += 1
+            req["txn_id"] = self._gen << 32 | self._seq
+            self._send_only(req)
+            return req["txn_id"]
 
     def finish(self, txn_id, lookback_s=0):
         """Finish it; returns its Sentry sampled profile (version 1) as a dict."""
         req = {"cmd": "txn_finish", "txn_id": txn_id}
         if lookback_s:
             req["lookback_s"] = lookback_s
-        return self._call(req, self.finish_timeout)["profile"]
+        with self._lock:
+            if not self._current(txn_id):
+                raise ProfdError("no_transaction", "transaction %r is not open on this "
+                                 "connection" % (txn_id,))
+            return self._exchange(req, self.finish_timeout)["profile"]
 
     def discard(self, txn_id):
-        """End it without building a profile."""
-        self._call({"cmd": "txn_discard", "txn_id": txn_id}, self.timeout)
+        """End it without building a profile (sent without waiting for an answer)."""
+        with self._lock:
+            if not self._current(txn_id):
+                raise ProfdError("no_transaction", "transaction %r is not open on this "
+                                 "connection" % (txn_id,))
+            self._send_only({"cmd": "txn_discard", "txn_id": txn_id, "noreply": True})
 
     def transaction(self, name, trace_id=None, lookback_s=0):
         """A context manager: the block is a transaction; .profile holds its profile after

@@ -68,8 +68,11 @@ int main(int argc, char **argv)
     uint64_t *st = calloc(n, sizeof(*st)), *dt = calloc(n, sizeof(*dt));
     for (size_t i = 0; i < n; i++) {
         uint64_t t0 = now_ns();
-        if (profd_txn_start(p, "bench", NULL, &id) != 0)
+        int e = profd_txn_start(p, "bench", NULL, &id);
+        if (e != 0) {
+            fprintf(stderr, "txnbench: start %zu: %s\n", i, profd_strerror(e));
             return 1;
+        }
         uint64_t t1 = now_ns();
         profd_txn_discard(p, id);
         dt[i] = now_ns() - t1;

@@ -19,8 +19,8 @@ import sys
 import tempfile
 import time
 
-from harness import (BUILD, Daemon, RawClient, check, check_timing, log, SLOW, PROGRAMS,
-                     wait_until)
+from harness import (BUILD, Daemon, Program, RawClient, check, check_timing, log, SLOW,
+                     PROGRAMS, wait_until)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit", "profile"))
@@ -123,6 +123,35 @@ with Daemon("--hz", "999") as d, tempfile.TemporaryDirectory() as out:
           any(";work_3" in s for s in prof) and any(";inner_work" in s for s in prof),
           "slice --transaction request-3: only thread txn-3 while it ran request-3 (its work "
           "and its nested inner-3) (%d stacks)" % len(prof))
+    # Split by transaction: root frames [txn NAME] (nested: one per level), else
+    # [no transaction]; each thread's work under its own transactions only.
+    sl = d.ctl("slice", app_pid, "--by-transaction", "--last", "600", "--top", "0")
+    lines = [l.rsplit(" ", 1)[0] for l in sl.stdout.splitlines()]
+    misplaced = []
+    for l in lines:
+        for n in range(THREADS):
+            if l.endswith(";work_%d" % n) or ";work_%d;" % n in l:
+                if not l.startswith("[txn request-%d];txn-%d;" % (n, n)):
+                    misplaced.append(l)
+        if ";inner_work" in l:
+            n = l.split(";")[0][len("[txn request-"):-1]
+            if not l.startswith("[txn request-%s];[txn inner-%s];txn-%s;" % (n, n, n)):
+                misplaced.append(l)
+    check(lines and all(l.startswith(("[txn request-", "[no transaction];")) for l in lines)
+          and any(l.startswith("[no transaction];") for l in lines)
+          and any(l.startswith("[txn request-2];txn-2;") for l in lines) and not misplaced,
+          "slice --by-transaction: every line under its transactions ([txn request-N], nested "
+          "[txn inner-N]) or [no transaction]; each work_N under its own (%d lines; misplaced "
+          "%s)" % (len(lines), misplaced[:3]))
+    sl = d.ctl("slice", app_pid, "--by-transaction", "--last", "600", "--format", "sentry")
+    listed = json.loads(sl.stdout).get("profd", {}).get("transactions", [])
+    names = {x["name"] for x in listed}
+    check(len(listed) == len(files) and names == {"%s-%d" % (k, n) for n in range(THREADS)
+                                                  for k in ("request", "inner")}
+          and all(x["relative_end_ns"] > x["relative_start_ns"] and not x["open"]
+                  for x in listed),
+          "slice --by-transaction --format sentry: profd.transactions lists all %d "
+          "transactions, with their threads and times (%d listed)" % (len(files), len(listed)))
 
 # 2-3. Another process's transaction; attached while one is open, detached after the linger.
 with Daemon("--txn-linger", "1") as d:
@@ -147,6 +176,19 @@ sys.stdin.readline()
     rr = c.call({"cmd": "txn_start", "name": "x", "pid": child.pid, "tid": child.pid})
     check("error" in rr and "not a thread of your process" in rr["error"]["message"],
           "txn_start naming another process's thread: refused (%s)" % rr.get("error"))
+    # The same start sent without waiting (as the libraries send them): no reply; its
+    # finish reports the refusal, once; a start without its own txn_id cannot be recorded.
+    c.send({"cmd": "txn_start", "name": "x", "tid": child.pid, "txn_id": 77,
+            "noreply": True})
+    c.send({"cmd": "txn_start", "name": "y", "noreply": True})
+    rr = c.call({"cmd": "txn_finish", "txn_id": 77})
+    check(rr.get("error", {}).get("code") == "bad_request" and
+          "refused at its start" in rr["error"]["message"] and
+          "not a thread of your process" in rr["error"]["message"],
+          "a start without reply that was refused: its finish says why (%s)" % rr.get("error"))
+    rr = c.call({"cmd": "txn_finish", "txn_id": 77})
+    check("no open transaction" in rr.get("error", {}).get("message", ""),
+          "... and only once (%s)" % rr.get("error"))
     c.close()
     time.sleep(1.5 * SLOW)
     check(traced(child.pid), "still attached after the linger while its transaction is open")
@@ -229,6 +271,115 @@ with Daemon("--hz", "499") as d, tempfile.TemporaryDirectory() as out:
     check(parent_prof["transaction"]["name"] == "across-fork" and
           int(parent_prof["transaction"]["active_thread_id"]) == app_pid,
           "the parent's transaction, open across the fork, is the parent's")
+
+# 4c. A prefork server: the parent (with a connection of its own) forks workers that inherit
+# its handle; each worker's transactions are profiled as its own process.
+with Daemon("--hz", "999") as d, tempfile.TemporaryDirectory() as out:
+    WORKERS, WMS = 4, (150 if WRAPPED else 20)
+    r = subprocess.run([TXNAPP, d.socket, out, "1", str(WORKERS), str(WMS), "3"],
+                       capture_output=True, text=True, timeout=300 * SLOW, env=APP_ENV,
+                       stdin=subprocess.DEVNULL)
+    parent = int(r.stdout.split()[1])
+    workers = [l.split() for l in r.stdout.splitlines() if l.startswith("worker")]
+    check(r.returncode == 0 and len(workers) == WORKERS and all(w[2] == "0" for w in workers),
+          "prefork: the parent's transaction and %d workers x 5 transactions succeed (%s %s)"
+          % (WORKERS, workers, r.stderr[-300:]))
+    wrong, withwork = [], 0
+    for w in workers:
+        wpid = int(w[1])
+        for k in range(5):
+            with open(os.path.join(out, "w%d-%d.json" % (wpid, k)), "rb") as fp:
+                data = fp.read()
+            problems, _ = check_sentry.check(data)
+            prof = json.loads(data)
+            tids = {int(x["thread_id"]) for x in prof["profile"]["samples"]}
+            if problems or int(prof["transaction"]["active_thread_id"]) != wpid or \
+                    tids - {wpid}:
+                wrong.append((wpid, k, problems[:1], tids))
+            withwork += "work_3" in functions_of_thread(prof, wpid)
+    check(not wrong, "each worker's profiles are valid and of the worker alone (its pid, its "
+          "only thread) (%s)" % wrong[:2])
+    check(withwork >= WORKERS * 3, "they hold the worker's work (%d of %d)"
+          % (withwork, WORKERS * 5))
+    with open(os.path.join(out, "parent.json")) as fp:
+        pprof = json.load(fp)
+    check({int(x["thread_id"]) for x in pprof["profile"]["samples"]} == {parent},
+          "the parent's profile is of the parent")
+    attached = [int(l.split("pid ")[1].split(":")[0].split()[0]) for l in d.log().splitlines()
+                if "attached for its transactions" in l]
+    check(sorted(attached) == sorted([parent] + [int(w[1]) for w in workers]),
+          "the parent and each worker were attached as targets of their own (%s)" % attached)
+
+# 4d. A stopped daemon: a start waits for room at most its timeout once, then fails at once
+# until the daemon reads again; a child forked while another thread waits inside a call
+# is not blocked by that call's lock.
+# (While its tracer is stopped, a traced process cannot create a thread and its signals wait
+# (ptrace's signal-delivery-stop), and a thread it was stopping stays stopped: the thread is
+# made first, no child exits meanwhile, and the rate is 1 Hz so that stopping the daemon in
+# the middle of a sample, one chance in 10 000, is unlikely.)
+with Daemon("--hz", "1") as d, tempfile.TemporaryDirectory() as out:
+    app = Program("txnapp", d.socket, out, 1, 1, 1, 4, env=APP_ENV)
+    app.send("one")
+    check(app.readline(30).strip() == "ok", "a transaction with the daemon up")
+    app.send("forkprep")
+    check(app.readline(30).strip() == "prepped", "a thread for the fork test")
+    os.kill(d.pid, signal.SIGSTOP)
+    try:
+        app.send("forkbusy")
+        f = app.readline(30).split()
+        check(f[0] == "forkbusy" and f[1] == "-4" and float(f[2]) < 1500,
+              "fork while another thread waits in a call: the child's call is not blocked by "
+              "its lock, and fails after its own timeout (%s)" % f)
+        check(f[3] == "-4", "... the waiting call times out (%s)" % f)
+        app.send("burst 3000")
+        f = app.readline(60).split()
+        ok, busy, first, later = int(f[1]), int(f[2]), float(f[4]), float(f[5])
+        check(ok > 0 and busy > 0 and ok + busy == 3000,
+              "starts while profd does not read: sent until its socket is full (%d), then "
+              "PROFD_EBUSY (%d)" % (ok, busy))
+        check_timing(150 <= first < 1000 and later < 50,
+                     "the first busy start waited its 200 ms timeout (%.0f ms), later ones "
+                     "failed at once (slowest %.1f ms)" % (first, later))
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    app.send("forkend")
+    check(app.readline(30).strip() == "forkend", "the forked child and the thread ended")
+    res = []
+    for _ in range(20):
+        app.send("one")
+        res.append(app.readline(30).strip())
+        if res[-1] == "ok":
+            break
+        time.sleep(0.1)
+    check(res[-1] == "ok", "profd reading again: transactions succeed again (%s)" % res[-3:])
+    app.proc.stdin.close()
+    app.proc.wait(timeout=30)
+
+# 4e. A stream of short transactions does not raise the sampling rate: boundary samples are
+# taken at most once per interval per thread.
+with Daemon("--hz", "101") as d, tempfile.TemporaryDirectory() as out:
+    app = Program("txnapp", d.socket, out, 1, 1, 1000, 5, env=APP_ENV)
+    d.ctl("attach", app.pid, "--hz", "101")
+    before = d.target_status(app.pid)
+    app.send("go")
+    f = app.readline(60).split()
+    n = int(f[1])
+    # The daemon may still be reading the last starts.
+    wait_until(lambda: sum(d.target_status(app.pid)["transaction_boundaries"].values())
+               >= n * 0.9, 30 * SLOW, "the daemon to read the stream's starts")
+    st = d.target_status(app.pid)
+    taken = st["transaction_boundaries"]["sampled"]
+    skipped = st["transaction_boundaries"]["skipped_within_interval"]
+    secs = 1.0
+    check(f[0] == "stream" and f[2] == "0" and (n > 500 or WRAPPED),
+          "a stream of %d short transactions in 1 s, none failed (%s)" % (n, f))
+    check(taken <= 101 * secs * 1.3 + 5 and taken + skipped >= n * 0.9 and
+          st["threads_stopped"] - before["threads_stopped"] <= 2 * 101 * 1.3 + 20,
+          "boundary samples at most one per interval: %d taken, %d skipped; %d threads "
+          "stopped in the second" % (taken, skipped,
+                                     st["threads_stopped"] - before["threads_stopped"]))
+    app.send("end")
+    app.proc.wait(timeout=30)
 
 # 5. A client that never reads its replies.
 with Daemon("--txn-linger", "0.5") as d:

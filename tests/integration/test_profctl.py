@@ -182,7 +182,7 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
                         "threads_stopped", "threads_stopped_per_tick", "stop_latency_us_avg",
                         "syscalls_restarted", "signals_forwarded", "group_stops",
                         "threads_seen", "stacks", "memory_bytes", "ring_dropped_full",
-                        "sampling"}
+                        "sampling", "transaction_boundaries"}
     ts = {x["pid"]: x for x in st["targets"]}
     check(sorted(ts) == sorted([p.pid, q.pid]) and set(ts[p.pid]) == sfields and
           set(ts[p.pid]["sampled"]) == {"stopped", "blocked_without_stop", "idle_reused"} and
@@ -190,7 +190,8 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
           set(ts[p.pid]["skipped"]) == {"still_stopping", "job_control_stopped",
                                         "resuming_from_job_control", "off_cpu_when_due"} and
           set(ts[p.pid]["failed"]) == {"thread_exited", "registers", "stack_copy",
-                                       "torn_copy_retried"},
+                                       "torn_copy_retried"} and
+          ts[p.pid]["transaction_boundaries"] == {"sampled": 0, "skipped_within_interval": 0},
           "status --json: every target with the documented fields (%s)"
           % sorted(set(ts[p.pid]) ^ sfields))
     check(ts[p.pid]["ticks"] > 0 and 0 < ts[p.pid]["achieved_hz"] < 600,

@@ -9,8 +9,22 @@
  * printing "ok N" / "err CODE" lines for each (the daemon-restart test). With LOOP = 2 it
  * forks instead: the child, with the parent's handle, runs a transaction of its own and
  * writes its profile to DIR/-1-0child.json; then the parent, to DIR/-1-0parent.json; it prints
- * "fork CHILDPID CHILDRESULT PARENTRESULT". Prints "ready PID" first, "done OK ERRORS"
- * after the threads. */
+ * "fork CHILDPID CHILDRESULT PARENTRESULT".
+ * LOOP = 3, a prefork server: the THREADS threads are skipped; the parent runs one
+ * transaction ("parent", DIR/parent.json), then forks COUNT workers that inherit its handle;
+ * each runs 5 transactions "job" of MS ms in work_3, writing DIR/wPID-K.json, and the
+ * parent prints "worker PID STATUS" for each.
+ * LOOP = 4, a stalled daemon: timeouts of 200 ms; for each line "burst N" of stdin it
+ * starts N transactions without finishing them and prints "burst OK BUSY OTHER
+ * FIRST_BUSY_MS MAX_LATER_BUSY_MS" (the latency of the first PROFD_EBUSY and the slowest
+ * after it); for "one", a transaction of 2 ms with a finish: "ok" or "err CODE"; for
+ * "forkprep" then "forkbusy", a thread starts a transaction and waits in its finish while
+ * the main thread forks a child that starts one of its own: "forkbusy CHILDRESULT CHILD_MS
+ * FINISHRESULT"; "forkend" then lets the child exit.
+ * LOOP = 5, a stream of short transactions: the THREADS threads are skipped; at a line on
+ * stdin, one thread runs transactions of 50 us (start, work, discard) for MS ms and prints
+ * "stream N ERRORS".
+ * Prints "ready PID" first, "done OK ERRORS" after the threads. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -136,6 +150,214 @@ static void *worker(void *arg)
     return NULL;
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* One transaction of about ms ms in work_3, its profile saved as DIR/NAME.json. */
+static int one_saved(const char *txn, const char *file)
+{
+    uint64_t id;
+    char *json = NULL;
+    int r = profd_txn_start(pd, txn, NULL, &id);
+    if (r == 0) {
+        work_3((uint64_t)ms * 1000000);
+        r = profd_txn_finish(pd, id, &json);
+    }
+    if (r == 0) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s.json", dir, file);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs(json, f);
+            fclose(f);
+        }
+        free(json);
+    }
+    return r;
+}
+
+/* A prefork server: workers inherit the parent's handle (and its connection). */
+static int prefork(int workers)
+{
+    int r = one_saved("parent", "parent");
+    if (r < 0)
+        fprintf(stderr, "txnapp: parent: %s\n", profd_strerror(r));
+    pid_t pids[64];
+    for (int i = 0; i < workers && i < 64; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            int bad = 0;
+            for (int k = 0; k < 5; k++) {
+                char file[64];
+                snprintf(file, sizeof(file), "w%d-%d", getpid(), k);
+                int e = one_saved("job", file);
+                if (e < 0) {
+                    fprintf(stderr, "txnapp: worker %d: %s\n", getpid(), profd_strerror(e));
+                    bad++;
+                }
+            }
+            _exit(bad);
+        }
+    }
+    for (int i = 0; i < workers && i < 64; i++) {
+        int st = 0;
+        waitpid(pids[i], &st, 0);
+        printf("worker %d %d\n", pids[i], WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    }
+    fflush(stdout);
+    profd_close(pd);
+    return r < 0;
+}
+
+/* A thread made in advance ("forkprep": a traced process cannot create a thread while its
+ * tracer is stopped, the clone waits for the tracer), which at "forkbusy" starts a
+ * transaction and waits in its finish. */
+static pthread_t busy_th;
+static int busy_pipe[2] = {-1, -1};
+static int busy_r, busy_done;
+
+static void *busy_finish(void *arg)
+{
+    (void)arg;
+    char c;
+    if (read(busy_pipe[0], &c, 1) != 1)
+        return NULL;
+    uint64_t id;
+    char *json = NULL;
+    busy_r = profd_txn_start(pd, "waiting", NULL, &id);
+    if (busy_r == 0)
+        busy_r = profd_txn_finish(pd, id, &json);
+    free(json);
+    __atomic_store_n(&busy_done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Fork while another thread is inside a call (holding the handle's lock). The child
+ * reports its result through a pipe and stays until "forkend": its exit would signal the
+ * parent (SIGCHLD), and a traced process's signal waits for its tracer. */
+static pid_t busy_child;
+static int child_pipe[2], child_go[2];
+
+static void fork_busy(void)
+{
+    if (pipe(child_pipe) < 0 || pipe(child_go) < 0 || write(busy_pipe[1], "x", 1) != 1)
+        return;
+    usleep(100000);
+    uint64_t t0 = mono_ns();
+    busy_child = fork();
+    if (busy_child == 0) {
+        uint64_t id;
+        int r = profd_txn_start(pd, "child", NULL, &id);
+        char c;
+        if (write(child_pipe[1], &r, sizeof(r)) != sizeof(r) || read(child_go[0], &c, 1) < 0)
+            _exit(1);
+        _exit(0);
+    }
+    int r = -100;
+    if (read(child_pipe[0], &r, sizeof(r)) != sizeof(r))
+        r = -100;
+    double child_ms = (double)(mono_ns() - t0) / 1e6;
+    /* The waiting call ends at its own timeout (2 s). */
+    while (!__atomic_load_n(&busy_done, __ATOMIC_ACQUIRE))
+        usleep(10000);
+    printf("forkbusy %d %.0f %d\n", r, child_ms, busy_r);
+}
+
+static void fork_end(void)
+{
+    if (write(child_go[1], "x", 1) != 1)
+        return;
+    waitpid(busy_child, NULL, 0);
+    pthread_join(busy_th, NULL);
+    printf("forkend\n");
+}
+
+/* Calls while the daemon does not read: each waits at most the timeout once, then fails
+ * at once until the daemon reads again. */
+static int stalled(void)
+{
+    profd_set_timeout(pd, 200, 2000);
+    char line[64];
+    while (fgets(line, sizeof(line), stdin)) {
+        int n = 0;
+        if (sscanf(line, "burst %d", &n) == 1) {
+            int ok = 0, busy = 0, other = 0;
+            double first_busy = -1, max_later = 0;
+            for (int i = 0; i < n; i++) {
+                uint64_t id, t0 = mono_ns();
+                int r = profd_txn_start(pd, "burst", NULL, &id);
+                double dt = (double)(mono_ns() - t0) / 1e6;
+                if (r == 0) {
+                    ok++;
+                } else if (r == PROFD_EBUSY) {
+                    if (busy++ == 0)
+                        first_busy = dt;
+                    else if (dt > max_later)
+                        max_later = dt;
+                } else {
+                    other++;
+                }
+            }
+            printf("burst %d %d %d %.1f %.2f\n", ok, busy, other, first_busy, max_later);
+        } else if (!strncmp(line, "forkprep", 8)) {
+            if (pipe(busy_pipe) == 0 && pthread_create(&busy_th, NULL, busy_finish, NULL) == 0)
+                printf("prepped\n");
+            else
+                printf("err\n");
+        } else if (!strncmp(line, "forkbusy", 8)) {
+            fork_busy();
+        } else if (!strncmp(line, "forkend", 7)) {
+            fork_end();
+        } else {
+            uint64_t id;
+            char *json = NULL;
+            int r = profd_txn_start(pd, "one", NULL, &id);
+            if (r == 0) {
+                work_0(2000000);
+                r = profd_txn_finish(pd, id, &json);
+                free(json);
+            }
+            if (r == 0)
+                printf("ok\n");
+            else
+                printf("err %d %s\n", r, profd_strerror(r));
+        }
+        fflush(stdout);
+    }
+    profd_close(pd);
+    return 0;
+}
+
+/* Many short transactions on one thread. */
+static int stream(void)
+{
+    char line[64];
+    if (!fgets(line, sizeof(line), stdin))
+        return 1;
+    int n = 0, errors = 0;
+    uint64_t end = mono_ns() + (uint64_t)ms * 1000000;
+    while (mono_ns() < end) {
+        uint64_t id;
+        int r = profd_txn_start(pd, "short", NULL, &id);
+        work_5(50000);
+        if (r == 0)
+            r = profd_txn_discard(pd, id);
+        n++;
+        errors += r != 0;
+    }
+    printf("stream %d %d\n", n, errors);
+    fflush(stdout);
+    if (fgets(line, sizeof(line), stdin)) {
+        /* wait for the caller */
+    }
+    profd_close(pd);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 6) {
@@ -152,6 +374,12 @@ int main(int argc, char **argv)
         return 2;
     printf("ready %d\n", getpid());
     fflush(stdout);
+    if (loop == 3)
+        return prefork(count);
+    if (loop == 4)
+        return stalled();
+    if (loop == 5)
+        return stream();
     pthread_t th[64];
     for (int i = 0; i < threads; i++)
         pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i);
