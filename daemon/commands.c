@@ -857,7 +857,7 @@ static struct txn *open_txn(struct request *r, struct txn_proc **tpp, cJSON **er
         *err = proto_error_reply(r->id, (enum proto_error)x->refused_code,
                                  "transaction %" PRIu64 " was refused at its start: %s", id,
                                  x->refused_why);
-        txn_end(*tpp, x, true, now_ns());
+        txn_end(*tpp, x, now_ns());
         return NULL;
     }
     return x;
@@ -893,7 +893,7 @@ static cJSON *cmd_txn_finish(struct request *r)
     struct target *t = target_find(pid);
     if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
         target_sample_boundary(t, x->tid, now_ns()); /* its boundary, as at the start */
-    txn_end(tp, x, false, now_ns());
+    txn_end(tp, x, now_ns());
     if (!t) {
         if (tp->attach_err)
             return proto_error_reply(r->id, errno_code(-tp->attach_err),
@@ -930,7 +930,7 @@ static cJSON *cmd_txn_discard(struct request *r)
         return err;
     }
     uint64_t id = x->id;
-    txn_end(tp, x, true, now_ns());
+    txn_end(tp, x, now_ns());
     if (noreply)
         return NULL;
     cJSON *res = cJSON_CreateObject();

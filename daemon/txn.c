@@ -190,7 +190,7 @@ uint64_t txn_new_id(pid_t pid, uint64_t client)
     return id;
 }
 
-void txn_end(struct txn_proc *tp, struct txn *x, bool discard, uint64_t now)
+void txn_end(struct txn_proc *tp, struct txn *x, uint64_t now)
 {
     for (struct txn **p = &tp->open_list; *p; p = &(*p)->next) {
         if (*p == x) {
@@ -207,15 +207,18 @@ void txn_end(struct txn_proc *tp, struct txn *x, bool discard, uint64_t now)
     x->end_ns = now > x->start_ns ? now : x->start_ns + 1;
     tp->open--;
     tp->last_end_ns = now;
-    if (discard) {
-        txn_free(x);
-    } else {
-        /* Ends come in time order: the queue stays sorted by end_ns. */
-        if (tp->done_tail)
-            tp->done_tail->next = x;
-        else
-            tp->done = x;
-        tp->done_tail = x;
+    /* Ends come in time order: the queue stays sorted by end_ns. */
+    if (tp->done_tail)
+        tp->done_tail->next = x;
+    else
+        tp->done = x;
+    tp->done_tail = x;
+    if (++tp->ndone > TXN_MAX_DONE) {
+        struct txn *old = tp->done;
+        tp->done = old->next;
+        txn_free(old);
+        tp->ndone--;
+        tp->forgotten++;
     }
     arm_linger(tp);
 }
@@ -230,7 +233,7 @@ void txn_client_gone(uint64_t client, uint64_t now)
                 if (!x->refused)
                     log_debug("pid %d: transaction %" PRIu64 " (%s) discarded: its "
                               "connection closed", tp->pid, x->id, x->name);
-                txn_end(tp, x, true, now);
+                txn_end(tp, x, now);
             }
             x = next;
         }
@@ -261,6 +264,7 @@ void txn_expire(uint64_t now)
             struct txn *x = tp->done;
             tp->done = x->next;
             txn_free(x);
+            tp->ndone--;
         }
         if (!tp->done)
             tp->done_tail = NULL;

@@ -6,8 +6,8 @@
  * waits for an attach) and stays attached while any transaction is open or a client
  * attached it explicitly; after its last transaction ends it is detached once it has had
  * none for the linger time, so a steady stream of requests does not re-attach every time.
- * Finished transactions are kept as long as the samples they cover, so slices can be split
- * by transaction. */
+ * Ended transactions (finished or discarded) are kept as long as the samples they cover (at
+ * most TXN_MAX_DONE per process), so slices can be split by transaction. */
 #pragma once
 
 #include <stdbool.h>
@@ -33,6 +33,9 @@ struct txn {
 
 /* Most transactions one process may have open (and refused starts not yet ended). */
 #define TXN_MAX_OPEN 65536
+/* Most ended transactions kept per process (for splitting slices by transaction): beyond
+ * it the oldest are forgotten before their samples are. */
+#define TXN_MAX_DONE 100000
 
 /* The transactions of one process. */
 struct txn_proc {
@@ -41,6 +44,8 @@ struct txn_proc {
     struct txn *done, *done_tail; /* ended ones in the order they ended (oldest first) */
     unsigned open;           /* open transactions (refused starts not counted) */
     unsigned refused;        /* refused starts not yet finished or discarded */
+    unsigned ndone;          /* in the done queue */
+    uint64_t forgotten;      /* ended ones dropped early (TXN_MAX_DONE) */
     bool attaching;          /* the attach is queued */
     int attach_err;          /* 0, or -errno of a failed attach (why in attach_why) */
     char attach_why[200];
@@ -64,8 +69,9 @@ void txn_refuse(pid_t pid, uint64_t id, uint64_t client, int code, const char *w
 struct txn *txn_find_open(pid_t pid, uint64_t client, uint64_t id);
 /* A number for a transaction whose caller gave none: unused on that connection. */
 uint64_t txn_new_id(pid_t pid, uint64_t client);
-/* End a transaction (finish or discard). discard (or a refused start): forget it at once. */
-void txn_end(struct txn_proc *tp, struct txn *x, bool discard, uint64_t now);
+/* End a transaction (finish or discard; a discarded one still splits slices by
+ * transaction). A refused start is forgotten at once. */
+void txn_end(struct txn_proc *tp, struct txn *x, uint64_t now);
 /* A connection closed: discard its open transactions. */
 void txn_client_gone(uint64_t client, uint64_t now);
 /* Forget transactions whose samples are gone (ended longer ago than their buffer). */
