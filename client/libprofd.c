@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,7 +36,23 @@ struct profd {
      * or the parent's, across fork) is known at once to be gone. */
     uint32_t gen, seq;
     bool stalled; /* a send found no room for start_ms: fail fast until there is room */
+    /* Calls waiting for replies. One of them at a time reads the socket, without the lock
+     * (so that starts, discards and other calls go on meanwhile), and hands each reply to
+     * its caller; the others wait on cv. */
+    pthread_cond_t cv;
+    bool reading;
+    struct waiter *waiters;
+    int dead_fd;  /* closed while being read: the reader closes it when it returns */
     struct profd *next; /* in the list of open handles */
+};
+
+struct waiter {
+    uint64_t id;
+    int fd;          /* the connection it was sent on */
+    bool done;
+    int err;         /* when done: 0 (reply set) or a PROFD_E* code */
+    cJSON *reply;
+    struct waiter *next;
 };
 
 /* Every open handle, for the fork handler: a child may have been forked while another
@@ -46,11 +63,25 @@ static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct profd *handles;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
+/* A condition variable whose timed waits follow CLOCK_MONOTONIC. */
+static void init_cv(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
 static void atfork_child(void)
 {
     pthread_mutex_init(&handles_mu, NULL);
-    for (struct profd *p = handles; p; p = p->next)
+    for (struct profd *p = handles; p; p = p->next) {
         pthread_mutex_init(&p->mu, NULL);
+        init_cv(&p->cv);
+        p->reading = false;
+        p->waiters = NULL; /* the parent's threads' */
+    }
 }
 
 static void install_atfork(void)
@@ -69,7 +100,9 @@ struct profd *profd_open(const char *socket_path)
         return NULL;
     }
     pthread_mutex_init(&p->mu, NULL);
+    init_cv(&p->cv);
     p->fd = -1;
+    p->dead_fd = -1;
     p->start_ms = DEFAULT_START_MS;
     p->finish_ms = DEFAULT_FINISH_MS;
     pthread_once(&atfork_once, install_atfork);
@@ -93,6 +126,9 @@ void profd_close(struct profd *p)
     pthread_mutex_unlock(&handles_mu);
     if (p->fd >= 0)
         close(p->fd);
+    if (p->dead_fd >= 0)
+        close(p->dead_fd);
+    pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p->path);
     free(p);
@@ -115,10 +151,19 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Drop the connection (called with the lock held). If a thread is reading it, wake that
+ * thread up and let it close the descriptor: closing it under its feet could hand the number
+ * to another file. */
 static void disconnect(struct profd *p)
 {
-    if (p->fd >= 0)
+    if (p->fd >= 0 && p->reading) {
+        shutdown(p->fd, SHUT_RDWR);
+        if (p->dead_fd >= 0)
+            close(p->dead_fd);
+        p->dead_fd = p->fd;
+    } else if (p->fd >= 0) {
         close(p->fd);
+    }
     p->fd = -1;
 }
 
@@ -233,16 +278,62 @@ static int send_only(struct profd *p, cJSON *req)
     return 0;
 }
 
-/* One request and its reply (matched by id: a reply that came too late for an earlier call
- * is skipped). Called with the lock held. On success *result is the reply (free it). */
+/* Read one reply from fd without the lock and hand it to its waiter; a late reply (of a call
+ * that timed out) is dropped. Called with the lock held, as the only reader. Returns 0, or
+ * -ETIMEDOUT (nothing came by timeout_ms; the stream is intact), or another -errno (the
+ * connection is unusable: every call waiting on it has been failed). */
+static int read_one(struct profd *p, int fd, int timeout_ms)
+{
+    p->reading = true;
+    pthread_mutex_unlock(&p->mu);
+    char *payload = NULL;
+    size_t len = 0;
+    int r = proto_recv(fd, PROTO_MAX_REPLY, &payload, &len, timeout_ms);
+    cJSON *reply = r == 0 ? cJSON_ParseWithLength(payload, len) : NULL;
+    free(payload);
+    if (r == 0 && !reply)
+        r = -EPROTO;
+    pthread_mutex_lock(&p->mu);
+    p->reading = false;
+    if (r == 0) {
+        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(reply, "id");
+        struct waiter *w = p->waiters;
+        while (w && !(cJSON_IsNumber(rid) && (uint64_t)rid->valuedouble == w->id))
+            w = w->next;
+        if (w && !w->done) {
+            w->done = true;
+            w->reply = reply;
+        } else {
+            cJSON_Delete(reply);
+        }
+    } else if (r != -ETIMEDOUT) {
+        for (struct waiter *w = p->waiters; w; w = w->next)
+            if (w->fd == fd && !w->done) {
+                w->done = true;
+                w->err = r == -EPROTO ? PROFD_EPROTO : errno_to_profd(-r);
+            }
+        if (p->fd == fd)
+            disconnect(p);
+    }
+    if (p->dead_fd == fd) {
+        close(fd); /* dropped while we read it */
+        p->dead_fd = -1;
+    }
+    pthread_cond_broadcast(&p->cv);
+    return r;
+}
+
+/* One request and its reply, matched by id. Called with the lock held (released while
+ * waiting). On success *result is the reply (free it). */
 static int call(struct profd *p, cJSON *req, int timeout_ms, cJSON **result)
 {
     *result = NULL;
     int r = ensure_connected(p, timeout_ms);
     if (r < 0)
         return r;
-    uint64_t id = ++p->next_id;
-    cJSON_AddNumberToObject(req, "id", (double)id);
+    uint64_t deadline = mono_ms() + (uint64_t)timeout_ms;
+    struct waiter w = {.id = ++p->next_id, .fd = p->fd};
+    cJSON_AddNumberToObject(req, "id", (double)w.id);
     char *text = cJSON_PrintUnformatted(req);
     if (!text)
         return PROFD_ENOMEM;
@@ -252,35 +343,45 @@ static int call(struct profd *p, cJSON *req, int timeout_ms, cJSON **result)
         disconnect(p);
         return errno_to_profd(-r);
     }
-    for (;;) {
-        char *payload = NULL;
-        size_t len = 0;
-        r = proto_recv(p->fd, PROTO_MAX_REPLY, &payload, &len, timeout_ms);
-        if (r == -ETIMEDOUT)
-            return PROFD_ETIMEDOUT; /* its reply, when it comes, is skipped by id */
-        if (r < 0) {
-            disconnect(p);
-            return errno_to_profd(-r);
+    w.next = p->waiters;
+    p->waiters = &w;
+    while (!w.done) {
+        uint64_t now = mono_ms();
+        if (now >= deadline) {
+            w.done = true;
+            w.err = PROFD_ETIMEDOUT; /* its reply, when it comes, is dropped */
+        } else if (p->fd != w.fd) {
+            w.done = true;
+            w.err = PROFD_EDISCONNECTED;
+        } else if (!p->reading) {
+            read_one(p, w.fd, (int)(deadline - now));
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t wait = deadline - now;
+            ts.tv_sec += (time_t)(wait / 1000);
+            ts.tv_nsec += (long)(wait % 1000) * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&p->cv, &p->mu, &ts);
         }
-        cJSON *reply = cJSON_ParseWithLength(payload, len);
-        free(payload);
-        if (!reply) {
-            disconnect(p);
-            return PROFD_EPROTO;
-        }
-        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(reply, "id");
-        if (!cJSON_IsNumber(rid) || (uint64_t)rid->valuedouble != id) {
-            cJSON_Delete(reply); /* a late reply to a call that timed out */
-            continue;
-        }
-        if (!cJSON_GetObjectItemCaseSensitive(reply, "result")) {
-            int e = daemon_error(reply);
-            cJSON_Delete(reply);
-            return e;
-        }
-        *result = reply;
-        return 0;
     }
+    for (struct waiter **pp = &p->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == &w) {
+            *pp = w.next;
+            break;
+        }
+    if (w.err)
+        return w.err;
+    if (!cJSON_GetObjectItemCaseSensitive(w.reply, "result")) {
+        int e = daemon_error(w.reply);
+        cJSON_Delete(w.reply);
+        return e;
+    }
+    *result = w.reply;
+    return 0;
 }
 
 int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uint64_t *txn_id)

@@ -20,10 +20,12 @@
  * When the daemon is absent, dead or restarting, calls fail at once (or within the timeout)
  * and your application runs on; a later call reconnects. No call raises SIGPIPE.
  *
- * Threads: a struct profd may be shared by any number of threads (calls on it are
- * serialized). Fork: a child process never uses its parent's connection; its first call
+ * Threads: a struct profd may be shared by any number of threads. Starts and discards are
+ * sent at once; while one thread waits for its finish's profile, the others go on. A
+ * transaction is finished or discarded through the handle that started it. Fork: a child process never uses its parent's connection; its first call
  * opens its own, and it is profiled as a process of its own (so is each worker of a
- * prefork server). Transactions started by the parent are the parent's.
+ * prefork server), even if another thread of the parent was inside a call when it forked.
+ * Transactions started by the parent are the parent's.
  *
  * Link with -lprofd (pkg-config profd). */
 #ifndef PROFD_H

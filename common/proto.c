@@ -119,6 +119,11 @@ int frame_reader_next(struct frame_reader *r, const char **payload, size_t *len)
     return 1;
 }
 
+void frame_reader_unread(struct frame_reader *r, size_t len)
+{
+    r->pos -= PROTO_HEADER_SIZE + len;
+}
+
 size_t frame_reader_pending(const struct frame_reader *r)
 {
     return r->in.len - r->pos;
@@ -279,7 +284,8 @@ int proto_recv(int fd, size_t max, char **payload, size_t *len, int timeout_ms)
     r = recv_all(fd, buf, n, deadline, timeout_ms);
     if (r < 0) {
         free(buf);
-        return r;
+        /* Out of time inside a frame: the stream cannot be read on. */
+        return r == -ETIMEDOUT ? -ECONNABORTED : r;
     }
     buf[n] = '\0';
     *payload = buf;

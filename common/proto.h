@@ -58,13 +58,16 @@ int frame_reader_feed(struct frame_reader *r, const void *data, size_t n);
 int frame_reader_next(struct frame_reader *r, const char **payload, size_t *len);
 /* Bytes buffered but not yet returned as frames (nonzero at EOF means truncation). */
 size_t frame_reader_pending(const struct frame_reader *r);
+/* Put back the frame of payload length len that frame_reader_next just returned. */
+void frame_reader_unread(struct frame_reader *r, size_t len);
 
 /* Append header + payload to out. Returns 0, -EMSGSIZE or -ENOMEM. */
 int frame_encode(struct strbuf *out, const char *payload, size_t len);
 
 /* Blocking helpers for clients: send a whole frame (MSG_NOSIGNAL, never SIGPIPE) and receive
  * one whole frame, each bounded by timeout_ms (-1: no limit). Return 0 or -errno
- * (-ETIMEDOUT, -ECONNRESET at EOF, -EMSGSIZE if the reply exceeds max). */
+ * (-ETIMEDOUT, -ECONNRESET at EOF, -EMSGSIZE if the reply exceeds max; -ECONNABORTED if
+ * the time ran out inside a frame: the stream is then unusable). */
 int proto_send(int fd, const char *payload, size_t len, int timeout_ms);
 /* The same, but -EBUSY at once (nothing sent) if the socket has no room: for requests sent
  * without waiting, which must not block the caller on a daemon that is not reading. */

@@ -112,10 +112,21 @@ static void fail_and_close(struct client *c, enum proto_error code, const char *
     client_send(c, proto_error_reply(NULL, code, "%s", msg));
 }
 
-/* Parse and answer every complete request in the buffer. */
+/* A request that asks for no reply (txn_start, txn_discard with "noreply"): handled even
+ * while the connection waits for an earlier request's reply, which it cannot delay. */
+static bool is_noreply(const cJSON *req)
+{
+    const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd");
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "noreply")) &&
+           cJSON_IsString(cmd) &&
+           (!strcmp(cmd->valuestring, "txn_start") || !strcmp(cmd->valuestring, "txn_discard"));
+}
+
+/* Parse and answer every complete request in the buffer. While a reply is pending, only
+ * requests without replies are handled; the first other one waits for it (reading stops). */
 static void process(struct client *c)
 {
-    while (!c->pending && !c->closing && !c->dead) {
+    while (!c->closing && !c->dead) {
         if (c->out.len - c->out_off >= OUT_HIGH_WATER) {
             c->throttled = true;
             ev_io_stop(loop, &c->rio);
@@ -126,6 +137,23 @@ static void process(struct client *c)
         int r = frame_reader_next(&c->in, &payload, &len);
         if (r == 0)
             return;
+        if (c->pending && r > 0) {
+            cJSON *req = cJSON_ParseWithLength(payload, len);
+            bool go = req && c->handshaken && is_noreply(req);
+            if (go)
+                commands_dispatch(c, req); /* returns NULL: nothing to send */
+            cJSON_Delete(req);
+            if (go)
+                continue;
+            frame_reader_unread(&c->in, len);
+            ev_io_stop(loop, &c->rio);
+            return;
+        }
+        if (c->pending) {
+            /* A broken frame: reported in order, after the pending reply. */
+            ev_io_stop(loop, &c->rio);
+            return;
+        }
         if (r == -EMSGSIZE) {
             fail_and_close(c, PE_TOO_LARGE, "request larger than 1 MiB");
             return;
@@ -143,11 +171,8 @@ static void process(struct client *c)
         }
         cJSON *reply = commands_dispatch(c, req);
         cJSON_Delete(req);
-        if (reply) {
+        if (reply)
             client_send(c, reply);
-        } else if (c->pending && !c->dead) {
-            ev_io_stop(loop, &c->rio);
-        }
     }
 }
 
@@ -180,7 +205,7 @@ static void on_read(struct ev_loop *l, ev_io *w, int revents)
             return;
         }
         process(c);
-        if (c->pending || c->closing || c->dead)
+        if (c->closing || c->dead || !ev_is_active(&c->rio))
             return;
     }
     process(c);

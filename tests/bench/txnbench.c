@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "profd.h"
@@ -48,6 +50,52 @@ static void *busy(void *arg)
         for (int i = 0; i < 100000; i++)
             x = x * 6364136223846793005ull + 1, sink = x;
     return NULL;
+}
+
+static atomic_int finishes;
+
+/* Transactions of 5 ms, each waiting for its profile. */
+static void *finisher(void *arg)
+{
+    struct profd *p = arg;
+    while (!atomic_load(&stop)) {
+        uint64_t id;
+        if (profd_txn_start(p, "finisher", NULL, &id) != 0)
+            continue;
+        usleep(5000); /* waiting (not computing: the CPUs stay free for the measuring thread) */
+        char *json = NULL;
+        if (profd_txn_finish(p, id, &json) == 0)
+            atomic_fetch_add(&finishes, 1);
+        free(json);
+    }
+    return NULL;
+}
+
+/* Round trips of 100 bytes over a socketpair to a child that echoes them. */
+static void socket_floor(uint64_t *v, size_t n)
+{
+    int sv[2];
+    char buf[256] = {0};
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0)
+        return;
+    pid_t c = fork();
+    if (c == 0) {
+        close(sv[0]);
+        for (;;) {
+            ssize_t k = read(sv[1], buf, sizeof(buf));
+            if (k <= 0 || write(sv[1], buf, (size_t)k) != k)
+                _exit(0);
+        }
+    }
+    close(sv[1]);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t t0 = now_ns();
+        if (write(sv[0], buf, 100) != 100 || read(sv[0], buf, sizeof(buf)) <= 0)
+            break;
+        v[i] = now_ns() - t0;
+    }
+    close(sv[0]);
+    waitpid(c, NULL, 0);
 }
 
 int main(int argc, char **argv)
@@ -110,6 +158,29 @@ int main(int argc, char **argv)
         printf("finish_1s_4threads_p50_ms %.2f\n", (double)pct(fin, nf, 0.5) / 1e6);
         printf("finish_1s_4threads_max_ms %.2f\n", (double)pct(fin, nf, 1.0) / 1e6);
     }
+
+    atomic_store(&stop, 0);
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, finisher, p);
+    usleep(100000);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t t0 = now_ns();
+        if (profd_txn_start(p, "bench", NULL, &id) != 0)
+            return 1;
+        st[i] = now_ns() - t0;
+        profd_txn_discard(p, id);
+        usleep(200);
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    printf("start_during_finishes_p50_us %.1f\nstart_during_finishes_p99_us %.1f\n",
+           (double)pct(st, n, 0.5) / 1e3, (double)pct(st, n, 0.99) / 1e3);
+    printf("finishes_meanwhile %d\n", atomic_load(&finishes));
+
+    socket_floor(st, n);
+    printf("socketpair_rtt_p50_us %.1f\nsocketpair_rtt_p99_us %.1f\n",
+           (double)pct(st, n, 0.5) / 1e3, (double)pct(st, n, 0.99) / 1e3);
     profd_close(p);
     free(st);
     free(dt);

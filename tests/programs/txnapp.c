@@ -20,7 +20,8 @@
  * after it); for "one", a transaction of 2 ms with a finish: "ok" or "err CODE"; for
  * "forkprep" then "forkbusy", a thread starts a transaction and waits in its finish while
  * the main thread forks a child that starts one of its own: "forkbusy CHILDRESULT CHILD_MS
- * FINISHRESULT"; "forkend" then lets the child exit.
+ * FINISHRESULT STARTRESULT START_MS" (a start of the main thread while the other waits);
+ * "forkend" then lets the child exit.
  * LOOP = 5, a stream of short transactions: the THREADS threads are skipped; at a line on
  * stdin, one thread runs transactions of 50 us (start, work, discard) for MS ms and prints
  * "stream N ERRORS".
@@ -247,6 +248,10 @@ static void fork_busy(void)
     if (pipe(child_pipe) < 0 || pipe(child_go) < 0 || write(busy_pipe[1], "x", 1) != 1)
         return;
     usleep(100000);
+    /* A start of this thread meanwhile: not held up by the waiting call. */
+    uint64_t id, ts0 = mono_ns();
+    int rs = profd_txn_start(pd, "meanwhile", NULL, &id);
+    double start_ms = (double)(mono_ns() - ts0) / 1e6;
     uint64_t t0 = mono_ns();
     busy_child = fork();
     if (busy_child == 0) {
@@ -264,7 +269,7 @@ static void fork_busy(void)
     /* The waiting call ends at its own timeout (2 s). */
     while (!__atomic_load_n(&busy_done, __ATOMIC_ACQUIRE))
         usleep(10000);
-    printf("forkbusy %d %.0f %d\n", r, child_ms, busy_r);
+    printf("forkbusy %d %.0f %d %d %.2f\n", r, child_ms, busy_r, rs, start_ms);
 }
 
 static void fork_end(void)
