@@ -41,14 +41,18 @@ struct profd {
      * its caller; the others wait on cv. */
     pthread_cond_t cv;
     bool reading;
+    int reading_fd;
     struct waiter *waiters;
-    int dead_fd;  /* closed while being read: the reader closes it when it returns */
+    int dead_fd;  /* dropped while being read: the reader closes it when it returns */
+    uint64_t conn; /* number of the current connection (waiters name theirs) */
+    /* Replies received so far (a frame may arrive in parts over several readers). */
+    struct frame_reader in;
     struct profd *next; /* in the list of open handles */
 };
 
 struct waiter {
     uint64_t id;
-    int fd;          /* the connection it was sent on */
+    uint64_t conn;   /* the connection it was sent on */
     bool done;
     int err;         /* when done: 0 (reply set) or a PROFD_E* code */
     cJSON *reply;
@@ -81,6 +85,9 @@ static void atfork_child(void)
         init_cv(&p->cv);
         p->reading = false;
         p->waiters = NULL; /* the parent's threads' */
+        if (p->dead_fd >= 0)
+            close(p->dead_fd);
+        p->dead_fd = -1;
     }
 }
 
@@ -103,6 +110,7 @@ struct profd *profd_open(const char *socket_path)
     init_cv(&p->cv);
     p->fd = -1;
     p->dead_fd = -1;
+    frame_reader_init(&p->in, PROTO_MAX_REPLY);
     p->start_ms = DEFAULT_START_MS;
     p->finish_ms = DEFAULT_FINISH_MS;
     pthread_once(&atfork_once, install_atfork);
@@ -128,6 +136,7 @@ void profd_close(struct profd *p)
         close(p->fd);
     if (p->dead_fd >= 0)
         close(p->dead_fd);
+    frame_reader_finish(&p->in);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p->path);
@@ -156,15 +165,16 @@ static uint64_t mono_ms(void)
  * to another file. */
 static void disconnect(struct profd *p)
 {
-    if (p->fd >= 0 && p->reading) {
+    if (p->fd >= 0 && p->reading && p->reading_fd == p->fd) {
         shutdown(p->fd, SHUT_RDWR);
-        if (p->dead_fd >= 0)
-            close(p->dead_fd);
-        p->dead_fd = p->fd;
+        p->dead_fd = p->fd; /* only ever the fd being read; read_one closes it */
     } else if (p->fd >= 0) {
         close(p->fd);
     }
     p->fd = -1;
+    p->conn++;
+    frame_reader_finish(&p->in);
+    frame_reader_init(&p->in, PROTO_MAX_REPLY);
 }
 
 static int errno_to_profd(int e)
@@ -206,15 +216,16 @@ static int daemon_error(const cJSON *reply)
 static int ensure_connected(struct profd *p, int timeout_ms)
 {
     if (p->fd >= 0 && p->owner != getpid()) {
-        /* Inherited across fork(): the parent's connection, never ours to use. */
-        close(p->fd);
-        p->fd = -1;
+        /* Inherited across fork(): the parent's connection, never ours to use (our copy
+         * of the descriptor is closed; the parent's stays open). */
+        disconnect(p);
     }
     if (p->fd < 0) {
         int fd = proto_connect(p->path);
         if (fd < 0)
             return fd == -ENOMEM ? PROFD_ENOMEM : PROFD_ENODAEMON;
         p->fd = fd;
+        p->conn++;
         p->stalled = false;
         p->owner = getpid();
         cJSON *hello = cJSON_CreateObject(), *reply = NULL;
@@ -278,27 +289,23 @@ static int send_only(struct profd *p, cJSON *req)
     return 0;
 }
 
-/* Read one reply from fd without the lock and hand it to its waiter; a late reply (of a call
- * that timed out) is dropped. Called with the lock held, as the only reader. Returns 0, or
- * -ETIMEDOUT (nothing came by timeout_ms; the stream is intact), or another -errno (the
- * connection is unusable: every call waiting on it has been failed). */
-static int read_one(struct profd *p, int fd, int timeout_ms)
+/* Hand every complete reply in p->in to its waiter (a late reply, of a call that timed
+ * out, is dropped). Returns 0, or -EPROTO if the stream is broken. */
+static int deliver(struct profd *p)
 {
-    p->reading = true;
-    pthread_mutex_unlock(&p->mu);
-    char *payload = NULL;
-    size_t len = 0;
-    int r = proto_recv(fd, PROTO_MAX_REPLY, &payload, &len, timeout_ms);
-    cJSON *reply = r == 0 ? cJSON_ParseWithLength(payload, len) : NULL;
-    free(payload);
-    if (r == 0 && !reply)
-        r = -EPROTO;
-    pthread_mutex_lock(&p->mu);
-    p->reading = false;
-    if (r == 0) {
+    for (;;) {
+        const char *payload;
+        size_t len;
+        int r = frame_reader_next(&p->in, &payload, &len);
+        if (r == 0)
+            return 0;
+        cJSON *reply = r > 0 ? cJSON_ParseWithLength(payload, len) : NULL;
+        if (!reply)
+            return -EPROTO;
         const cJSON *rid = cJSON_GetObjectItemCaseSensitive(reply, "id");
         struct waiter *w = p->waiters;
-        while (w && !(cJSON_IsNumber(rid) && (uint64_t)rid->valuedouble == w->id))
+        while (w && !(w->conn == p->conn && cJSON_IsNumber(rid) &&
+                      (uint64_t)rid->valuedouble == w->id))
             w = w->next;
         if (w && !w->done) {
             w->done = true;
@@ -306,21 +313,49 @@ static int read_one(struct profd *p, int fd, int timeout_ms)
         } else {
             cJSON_Delete(reply);
         }
-    } else if (r != -ETIMEDOUT) {
+    }
+}
+
+/* Wait up to timeout_ms for the connection to have data, without the lock; then read what
+ * it has and hand out the complete replies. Called with the lock held, as the only reader.
+ * A part of a reply stays in p->in for the next reader, so a reader's own deadline never
+ * breaks the stream. On a broken connection every call waiting on it fails. */
+static void read_some(struct profd *p, int timeout_ms)
+{
+    int fd = p->fd;
+    uint64_t conn = p->conn;
+    p->reading = true;
+    p->reading_fd = fd;
+    pthread_mutex_unlock(&p->mu);
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int n = poll(&pf, 1, timeout_ms);
+    pthread_mutex_lock(&p->mu);
+    p->reading = false;
+    int err = 0;
+    if (p->conn != conn) {
+        /* Dropped meanwhile (its waiters were failed then). */
+    } else if (n > 0) {
+        ssize_t got = frame_reader_fill(&p->in, fd);
+        if (got == 0)
+            err = PROFD_EDISCONNECTED;
+        else if (got < 0 && got != -EAGAIN && got != -EWOULDBLOCK && got != -EINTR)
+            err = got == -ENOMEM ? PROFD_ENOMEM : PROFD_EDISCONNECTED;
+        else if (deliver(p) < 0)
+            err = PROFD_EPROTO;
+    }
+    if (err) {
         for (struct waiter *w = p->waiters; w; w = w->next)
-            if (w->fd == fd && !w->done) {
+            if (w->conn == conn && !w->done) {
                 w->done = true;
-                w->err = r == -EPROTO ? PROFD_EPROTO : errno_to_profd(-r);
+                w->err = err;
             }
-        if (p->fd == fd)
-            disconnect(p);
+        disconnect(p);
     }
     if (p->dead_fd == fd) {
         close(fd); /* dropped while we read it */
         p->dead_fd = -1;
     }
     pthread_cond_broadcast(&p->cv);
-    return r;
 }
 
 /* One request and its reply, matched by id. Called with the lock held (released while
@@ -332,17 +367,12 @@ static int call(struct profd *p, cJSON *req, int timeout_ms, cJSON **result)
     if (r < 0)
         return r;
     uint64_t deadline = mono_ms() + (uint64_t)timeout_ms;
-    struct waiter w = {.id = ++p->next_id, .fd = p->fd};
+    struct waiter w = {.id = ++p->next_id, .conn = p->conn};
     cJSON_AddNumberToObject(req, "id", (double)w.id);
-    char *text = cJSON_PrintUnformatted(req);
-    if (!text)
-        return PROFD_ENOMEM;
-    r = proto_send(p->fd, text, strlen(text), timeout_ms);
-    free(text);
-    if (r < 0) {
-        disconnect(p);
-        return errno_to_profd(-r);
-    }
+    /* Sent as a start is: never blocking the other threads for long on a full socket. */
+    r = send_only(p, req);
+    if (r < 0)
+        return r;
     w.next = p->waiters;
     p->waiters = &w;
     while (!w.done) {
@@ -350,11 +380,11 @@ static int call(struct profd *p, cJSON *req, int timeout_ms, cJSON **result)
         if (now >= deadline) {
             w.done = true;
             w.err = PROFD_ETIMEDOUT; /* its reply, when it comes, is dropped */
-        } else if (p->fd != w.fd) {
+        } else if (p->conn != w.conn || p->fd < 0) {
             w.done = true;
             w.err = PROFD_EDISCONNECTED;
         } else if (!p->reading) {
-            read_one(p, w.fd, (int)(deadline - now));
+            read_some(p, (int)(deadline - now));
         } else {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);

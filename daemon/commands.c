@@ -162,7 +162,7 @@ static int may_access(const struct client *c, const struct target *t, pid_t pid,
         }
         cr = t->creds;
     }
-    if (t && t->creds_changed && !(c->peer.cap_eff & (1ull << CAP_SYS_PTRACE))) {
+    if (t && t->creds_changed && !peer_may_trace_any(&c->peer)) {
         snprintf(why, whylen, "permission denied: process %d changed credentials at exec (a "
                               "set-user-ID program) while profiled; its samples need "
                               "CAP_SYS_PTRACE", pid);
@@ -272,10 +272,15 @@ static cJSON *cmd_attach(struct request *r)
                                  r->pid, r->t->state == T_EXITED ? "attached (and has exited)"
                                                                  : "attached");
     }
+    if (server_cfg.max_memory && targets_memory() >= server_cfg.max_memory)
+        return proto_error_reply(r->id, PE_LIMIT,
+                                 "profd's targets already use %zu MiB, its max_memory is "
+                                 "%" PRIu64 " MiB", targets_memory() >> 20,
+                                 server_cfg.max_memory >> 20);
     if (targets_count() >= server_cfg.max_targets)
         return proto_error_reply(r->id, PE_LIMIT, "profd already follows %u processes",
                                  server_cfg.max_targets);
-    if (!(r->c->peer.cap_eff & (1ull << CAP_SYS_PTRACE))) {
+    if (!peer_may_trace_any(&r->c->peer)) {
         /* One user must not take every slot from the others. */
         unsigned mine = 0;
         for (struct target *k = targets_first(); k; k = k->next)
@@ -628,7 +633,7 @@ static cJSON *cmd_slice(struct request *r)
         else if (has_last && r->t->state != T_EXITED)
             to = now_ns();
         /* The tick may have handled a set-user-ID exec: the access rule just changed. */
-        if (r->t->creds_changed && !(r->c->peer.cap_eff & (1ull << CAP_SYS_PTRACE)))
+        if (r->t->creds_changed && !peer_may_trace_any(&r->c->peer))
             return proto_error_reply(r->id, PE_PERMISSION_DENIED,
                                      "permission denied: process %d changed credentials at "
                                      "exec (a set-user-ID program) while profiled",
@@ -801,7 +806,7 @@ static cJSON *cmd_txn_start(struct request *r)
         return start_refused(r, noreply, id, errno_code(-e), "%s", why);
     struct target *t = target_find(pid);
     if ((!t || t->state == T_EXITED) && !(tp && tp->open) &&
-        !(r->c->peer.cap_eff & (1ull << CAP_SYS_PTRACE))) {
+        !peer_may_trace_any(&r->c->peer)) {
         unsigned mine = 0;
         for (struct target *k = targets_first(); k; k = k->next)
             mine += k->owner_uid == r->c->peer.uid && k->state != T_EXITED;
@@ -814,6 +819,12 @@ static cJSON *cmd_txn_start(struct request *r)
     if ((!t || t->state == T_EXITED) && targets_count() >= server_cfg.max_targets)
         return start_refused(r, noreply, id, PE_LIMIT, "profd already follows %u processes",
                              server_cfg.max_targets);
+    if ((!t || t->state == T_EXITED) && server_cfg.max_memory &&
+        targets_memory() >= server_cfg.max_memory)
+        return start_refused(r, noreply, id, PE_LIMIT,
+                             "profd's targets already use %zu MiB, its max_memory is "
+                             "%" PRIu64 " MiB", targets_memory() >> 20,
+                             server_cfg.max_memory >> 20);
     struct txn *x = txn_start(pid, (pid_t)tid, id, name->valuestring,
                               trace ? trace->valuestring : NULL, r->c->id, start);
     /* A transaction's start is an event (event mode: every thread); in any mode its own

@@ -5,13 +5,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <stddef.h>
 #include <unistd.h>
 
 #include <ev.h>
 
+#include "config.h"
 #include "log.h"
 #include "sampler.h"
+#include "sdnotify.h"
 #include "server.h"
 #include "target.h"
 #include "util.h"
@@ -28,10 +34,17 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: profd [options]\n"
-            "Out-of-process sampling profiler daemon. Runs in the foreground.\n\n"
+            "Out-of-process sampling profiler daemon. Runs in the foreground. Settings come\n"
+            "from the configuration file (profd.conf(5)); options override them.\n\n"
+            "  -c, --config PATH     configuration file (default %s; a missing default\n"
+            "                        file is no error)\n"
             "  -s, --socket PATH     listen on PATH (default: $PROFD_SOCKET, else\n"
             "                        /run/profd/profd.sock as root, else\n"
-            "                        $XDG_RUNTIME_DIR/profd.sock)\n"
+            "                        $XDG_RUNTIME_DIR/profd.sock); with socket activation\n"
+            "                        ($LISTEN_FDS), the socket passed\n"
+            "      --socket-group GROUP  group of the socket profd creates\n"
+            "      --socket-mode MODE    its permissions, octal (0666: every request is\n"
+            "                        checked against the caller's credentials anyway)\n"
             "      --hz N            default sampling rate for attach (101)\n"
             "      --mode MODE       default schedule for attach: alarm (fixed rate on the\n"
             "                        wall clock), sleep, event, or cputime (per interval of each\n"
@@ -48,10 +61,112 @@ static void usage(FILE *f)
             "      --max-targets N   most processes followed at once (256)\n"
             "      --max-targets-per-user N\n"
             "                        most of them one user without CAP_SYS_PTRACE may attach (32)\n"
+            "      --max-memory SIZE memory for all targets' samples and stacks: attaches are\n"
+            "                        refused beyond it (1G; 0: no limit)\n"
+            "      --allow-groups GROUPS\n"
+            "                        members of these groups may profile any process\n"
             "      --max-stack KIB   most stack copied per sample (512)\n"
             "  -v, --verbose         debug logging\n"
             "  -V, --version         print the version\n"
-            "  -h, --help            this help\n");
+            "  -h, --help            this help\n\n"
+            "Signals: SIGHUP re-reads the configuration (a bad one is refused and the running\n"
+            "one kept); SIGTERM and SIGINT detach from every process and exit 0.\n",
+            PROFD_DEFAULT_CONFIG);
+}
+
+/* The command line, kept for reloads: the configuration is always the defaults, then the
+ * file, then these. */
+struct flag {
+    const char *key;
+    const char *value;
+};
+static struct flag *flags;
+static size_t nflags;
+static const char *config_path = PROFD_DEFAULT_CONFIG;
+static bool config_explicit;
+static struct profd_config live;
+
+/* Defaults, the file, the flags. Returns 0, or -1 with the reason in err. */
+static int build_config(struct profd_config *c, char *err, size_t errlen)
+{
+    config_defaults(c);
+    if (config_load(c, config_path, !config_explicit, err, errlen) < 0)
+        return -1;
+    for (size_t i = 0; i < nflags; i++) {
+        char why[300];
+        if (config_set(c, flags[i].key, flags[i].value, why, sizeof(why)) < 0) {
+            snprintf(err, errlen, "--%s: %s", flags[i].key, why);
+            return -1;
+        }
+    }
+    if (config_check(c, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+static gid_t group_id(const char *name)
+{
+    if (!name)
+        return (gid_t)-1;
+    struct group *g = getgrnam(name);
+    uint64_t n;
+    if (g)
+        return g->gr_gid;
+    return parse_u64(name, &n) == 0 ? (gid_t)n : (gid_t)-1;
+}
+
+static bool same_str(const char *a, const char *b)
+{
+    return a == b || (a && b && !strcmp(a, b));
+}
+
+/* Put c in force. At a reload (old set), what only a restart can change is reported. */
+static void apply_config(const struct profd_config *c, const struct profd_config *old)
+{
+    log_set_level(c->verbose ? LOG_LVL_DEBUG : LOG_LVL_INFO);
+    server_cfg.default_mode = c->mode;
+    server_cfg.default_hz = c->hz;
+    server_cfg.default_buffer_ns = c->buffer_ns;
+    server_cfg.max_hz = c->max_hz;
+    server_cfg.max_targets = c->max_targets;
+    server_cfg.max_targets_per_user = c->max_targets_per_user;
+    server_cfg.max_memory = c->max_memory;
+    memcpy(server_cfg.allow_groups, c->allow_groups, c->nallow_groups * sizeof(gid_t));
+    server_cfg.nallow_groups = c->nallow_groups;
+    if (!old) {
+        server_cfg.socket_gid = group_id(c->socket_group);
+        server_cfg.socket_mode = c->socket_mode;
+        return;
+    }
+    sched_set_budget_pct(c->max_cpu);
+    txn_set_linger(c->txn_linger_ns);
+    if (!same_str(c->socket, old->socket) || !same_str(c->socket_group, old->socket_group) ||
+        c->socket_mode != old->socket_mode)
+        log_warn("reload: the socket's path, group and mode change when profd restarts");
+    if (c->max_stack_kib != old->max_stack_kib || c->cputime_source != old->cputime_source)
+        log_warn("reload: max_stack and cputime_source change when profd restarts");
+}
+
+/* STATUS= for the service manager, sent when it changes (at most once a second). */
+static void notify_status(void)
+{
+    static char last[256];
+    char now[256];
+    unsigned n = 0, attached = 0;
+    double rate = 0;
+    for (struct target *t = targets_first(); t; t = t->next) {
+        n++;
+        if (t->state == T_ATTACHED) {
+            attached++;
+            rate += t->sched.recent_hz;
+        }
+    }
+    snprintf(now, sizeof(now), "%u processes sampled, %.0f ticks/s in all%s", attached, rate,
+             n > attached ? " (and exited ones kept)" : "");
+    if (strcmp(now, last)) {
+        snprintf(last, sizeof(last), "%s", now);
+        notify_send("STATUS=%s", now);
+    }
 }
 
 /* Every ptrace stop and exit of every traced thread arrives here (SIGCHLD via signalfd). */
@@ -66,13 +181,29 @@ static void on_terminate(struct ev_loop *l, ev_signal *w, int revents)
 {
     (void)revents;
     log_info("signal %d: detaching from every process and exiting", w->signum);
+    notify_send("STOPPING=1\nSTATUS=detaching from every process");
     ev_break(l, EVBREAK_ALL);
 }
 
 static void on_sighup(struct ev_loop *l, ev_signal *w, int revents)
 {
     (void)l, (void)w, (void)revents;
-    log_info("SIGHUP: nothing to reload");
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    notify_send("RELOADING=1\nMONOTONIC_USEC=%llu",
+                (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    struct profd_config c;
+    char err[600];
+    if (build_config(&c, err, sizeof(err)) < 0) {
+        log_err("reload refused, the running configuration stays: %s", err);
+        config_free(&c);
+    } else {
+        apply_config(&c, &live);
+        config_free(&live);
+        live = c;
+        log_info("configuration reloaded from %s", config_path);
+    }
+    notify_send("READY=1");
 }
 
 /* After every loop iteration: free targets forgotten during it. */
@@ -87,100 +218,50 @@ static void on_housekeeping(struct ev_loop *l, ev_timer *w, int revents)
     (void)l, (void)w, (void)revents;
     targets_housekeeping(now_ns());
     txn_expire(now_ns());
-}
-
-static unsigned parse_uint_opt(const char *name, const char *v, unsigned lo, unsigned hi)
-{
-    uint64_t n;
-    if (parse_u64(v, &n) < 0 || n < lo || n > hi)
-        fatal("%s must be an integer from %u to %u, not \"%s\"", name, lo, hi, v);
-    return (unsigned)n;
+    notify_status();
 }
 
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
         {"socket", required_argument, NULL, 's'},
-        {"hz", required_argument, NULL, 1},
-        {"buffer", required_argument, NULL, 2},
-        {"max-hz", required_argument, NULL, 3},
-        {"max-targets", required_argument, NULL, 4},
-        {"max-stack", required_argument, NULL, 5},
-        {"max-targets-per-user", required_argument, NULL, 6},
-        {"mode", required_argument, NULL, 7},
-        {"max-cpu", required_argument, NULL, 8},
-        {"cputime-source", required_argument, NULL, 9},
-        {"txn-linger", required_argument, NULL, 10},
+        {"socket-group", required_argument, NULL, 0},
+        {"socket-mode", required_argument, NULL, 0},
+        {"hz", required_argument, NULL, 0},
+        {"buffer", required_argument, NULL, 0},
+        {"max-hz", required_argument, NULL, 0},
+        {"max-targets", required_argument, NULL, 0},
+        {"max-stack", required_argument, NULL, 0},
+        {"max-targets-per-user", required_argument, NULL, 0},
+        {"max-memory", required_argument, NULL, 0},
+        {"allow-groups", required_argument, NULL, 0},
+        {"mode", required_argument, NULL, 0},
+        {"max-cpu", required_argument, NULL, 0},
+        {"cputime-source", required_argument, NULL, 0},
+        {"txn-linger", required_argument, NULL, 0},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
-    const char *socket_opt = NULL;
-    unsigned max_stack_kib = 512;
-    double max_cpu = 25;
-    uint64_t linger_ns = 5 * NS_PER_SEC;
-    enum cpu_source cpu_src = CPU_SRC_AUTO;
-    server_cfg.default_mode = SCHED_ALARM;
     log_init("profd", LOG_LVL_INFO);
-    server_cfg.default_hz = 101;
-    server_cfg.default_buffer_ns = 60 * NS_PER_SEC;
-    server_cfg.max_hz = 10000;
-    server_cfg.max_buffer_ns = 3600 * NS_PER_SEC;
-    server_cfg.max_targets = 256;
-    server_cfg.max_targets_per_user = 32;
-    int c;
-    while ((c = getopt_long(argc, argv, "s:vVh", opts, NULL)) != -1) {
+    flags = xcalloc((size_t)argc + 1, sizeof(*flags));
+    int c, idx;
+    while ((c = getopt_long(argc, argv, "c:s:vVh", opts, &idx)) != -1) {
         switch (c) {
+        case 0:
+            flags[nflags++] = (struct flag){opts[idx].name, optarg};
+            break;
+        case 'c':
+            config_path = optarg;
+            config_explicit = true;
+            break;
         case 's':
-            socket_opt = optarg;
-            break;
-        case 1:
-            server_cfg.default_hz = parse_uint_opt("--hz", optarg, 1, 10000);
-            break;
-        case 2: {
-            uint64_t ns;
-            if (parse_duration_ns(optarg, &ns) < 0 || ns < NS_PER_SEC || ns > 3600 * NS_PER_SEC)
-                fatal("--buffer must be from 1 s to 1 h, not \"%s\"", optarg);
-            server_cfg.default_buffer_ns = ns;
-            break;
-        }
-        case 3:
-            server_cfg.max_hz = parse_uint_opt("--max-hz", optarg, 1, 100000);
-            break;
-        case 4:
-            server_cfg.max_targets = parse_uint_opt("--max-targets", optarg, 1, 65536);
-            break;
-        case 5:
-            max_stack_kib = parse_uint_opt("--max-stack", optarg, 8, 65536);
-            break;
-        case 6:
-            server_cfg.max_targets_per_user =
-                parse_uint_opt("--max-targets-per-user", optarg, 1, 65536);
-            break;
-        case 7:
-            if (sched_mode_parse(optarg, &server_cfg.default_mode) < 0)
-                fatal("--mode must be alarm, sleep, event or cputime, not \"%s\"", optarg);
-            break;
-        case 8: {
-            char *end;
-            errno = 0;
-            max_cpu = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(max_cpu >= 0 && max_cpu <= 10000))
-                fatal("--max-cpu must be a percentage from 0 to 10000, not \"%s\"", optarg);
-            break;
-        }
-        case 9:
-            if (cpu_source_parse(optarg, &cpu_src) < 0)
-                fatal("--cputime-source must be auto, perf, timer or poll, not \"%s\"", optarg);
-            break;
-        case 10:
-            if (parse_duration_ns(optarg, &linger_ns) < 0 || linger_ns > 3600 * NS_PER_SEC)
-                fatal("--txn-linger must be a duration up to 1 h (\"5\", \"500ms\"), not \"%s\"",
-                      optarg);
+            flags[nflags++] = (struct flag){"socket", optarg};
             break;
         case 'v':
-            log_set_level(LOG_LVL_DEBUG);
+            flags[nflags++] = (struct flag){"verbose", "yes"};
             break;
         case 'V':
             printf("profd %s\n", PROFD_VERSION);
@@ -197,8 +278,12 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (server_cfg.default_hz > server_cfg.max_hz)
-        fatal("--hz %u is above --max-hz %u", server_cfg.default_hz, server_cfg.max_hz);
+    char err[600];
+    if (build_config(&live, err, sizeof(err)) < 0)
+        fatal("%s", err);
+    apply_config(&live, NULL);
+    server_cfg.max_buffer_ns = 3600 * NS_PER_SEC;
+    const char *socket_opt = live.socket;
 
     char *path = profd_socket_path(socket_opt);
     if (!path)
@@ -219,11 +304,11 @@ int main(int argc, char **argv)
     if (!loop)
         fatal("cannot create the event loop");
     server_start_ns = now_ns();
-    if (sampler_init((size_t)max_stack_kib * 1024) < 0)
+    if (sampler_init((size_t)live.max_stack_kib * 1024) < 0)
         fatal("out of memory");
     targets_init(loop);
-    sched_global_init(loop, cpu_src, max_cpu);
-    txn_init(loop, linger_ns);
+    sched_global_init(loop, live.cputime_source, live.max_cpu);
+    txn_init(loop, live.txn_linger_ns);
     ev_signal_init(&sigchld_w, on_sigchld, SIGCHLD);
     ev_signal_start(loop, &sigchld_w);
     ev_signal_init(&sigterm_w, on_terminate, SIGTERM);
@@ -240,10 +325,31 @@ int main(int argc, char **argv)
     int r = worker_start(loop);
     if (r < 0)
         fatal("cannot start the worker thread: %s", strerror(-r));
-    if (server_listen(loop, path) < 0)
+    char why[300] = "";
+    int passed = listen_fd_passed(why, sizeof(why));
+    if (passed < -1)
+        fatal("socket activation: %s", why);
+    if (passed >= 0) {
+        /* Socket activation: the service manager's socket, wherever it is. */
+        struct sockaddr_un sa;
+        socklen_t salen = sizeof(sa);
+        if (getsockname(passed, (struct sockaddr *)&sa, &salen) == 0 && sa.sun_path[0]) {
+            char name[sizeof(sa.sun_path) + 1];
+            size_t n = salen - offsetof(struct sockaddr_un, sun_path);
+            memcpy(name, sa.sun_path, n < sizeof(sa.sun_path) ? n : sizeof(sa.sun_path));
+            name[n < sizeof(sa.sun_path) ? n : sizeof(sa.sun_path)] = '\0';
+            free(path);
+            path = xstrdup(name);
+        }
+        if (server_listen_fd(loop, passed, path) < 0)
+            return 1;
+    } else if (server_listen(loop, path) < 0) {
         return 1;
+    }
     server_cfg.socket_path = path;
-    log_info("profd %s listening on %s", PROFD_VERSION, path);
+    log_info("profd %s listening on %s%s", PROFD_VERSION, path,
+             passed >= 0 ? " (passed by the service manager)" : "");
+    notify_send("READY=1\nSTATUS=listening on %s, no process sampled yet", path);
 
     ev_run(loop, 0);
 
@@ -263,6 +369,8 @@ int main(int argc, char **argv)
     ev_signal_stop(loop, &sighup_w);
     ev_loop_destroy(loop);
     free(path);
+    config_free(&live);
+    free(flags);
     log_info("exiting");
     return exit_code;
 }

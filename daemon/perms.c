@@ -74,6 +74,17 @@ int peer_from_socket(int fd, struct peer *p)
     return 0;
 }
 
+int peer_groups(int fd, const struct peer *p, gid_t *g, int n)
+{
+    if (n < 1)
+        return -EINVAL;
+    g[0] = p->gid;
+    socklen_t len = (socklen_t)((size_t)(n - 1) * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g + 1, &len) < 0)
+        return errno == ERANGE ? n : -errno;
+    return 1 + (int)(len / sizeof(gid_t));
+}
+
 int proc_creds_read(pid_t pid, struct proc_creds *c)
 {
     char path[64], buf[4096];
@@ -132,7 +143,7 @@ static bool descends_from(pid_t pid, pid_t ancestor)
 
 int perms_check_yama(const struct peer *p, pid_t target, char *why, size_t whylen)
 {
-    if (p->cap_eff & (1ull << CAP_SYS_PTRACE))
+    if (peer_may_trace_any(p))
         return 0;
     int scope = yama_scope();
     if (scope >= 2 || (scope == 1 && !descends_from(target, p->pid))) {
@@ -148,7 +159,7 @@ int perms_check(const struct peer *p, const struct proc_creds *c, char *why, siz
 {
     /* What makes root all-powerful here is what makes it so for ptrace: CAP_SYS_PTRACE.
      * A uid-0 client that dropped it is held to the same rule as everyone else. */
-    if (p->cap_eff & (1ull << CAP_SYS_PTRACE))
+    if (peer_may_trace_any(p))
         return 0;
     for (int i = 0; i < 3; i++) {
         if (c->uid[i] != p->uid || c->gid[i] != p->gid) {

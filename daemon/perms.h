@@ -12,7 +12,19 @@ struct peer {
     uid_t uid;
     gid_t gid;
     uint64_t cap_eff; /* client's effective capabilities when it connected */
+    bool by_group;    /* in a group allowed to profile any process (allow_groups) */
 };
+
+/* May the client profile any process (not only its own): CAP_SYS_PTRACE, or a member of a
+ * group the configuration allows (allow_groups) when it connected. */
+static inline bool peer_may_trace_any(const struct peer *p)
+{
+    return (p->cap_eff & (1ull << 19 /* CAP_SYS_PTRACE */)) || p->by_group;
+}
+
+/* The client's groups (primary and supplementary, SO_PEERGROUPS) into g (at most n).
+ * Returns how many, or -errno. */
+int peer_groups(int fd, const struct peer *p, gid_t *g, int n);
 
 /* Fill peer from a connected Unix socket. Returns 0 or -errno. */
 int peer_from_socket(int fd, struct peer *p);

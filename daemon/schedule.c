@@ -78,6 +78,11 @@ double sched_budget_pct(void)
     return g.max_cpu_pct;
 }
 
+void sched_set_budget_pct(double pct)
+{
+    g.max_cpu_pct = pct;
+}
+
 double sched_effective_hz(const struct sched *s)
 {
     return s->eff_interval_ns ? 1e9 / (double)s->eff_interval_ns : 0;
@@ -740,6 +745,10 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
             if (fabs(scale - s->scale) > 0.05 * s->scale || (scale == 1.0 && s->scale != 1.0))
                 set_scale(s, scale, now);
         }
+    } else {
+        for (size_t i = 0; i < n; i++) /* no budget (any more): every rate as asked */
+            if (v[i]->scale != 1.0)
+                set_scale(v[i], 1.0, now);
     }
     free(v);
 }

@@ -87,6 +87,8 @@ struct sched {
 int sched_global_init(struct ev_loop *loop, enum cpu_source source, double max_cpu_pct);
 void sched_global_finish(void);
 double sched_budget_pct(void);
+/* A new budget (configuration reload); applied at the next division (0.25 s). */
+void sched_set_budget_pct(double pct);
 
 int sched_start(struct sched *s, struct ev_loop *loop, struct target *t, enum sched_mode mode,
                 unsigned hz);

@@ -122,8 +122,28 @@ static bool is_noreply(const cJSON *req)
            (!strcmp(cmd->valuestring, "txn_start") || !strcmp(cmd->valuestring, "txn_discard"));
 }
 
-/* Parse and answer every complete request in the buffer. While a reply is pending, only
- * requests without replies are handled; the first other one waits for it (reading stops). */
+/* Answer one request (a complete frame's payload). */
+static void handle(struct client *c, const char *payload, size_t len)
+{
+    cJSON *req = cJSON_ParseWithLength(payload, len);
+    if (!req || !cJSON_IsObject(req)) {
+        cJSON_Delete(req);
+        client_send(c, proto_error_reply(NULL, PE_BAD_REQUEST, "request is not a JSON object"));
+        return;
+    }
+    cJSON *reply = commands_dispatch(c, req);
+    cJSON_Delete(req);
+    if (reply)
+        client_send(c, reply);
+}
+
+/* Most requests with replies held back while one is pending; past them, reading stops. */
+#define MAX_DEFERRED 16
+
+/* Parse and answer every complete request in the buffer. While a reply is pending,
+ * requests without replies are handled at once, and up to MAX_DEFERRED others are set
+ * aside, to be answered in order once the reply is out: a request waiting for its turn
+ * does not hold up the transaction starts sent after it. */
 static void process(struct client *c)
 {
     while (!c->closing && !c->dead) {
@@ -132,6 +152,16 @@ static void process(struct client *c)
             ev_io_stop(loop, &c->rio);
             return;
         }
+        if (!c->pending && c->deferred) {
+            struct deferred *d = c->deferred;
+            c->deferred = d->next;
+            if (!c->deferred)
+                c->deferred_tail = NULL;
+            c->ndeferred--;
+            handle(c, d->payload, d->len);
+            free(d);
+            continue;
+        }
         const char *payload;
         size_t len;
         int r = frame_reader_next(&c->in, &payload, &len);
@@ -139,12 +169,28 @@ static void process(struct client *c)
             return;
         if (c->pending && r > 0) {
             cJSON *req = cJSON_ParseWithLength(payload, len);
-            bool go = req && c->handshaken && is_noreply(req);
-            if (go)
-                commands_dispatch(c, req); /* returns NULL: nothing to send */
+            bool now = req && c->handshaken && is_noreply(req);
+            if (now) {
+                cJSON *reply = commands_dispatch(c, req); /* only an error about "id" */
+                if (reply)
+                    client_send(c, reply);
+            }
             cJSON_Delete(req);
-            if (go)
+            if (now)
                 continue;
+            if (c->ndeferred < MAX_DEFERRED) {
+                struct deferred *d = xmalloc(sizeof(*d) + len);
+                memcpy(d->payload, payload, len);
+                d->len = len;
+                d->next = NULL;
+                if (c->deferred_tail)
+                    c->deferred_tail->next = d;
+                else
+                    c->deferred = d;
+                c->deferred_tail = d;
+                c->ndeferred++;
+                continue;
+            }
             frame_reader_unread(&c->in, len);
             ev_io_stop(loop, &c->rio);
             return;
@@ -162,24 +208,34 @@ static void process(struct client *c)
             fail_and_close(c, PE_BAD_REQUEST, "empty frame");
             return;
         }
-        cJSON *req = cJSON_ParseWithLength(payload, len);
-        if (!req || !cJSON_IsObject(req)) {
-            cJSON_Delete(req);
-            client_send(c, proto_error_reply(NULL, PE_BAD_REQUEST,
-                                             "request is not a JSON object"));
-            continue;
-        }
-        cJSON *reply = commands_dispatch(c, req);
-        cJSON_Delete(req);
-        if (reply)
-            client_send(c, reply);
+        handle(c, payload, len);
     }
+}
+
+/* The client closed its side: once every request is answered (none pending or set aside,
+ * and the complete ones in the buffer handled), close when the output is written. */
+static void finish_at_eof(struct client *c)
+{
+    ev_io_stop(loop, &c->rio);
+    if (c->pending || c->deferred || c->throttled)
+        return; /* pending_finish (or on_write) brings us back here through on_read */
+    if (c->out.len > c->out_off)
+        c->closing = true;
+    else
+        client_close(c);
 }
 
 static void on_read(struct ev_loop *l, ev_io *w, int revents)
 {
     (void)l, (void)revents;
     struct client *c = w->data;
+    if (c->eof) {
+        /* Its end was read while a reply was pending: answer what is left, then close. */
+        process(c);
+        if (!c->dead)
+            finish_at_eof(c);
+        return;
+    }
     for (;;) {
         ssize_t n = frame_reader_fill(&c->in, c->fd);
         if (n == -EAGAIN || n == -EWOULDBLOCK || n == -ENOBUFS)
@@ -193,15 +249,10 @@ static void on_read(struct ev_loop *l, ev_io *w, int revents)
             if (frame_reader_pending(&c->in))
                 log_debug("client %" PRIu64 ": connection closed inside a frame", c->id);
             /* Answer what arrived complete, then close. */
+            c->eof = true;
             process(c);
-            if (c->dead)
-                return;
-            if (c->pending || (c->out.len > c->out_off)) {
-                c->closing = true;
-                ev_io_stop(loop, &c->rio);
-            } else {
-                client_close(c);
-            }
+            if (!c->dead)
+                finish_at_eof(c);
             return;
         }
         process(c);
@@ -270,6 +321,11 @@ static void on_check(struct ev_loop *l, ev_check *w, int revents)
         dead_clients = c->next;
         frame_reader_finish(&c->in);
         strbuf_finish(&c->out);
+        while (c->deferred) {
+            struct deferred *d = c->deferred;
+            c->deferred = d->next;
+            free(d);
+        }
         free(c);
     }
 }
@@ -339,6 +395,13 @@ static void on_accept(struct ev_loop *l, ev_io *w, int revents)
             free(c);
             continue;
         }
+        if (server_cfg.nallow_groups) {
+            gid_t g[256];
+            int n = peer_groups(fd, &c->peer, g, 256);
+            for (int i = 0; i < n && !c->peer.by_group; i++)
+                for (size_t j = 0; j < server_cfg.nallow_groups; j++)
+                    c->peer.by_group |= g[i] == server_cfg.allow_groups[j];
+        }
         frame_reader_init(&c->in, PROTO_MAX_REQUEST);
         ev_io_init(&c->rio, on_read, fd, EV_READ);
         ev_io_init(&c->wio, on_write, fd, EV_WRITE);
@@ -377,6 +440,41 @@ static void make_parent(const char *path)
     free(dir);
 }
 
+/* Start accepting on a listening socket. */
+static void start_accepting(void)
+{
+    ev_check_init(&reaper, on_check);
+    ev_check_start(loop, &reaper);
+    ev_io_init(&accept_io, on_accept, listen_fd, EV_READ);
+    ev_init(&accept_backoff, on_backoff);
+    ev_io_start(loop, &accept_io);
+}
+
+int server_listen_fd(struct ev_loop *l, int fd, const char *path)
+{
+    loop = l;
+    int type = 0, acc = 0;
+    socklen_t len = sizeof(type);
+    struct sockaddr_un sa;
+    socklen_t salen = sizeof(sa);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &(socklen_t){sizeof(acc)}) < 0 ||
+        !acc || getsockname(fd, (struct sockaddr *)&sa, &salen) < 0 ||
+        sa.sun_family != AF_UNIX) {
+        log_err("the socket passed by the service manager (fd %d) is not a listening Unix "
+                "stream socket", fd);
+        return -EINVAL;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+        return -errno;
+    listen_fd = fd;
+    /* Its file belongs to the service manager (it outlives us): not ours to remove. */
+    (void)path;
+    start_accepting();
+    return 0;
+}
+
 int server_listen(struct ev_loop *l, const char *path)
 {
     loop = l;
@@ -405,15 +503,15 @@ int server_listen(struct ev_loop *l, const char *path)
         listen_fd = -1;
         return e;
     }
-    /* Anyone may connect: every request is checked against the caller's credentials
-     * (SO_PEERCRED), so users can profile their own processes and nothing else. */
-    chmod(path, 0666);
+    /* By default anyone may connect: every request is checked against the caller's
+     * credentials (SO_PEERCRED), so users can profile their own processes and nothing
+     * else. socket_group and socket_mode narrow who may connect at all. */
+    if (server_cfg.socket_gid != (gid_t)-1 && chown(path, (uid_t)-1, server_cfg.socket_gid) < 0)
+        log_warn("cannot give %s to group %u: %s", path, server_cfg.socket_gid,
+                 strerror(errno));
+    chmod(path, server_cfg.socket_mode);
     socket_path = xstrdup(path);
-    ev_check_init(&reaper, on_check);
-    ev_check_start(loop, &reaper);
-    ev_io_init(&accept_io, on_accept, listen_fd, EV_READ);
-    ev_init(&accept_backoff, on_backoff);
-    ev_io_start(loop, &accept_io);
+    start_accepting();
     return 0;
 }
 

@@ -23,12 +23,22 @@ struct client {
     size_t out_off;
     bool handshaken;
     bool closing;              /* close once the output is flushed */
+    bool eof;                  /* the client closed its side: no more requests will come */
     bool dead;                 /* closed; freed after the current loop iteration */
     bool throttled;            /* reading paused until the client reads its replies */
     struct pending *pending;   /* request being answered asynchronously */
+    struct deferred *deferred, *deferred_tail; /* requests set aside while one is pending */
+    unsigned ndeferred;
     uint64_t id;               /* connection number, for logs */
     uint64_t accept_ns;        /* when it connected (CLOCK_MONOTONIC) */
     struct client *next;
+};
+
+/* A request set aside while an earlier one's reply is pending (in order). */
+struct deferred {
+    struct deferred *next;
+    size_t len;
+    char payload[];
 };
 
 /* A request whose reply comes later (slice, detach). If its client goes away first,
@@ -48,6 +58,11 @@ struct server_config {
     uint64_t max_buffer_ns;
     unsigned max_targets;
     unsigned max_targets_per_user; /* for clients without CAP_SYS_PTRACE */
+    uint64_t max_memory;           /* all targets' samples and stacks; 0: no limit */
+    gid_t allow_groups[32];        /* members may profile any process */
+    size_t nallow_groups;
+    gid_t socket_gid;              /* group of the socket profd creates; -1: its own */
+    unsigned socket_mode;
 };
 
 extern struct server_config server_cfg;
@@ -58,6 +73,9 @@ struct ev_loop *server_loop(void);
 
 /* Listen on the socket. Returns 0 or -errno (with a logged reason). */
 int server_listen(struct ev_loop *loop, const char *path);
+/* Accept on fd, a listening socket the service manager passed (socket activation); path
+ * is where it is, for logs. Returns 0 or -errno. */
+int server_listen_fd(struct ev_loop *loop, int fd, const char *path);
 /* Stop accepting, drop every client, remove the socket file. */
 void server_shutdown(void);
 size_t server_client_count(void);

@@ -1021,6 +1021,14 @@ void targets_shutdown(uint64_t timeout_ns)
                  targets_count());
 }
 
+size_t targets_memory(void)
+{
+    size_t sum = 0;
+    for (struct target *t = targets_first(); t; t = t->next)
+        sum += target_memory(t);
+    return sum;
+}
+
 size_t target_memory(const struct target *t)
 {
     size_t m = sizeof(*t) + ring_memory(&t->ring) + stacks_memory(&t->stacks);

@@ -204,5 +204,7 @@ int target_refresh_maps(struct target *t);
 
 const char *target_state_name(enum target_state s);
 size_t target_memory(const struct target *t);
+/* Of every target. */
+size_t targets_memory(void);
 /* Maps of exec generation epoch, or NULL if forgotten. */
 const struct maps *target_epoch_maps(const struct target *t, uint32_t epoch);

@@ -278,6 +278,11 @@ void txn_expire(uint64_t now)
     }
 }
 
+void txn_set_linger(uint64_t linger_ns)
+{
+    g.linger_ns = linger_ns;
+}
+
 void txn_init(struct ev_loop *loop, uint64_t linger_ns)
 {
     g.loop = loop;

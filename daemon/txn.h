@@ -56,6 +56,8 @@ struct txn_proc {
 };
 
 void txn_init(struct ev_loop *loop, uint64_t linger_ns);
+/* A new linger time (configuration reload), for detaches armed from now on. */
+void txn_set_linger(uint64_t linger_ns);
 void txn_shutdown(void);
 struct txn_proc *txn_proc_find(pid_t pid);
 /* Start transaction id of process pid (its thread tid) on connection client, begun at

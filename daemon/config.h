@@ -1,0 +1,58 @@
+/* config.h: profd's settings: built-in defaults, then the configuration file
+ * (/etc/profd/profd.conf, profd.conf(5)), then command-line flags, which win.
+ *
+ * The file is lines of "key = value"; '#' starts a comment; blank lines are ignored. Every
+ * key is also a flag (--key, '_' written '-'). Values are checked as they are read: a bad
+ * line is an error naming the file, the line and what is wrong, and profd refuses to start
+ * (on SIGHUP it keeps the configuration it runs with). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "schedule.h"
+
+#define PROFD_DEFAULT_CONFIG "/etc/profd/profd.conf"
+#define CONFIG_MAX_GROUPS 32
+
+struct profd_config {
+    char *socket;            /* NULL: the default path (profd_socket_path) */
+    char *socket_group;      /* group owning the socket profd creates; NULL: profd's own */
+    unsigned socket_mode;    /* permissions of the socket profd creates (0666) */
+    enum sched_mode mode;    /* default schedule for attach */
+    unsigned hz;             /* default rate */
+    uint64_t buffer_ns;      /* default buffer length */
+    unsigned max_hz;
+    double max_cpu;          /* sampling budget, percent of one CPU; 0: none */
+    enum cpu_source cputime_source;
+    uint64_t txn_linger_ns;
+    unsigned max_targets;
+    unsigned max_targets_per_user;
+    unsigned max_stack_kib;
+    uint64_t max_memory;     /* bytes for all targets' samples and stacks; 0: no limit */
+    gid_t allow_groups[CONFIG_MAX_GROUPS]; /* members may profile other users' processes */
+    size_t nallow_groups;
+    bool verbose;
+};
+
+/* The built-in defaults. */
+void config_defaults(struct profd_config *c);
+/* Free what c owns (not c). */
+void config_free(struct profd_config *c);
+/* A deep copy. */
+void config_copy(struct profd_config *dst, const struct profd_config *src);
+/* Set key (a file key, or a flag's name without "--", '-' or '_') to value. Returns 0, or
+ * -EINVAL with a reason in err ("hz must be an integer from 1 to 10000, not \"x\""), or
+ * -ENOENT for an unknown key. */
+int config_set(struct profd_config *c, const char *key, const char *value, char *err,
+               size_t errlen);
+/* Read a configuration file into c. missing_ok: a file that does not exist is no error.
+ * Returns 0, or -errno with "PATH:LINE: reason" in err. */
+int config_load(struct profd_config *c, const char *path, bool missing_ok, char *err,
+                size_t errlen);
+/* Checks across keys (hz not above max_hz). Returns 0 or -EINVAL with a reason in err. */
+int config_check(const struct profd_config *c, char *err, size_t errlen);
+/* Is gid one of the groups allowed to profile other users' processes? */
+bool config_group_allowed(const struct profd_config *c, gid_t gid);
