@@ -14,7 +14,11 @@
 
 #include "schedule.h"
 
+#ifdef PROFD_CONFIG
+#define PROFD_DEFAULT_CONFIG PROFD_CONFIG /* from meson: SYSCONFDIR/profd/profd.conf */
+#else
 #define PROFD_DEFAULT_CONFIG "/etc/profd/profd.conf"
+#endif
 #define CONFIG_MAX_GROUPS 32
 
 struct profd_config {

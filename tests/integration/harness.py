@@ -78,6 +78,9 @@ class Daemon:
         self.socket = os.path.join(self.dir, "profd.sock")
         self.log_path = os.path.join(self.dir, "profd.log")
         cmd = [PROFD, "--socket", self.socket] + list(args)
+        if "--config" not in args and "-c" not in args:
+            # Hermetic: never the machine's own profd.conf.
+            cmd += ["--config", "/dev/null"]
         w = os.environ.get("PROFD_WRAPPER") if wrapper else None
         if w:
             cmd = w.split() + cmd
