@@ -38,6 +38,8 @@ static void usage(FILE *f)
             "  detach PID                               stop sampling it\n"
             "  list [--json]                            attached processes\n"
             "  status [PID] [--json]                    daemon and sampling statistics\n"
+            "  reload                                   profd re-reads its configuration file\n"
+            "                                           (root and profd's user only)\n"
             "  slice PID [--last SECONDS | --from NS --to NS] [--format collapsed|sentry]\n"
             "            [-o FILE] [--thread-ids] [--top N] [--transaction NAME]\n"
             "            [--by-transaction]             write a profile of a time window\n\n"
@@ -209,6 +211,20 @@ static int cmd_detach(int fd, pid_t pid)
         print_json(res);
     else
         printf("detached from %d\n", pid);
+    cJSON_Delete(reply);
+    return 0;
+}
+
+static int cmd_reload(int fd)
+{
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "cmd", "reload");
+    cJSON *reply;
+    const cJSON *res = call(fd, req, &reply);
+    if (json_out)
+        print_json(res);
+    else
+        printf("profd re-read its configuration\n");
     cJSON_Delete(reply);
     return 0;
 }
@@ -559,6 +575,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "list") && nargs == 0)
         return cmd_list(connect_daemon());
+    if (!strcmp(cmd, "reload") && nargs == 0)
+        return cmd_reload(connect_daemon());
     if (!strcmp(cmd, "status") && nargs <= 1) {
         pid_t pid = nargs ? parse_pid(args[0]) : 0;
         return cmd_status(connect_daemon(), pid);

@@ -950,6 +950,24 @@ static cJSON *cmd_txn_discard(struct request *r)
     return result_reply(r->id, res);
 }
 
+/* Re-read the configuration file, as SIGHUP does, and say whether it was taken: for
+ * `systemctl reload` (profctl reload), which then fails on a bad file. Only root and the
+ * daemon's own user may. */
+static cJSON *cmd_reload(struct request *r)
+{
+    if (r->c->peer.uid != 0 && r->c->peer.uid != geteuid())
+        return proto_error_reply(r->id, PE_PERMISSION_DENIED,
+                                 "permission denied: only root and profd's own user (uid %u) "
+                                 "may reload its configuration", (unsigned)geteuid());
+    char err[600] = "";
+    if (!server_reload || server_reload(err, sizeof(err)) < 0)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "configuration refused, the running "
+                                 "one stays: %s", err[0] ? err : "no configuration to reload");
+    cJSON *res = cJSON_CreateObject();
+    cJSON_AddBoolToObject(res, "reloaded", 1);
+    return result_reply(r->id, res);
+}
+
 struct command {
     const char *name;
     cJSON *(*fn)(struct request *r);
@@ -968,6 +986,7 @@ static const struct command commands[] = {
     {"txn_start", cmd_txn_start, false, false},
     {"txn_finish", cmd_txn_finish, false, false},
     {"txn_discard", cmd_txn_discard, false, false},
+    {"reload", cmd_reload, false, false},
 };
 
 cJSON *commands_dispatch(struct client *c, const cJSON *req)

@@ -185,16 +185,16 @@ static void on_terminate(struct ev_loop *l, ev_signal *w, int revents)
     ev_break(l, EVBREAK_ALL);
 }
 
-static void on_sighup(struct ev_loop *l, ev_signal *w, int revents)
+/* Re-read the configuration: SIGHUP, or a `reload` request (systemctl reload). */
+static int reload(char *err, size_t errlen)
 {
-    (void)l, (void)w, (void)revents;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     notify_send("RELOADING=1\nMONOTONIC_USEC=%llu",
                 (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
     struct profd_config c;
-    char err[600];
-    if (build_config(&c, err, sizeof(err)) < 0) {
+    int r = build_config(&c, err, errlen);
+    if (r < 0) {
         log_err("reload refused, the running configuration stays: %s", err);
         config_free(&c);
     } else {
@@ -204,6 +204,14 @@ static void on_sighup(struct ev_loop *l, ev_signal *w, int revents)
         log_info("configuration reloaded from %s", config_path);
     }
     notify_send("READY=1");
+    return r;
+}
+
+static void on_sighup(struct ev_loop *l, ev_signal *w, int revents)
+{
+    (void)l, (void)w, (void)revents;
+    char err[600];
+    reload(err, sizeof(err));
 }
 
 /* After every loop iteration: free targets forgotten during it. */
@@ -282,6 +290,7 @@ int main(int argc, char **argv)
     if (build_config(&live, err, sizeof(err)) < 0)
         fatal("%s", err);
     apply_config(&live, NULL);
+    server_reload = reload;
     server_cfg.max_buffer_ns = 3600 * NS_PER_SEC;
     const char *socket_opt = live.socket;
 

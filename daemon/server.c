@@ -24,6 +24,7 @@
 #define STALL_TIMEOUT 30.0
 
 struct server_config server_cfg;
+int (*server_reload)(char *err, size_t errlen);
 uint64_t server_start_ns;
 
 static struct ev_loop *loop;

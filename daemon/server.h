@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
@@ -66,6 +67,9 @@ struct server_config {
 };
 
 extern struct server_config server_cfg;
+/* Re-read the configuration (set by main): 0, or -1 with the reason in err (the running
+ * configuration then stays). */
+extern int (*server_reload)(char *err, size_t errlen);
 extern uint64_t server_start_ns;
 
 /* The event loop the server runs on. */

@@ -128,8 +128,8 @@ with tempfile.TemporaryDirectory() as dest:
               "systemd-tmpfiles creates /run/profd (%s)" % r.stderr.strip())
     else:
         log("skipped: sysusers/tmpfiles (systemd not installed)")
-    # The units, as installed (ExecStart pointed at the DESTDIR's binary, which is where the
-    # installed one is on this machine).
+    # The units, as installed (ExecStart and ExecReload pointed at the DESTDIR's binaries,
+    # which is where the installed ones are on this machine).
     if have("systemd-analyze"):
         with tempfile.TemporaryDirectory() as ud:
             with open(os.path.join(unitdir, "profd.service")) as f:
@@ -137,7 +137,8 @@ with tempfile.TemporaryDirectory() as dest:
             check("ExecStart=/" in text and prefix + "/sbin/profd" in text,
                   "the service runs the installed profd (%s/sbin/profd)" % prefix)
             with open(os.path.join(ud, "profd.service"), "w") as f:
-                f.write(text.replace(prefix + "/sbin/profd", root + "/sbin/profd"))
+                f.write(text.replace("/" + prefix + "/sbin/profd", root + "/sbin/profd")
+                        .replace("/" + prefix + "/bin/profctl", root + "/bin/profctl"))
             shutil.copy(os.path.join(unitdir, "profd.socket"), ud)
             r = subprocess.run(["systemd-analyze", "verify", "--man=no",
                                 os.path.join(ud, "profd.service"),
@@ -252,6 +253,25 @@ with Program("busy", 1) as b:
     check(m2 == "READY=1" and st["default_hz"] == 61 and st["budget_cpu_pct"] == 7 and
           len(status_json(sock)["targets"]) == 1,
           "a bad file on reload: refused, the running configuration and targets kept")
+    # `profctl reload` (the unit's ExecReload): the same, with an answer.
+    with open(conf, "w") as f:
+        f.write("hz = 63\n")
+    r = ctl(sock, "reload", check_rc=False)
+    check(r.returncode == 0 and status_json(sock)["daemon"]["default_hz"] == 63,
+          "profctl reload: the new file in force, exit 0 (%s)" % r.stderr.strip())
+    with open(conf, "w") as f:
+        f.write("hz = 64\nmode = whenever\n")
+    r = ctl(sock, "reload", check_rc=False)
+    check(r.returncode == 1 and "profd.conf:2: mode must be" in r.stderr and
+          status_json(sock)["daemon"]["default_hz"] == 63,
+          "profctl reload of a bad file: exit 1 with the reason, the running one kept (%s)"
+          % r.stderr.strip())
+    if have("setpriv"):
+        r = ctl(sock, "reload", user=(65534, []), check_rc=False)
+        check(r.returncode == 5, "profctl reload by another user: permission denied (%s)"
+              % r.stderr.strip())
+    for _ in range(6):  # the reloads' RELOADING=1/READY=1
+        ns.recv(4096)
     rc = stop(p)
     msgs = []
     try:

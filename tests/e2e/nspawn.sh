@@ -1,0 +1,95 @@
+#!/bin/sh
+# tests/e2e/nspawn.sh: profd installed the way a package would install it and run by a booted
+# systemd, in a systemd-nspawn container (a debootstrapped Debian 12): socket activation,
+# the unit's user, capabilities and system call filter, attach and slice, reload with a good
+# and a bad configuration, journal priorities, stop. Exit 0 if every check passed.
+#
+# Not in the default suite: the first run downloads a Debian base system (debootstrap) and
+# takes a few minutes. As root, from the repository:
+#     tests/e2e/nspawn.sh            # ROOT=/var/tmp/profd-nspawn is kept for the next run
+set -eu
+cd "$(dirname "$0")/../.."
+root=${ROOT:-/var/tmp/profd-nspawn}
+bld=build-e2e
+export DEBIAN_FRONTEND=noninteractive
+command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null ||
+    apt-get install -y -qq systemd-container debootstrap >/dev/null
+if [ ! -x "$root/usr/bin/systemctl" ]; then
+    debootstrap --variant=minbase \
+        --include=systemd,systemd-sysv,dbus,libunwind8,libev4,libcjson1,libdw1,libelf1,util-linux \
+        bookworm "$root" http://deb.debian.org/debian >/dev/null
+fi
+[ -f "$bld/build.ninja" ] || meson setup --prefix=/usr "$bld" >/dev/null
+ninja -C "$bld" >/dev/null
+DESTDIR="$root" meson install -C "$bld" --no-rebuild >/dev/null
+cp "$bld/tests/programs/busy" "$root/usr/local/bin/profd-e2e-busy"
+rm -f "$root/var/log/profd-e2e.log"
+
+cat >"$root/usr/local/bin/profd-e2e" <<'EOF'
+#!/bin/sh
+# Runs inside the container at boot; writes /var/log/profd-e2e.log, then powers off.
+exec >/var/log/profd-e2e.log 2>&1
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+check() { what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+systemd-sysusers
+systemd-tmpfiles --create
+systemctl daemon-reload
+systemctl enable --now profd.socket
+check "profd.socket listens on /run/profd/profd.sock, group profd, mode 0660" \
+    test "$(stat -c '%G %a' /run/profd/profd.sock)" = "profd 660"
+check "profd.service not started before the first connection" \
+    sh -c '! systemctl is-active -q profd.service'
+/usr/local/bin/profd-e2e-busy 2 >/dev/null &
+busy=$!
+sleep 0.3
+check "the first connection starts profd (socket activation)" profctl status
+check "profd.service is active" systemctl is-active -q profd.service
+main=$(systemctl show -p MainPID --value profd.service)
+check "it runs as user profd" test "$(awk '/^Uid:/ {print $2}' /proc/"$main"/status)" = "$(id -u profd)"
+check "with CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_PERFMON only" \
+    test "$(grep CapEff /proc/"$main"/status | awk '{print $2}')" = "$(printf '%016x' $(( (1 << 19) | (1 << 2) | (1 << 38) )))"
+check "attach" profctl attach "$busy" --hz 199
+check "attach (cputime: perf events under the unit's filter)" sh -c "profctl configure $busy --mode cputime && sleep 2"
+profctl slice "$busy" --last 2 -o /tmp/p.folded --top 0
+check "slice: the busy program's functions, symbolized" grep -q 'work_alpha;spin' /tmp/p.folded
+check "cputime used perf events (CAP_PERFMON, perf_event_open allowed by the unit's filter)" \
+    sh -c "! journalctl -b -u profd -o cat | grep -q 'perf task-clock events unavailable'"
+check "STATUS= in systemctl status" sh -c "systemctl show -p StatusText --value profd | grep -q '1 processes sampled'"
+printf 'hz = 77\n' >/etc/profd/profd.conf
+check "systemctl reload succeeds" systemctl reload profd
+check "reload: the new configuration in force" sh -c "profctl status --json | grep -Eq '\"default_hz\":[[:space:]]*77'"
+printf 'hz = many\n' >/etc/profd/profd.conf
+check "a bad configuration: systemctl reload fails" sh -c '! systemctl reload profd'
+check "a bad configuration on reload: refused, still active, old settings" \
+    sh -c "systemctl is-active -q profd && profctl status --json | grep -Eq '\"default_hz\":[[:space:]]*77'"
+check "the refusal is in the journal at error priority" \
+    sh -c "journalctl -b -u profd -p err -o cat | grep -q 'reload refused'"
+check "info lines at info priority" \
+    sh -c "journalctl -b -u profd -p info -o verbose | grep -q 'PRIORITY=6'"
+printf '\n' >/etc/profd/profd.conf
+echo "--- state before the stop"; grep Cap /proc/"$main"/status; profctl status --json | head -c 600; echo; journalctl -b -u profd -o cat; ls -la /etc/profd
+systemctl stop profd.service
+check "stopped: the program released (not traced, running)" \
+    sh -c "grep -q 'TracerPid:[[:space:]]*0' /proc/$busy/status && ! grep -q 'State:[[:space:]]*[tT]' /proc/$busy/status"
+check "stopped cleanly (exit 0)" test "$(systemctl show -p ExecMainStatus --value profd.service)" = 0
+kill "$busy"
+echo "RESULT $fails"
+systemctl poweroff
+EOF
+chmod +x "$root/usr/local/bin/profd-e2e"
+cat >"$root/etc/systemd/system/profd-e2e.service" <<'EOF'
+[Unit]
+Description=profd end-to-end test
+After=multi-user.target
+[Service]
+Type=oneshot
+ExecStart=/usr/local/bin/profd-e2e
+[Install]
+WantedBy=multi-user.target
+EOF
+ln -sf /etc/systemd/system/profd-e2e.service "$root/etc/systemd/system/multi-user.target.wants/profd-e2e.service"
+timeout 600 systemd-nspawn --quiet --boot --register=no --keep-unit --capability=CAP_PERFMON --system-call-filter=perf_event_open -D "$root" >/dev/null 2>&1 || true
+cat "$root/var/log/profd-e2e.log" 2>/dev/null | grep -E '^(ok|FAIL|RESULT)' || true
+grep -q '^RESULT 0$' "$root/var/log/profd-e2e.log"
