@@ -116,7 +116,9 @@ with Daemon("--hz", "999", "--max-cpu", "0") as d, tempfile.TemporaryDirectory()
     # machine's 2 CPUs are saturated by the 8 threads and the daemon gets no CPU for a
     # while, a transaction can end before any tick of its work. The daemon runs at nice -10
     # as the service does; a rare miss (under 1 %) is the sampling's, not a wrong profile.
-    check(len(empty) <= len(files) // 100,
+    # (Under valgrind the daemon takes a few samples a second: a 75 ms transaction may well
+    # go without one; what is checked there is that nothing else is wrong.)
+    check(len(empty) <= len(files) // (4 if WRAPPED else 100),
           "every profile holds its own thread's work, but for rare misses of a starved daemon "
           "(%d of %d: %s)" % (len(empty), len(files), empty[:3]))
     check(len(early) <= 2 * THREADS, "only the first transactions started before the attach, "
