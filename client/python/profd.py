@@ -21,10 +21,12 @@ fork-safe (a child never uses its parent's connection).
 
 import json
 import os
+import select
 import socket
 import struct
 import threading
 import time
+import weakref
 
 __all__ = ["Profd", "ProfdError", "default_socket_path"]
 
@@ -56,12 +58,27 @@ def default_socket_path():
     return own
 
 
+_instances = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    # A child may have been forked while another thread held an instance's lock (waiting
+    # for a profile, say): no thread of the child would ever release it.
+    for p in list(_instances):
+        p._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Profd:
     def __init__(self, socket_path=None, timeout=1.0, finish_timeout=10.0):
         self.path = socket_path or default_socket_path()
         self.timeout = timeout
         self.finish_timeout = finish_timeout
         self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
         self._sock = None
         self._owner = None
         self._next_id = 0
@@ -69,6 +86,22 @@ class Profd:
         # connection: an id the daemon lost with its connection is known to be gone.
         self._gen = 0
         self._seq = 0
+        # Replies: one waiting thread at a time reads the socket without the lock and
+        # hands each reply to its caller, so other threads' calls go on meanwhile.
+        self._conn = 0          # number of the current connection
+        self._reading = False
+        self._rbuf = bytearray()
+        self._waiting = set()   # request ids whose callers wait
+        self._replies = {}
+        self._dead = None       # a socket dropped while being read: its reader closes it
+        _instances.add(self)
+
+    def _reset_after_fork(self):
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
+        self._reading = False
+        self._waiting = set()
+        self._replies = {}
 
     # -- connection ----------------------------------------------------------------------
     def close(self):
@@ -76,31 +109,62 @@ class Profd:
             self._drop()
 
     def _drop(self):
+        """Forget the connection (lock held); a socket being read is shut down and left for
+        its reader to close."""
         if self._sock is not None:
             try:
-                self._sock.close()
+                if self._reading:
+                    self._sock.shutdown(socket.SHUT_RDWR)
+                    self._dead = self._sock
+                else:
+                    self._sock.close()
             except OSError:
                 pass
         self._sock = None
+        self._conn += 1
+        self._rbuf = bytearray()
+        self._cv.notify_all()
 
-    def _connect(self, timeout):
+    def _connect(self):
         if self._sock is not None and self._owner != os.getpid():
             # Inherited across fork: the parent's connection. Close our copy only.
             self._drop()
         if self._sock is not None:
             return
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(timeout)
+        s.settimeout(self.timeout)
         try:
             s.connect(self.path)
-        except OSError as e:
+            # The handshake, before anyone else may use the socket.
+            data = json.dumps({"cmd": "hello", "version": PROTO_VERSION, "id": 0}).encode()
+            s.sendall(struct.pack(">I", len(data)) + data)
+            head = self._recv_exact(s, 4)
+            reply = json.loads(self._recv_exact(s, struct.unpack(">I", head)[0]))
+        except socket.timeout:
+            s.close()
+            raise ProfdError("timeout", "profd did not answer within %.1f s" % self.timeout)
+        except (OSError, ValueError) as e:
             s.close()
             raise ProfdError("no_daemon", "profd is not running at %s (%s)"
-                             % (self.path, e.strerror or e))
+                             % (self.path, getattr(e, "strerror", None) or e))
+        if "result" not in reply:
+            s.close()
+            raise ProfdError("protocol", "profd refused the handshake: %r" % reply)
         self._sock, self._owner = s, os.getpid()
-        self._exchange({"cmd": "hello", "version": PROTO_VERSION}, timeout)
+        self._conn += 1
+        self._rbuf = bytearray()
         self._gen = self._gen + 1 if self._gen + 1 < (1 << 21) else 1
         self._seq = 0
+
+    @staticmethod
+    def _recv_exact(s, n):
+        b = bytearray()
+        while len(b) < n:
+            chunk = s.recv(n - len(b))
+            if not chunk:
+                raise OSError("profd closed the connection")
+            b += chunk
+        return bytes(b)
 
     def _current(self, txn_id):
         return (self._sock is not None and self._owner == os.getpid()
@@ -109,7 +173,6 @@ class Profd:
     def _send_only(self, req):
         data = json.dumps(req).encode()
         try:
-            self._sock.settimeout(self.timeout)
             self._sock.sendall(struct.pack(">I", len(data)) + data)
         except socket.timeout:
             self._drop()  # part of a frame may be out: the stream is no longer usable
@@ -118,49 +181,83 @@ class Profd:
             self._drop()
             raise ProfdError("disconnected", str(e))
 
-    def _recv_exact(self, n):
-        b = bytearray()
-        while len(b) < n:
-            chunk = self._sock.recv(n - len(b))
-            if not chunk:
-                raise ProfdError("disconnected", "profd closed the connection")
-            b += chunk
-        return bytes(b)
+    def _read_some(self, timeout):
+        """As the only reader (lock held, released while waiting): wait up to timeout for
+        data, then hand out the complete replies. A part of a reply stays buffered for the
+        next reader."""
+        sock, conn = self._sock, self._conn
+        self._reading = True
+        self._lock.release()
+        data, err = b"", None
+        try:
+            r, _, _ = select.select([sock], [], [], max(timeout, 0))
+            if r:
+                data = sock.recv(1 << 16)
+                if not data:
+                    err = "profd closed the connection"
+        except (OSError, ValueError) as e:
+            err = str(e) or "connection lost"
+        finally:
+            self._lock.acquire()
+            self._reading = False
+        if self._dead is sock:
+            self._dead = None
+            try:
+                sock.close()
+            except OSError:
+                pass
+        if self._conn == conn:
+            if err:
+                self._drop()
+            elif data:
+                self._rbuf += data
+                while len(self._rbuf) >= 4:
+                    n = struct.unpack(">I", self._rbuf[:4])[0]
+                    if n == 0 or n > MAX_REPLY:
+                        self._drop()
+                        break
+                    if len(self._rbuf) < 4 + n:
+                        break
+                    frame = bytes(self._rbuf[4:4 + n])
+                    del self._rbuf[:4 + n]
+                    try:
+                        reply = json.loads(frame)
+                    except ValueError:
+                        self._drop()
+                        break
+                    rid = reply.get("id") if isinstance(reply, dict) else None
+                    if rid in self._waiting:
+                        self._replies[rid] = reply
+                    # else: a late reply, of a call that timed out
+        self._cv.notify_all()
 
     def _exchange(self, req, timeout):
+        """Send req and wait for its reply (lock held, released while waiting)."""
         self._next_id += 1
         rid = self._next_id
-        req = dict(req, id=rid)
-        data = json.dumps(req).encode()
+        self._send_only(dict(req, id=rid))
+        conn = self._conn
+        self._waiting.add(rid)
+        deadline = time.monotonic() + timeout
         try:
-            self._sock.settimeout(timeout)
-            self._sock.sendall(struct.pack(">I", len(data)) + data)
-            while True:
-                n = struct.unpack(">I", self._recv_exact(4))[0]
-                if n > MAX_REPLY:
-                    raise ProfdError("protocol", "reply of %d bytes" % n)
-                reply = json.loads(self._recv_exact(n))
-                if reply.get("id") == rid:
-                    break
-                # A late reply to a call that timed out: skip it.
-        except socket.timeout:
-            raise ProfdError("timeout", "profd did not answer within %.1f s" % timeout)
-        except ProfdError as e:
-            if e.code != "timeout":
-                self._drop()
-            raise
-        except (OSError, ValueError) as e:
-            self._drop()
-            raise ProfdError("disconnected", str(e))
+            while rid not in self._replies:
+                if self._conn != conn or self._sock is None:
+                    raise ProfdError("disconnected", "the connection to profd was lost")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ProfdError("timeout", "profd did not answer within %.1f s" % timeout)
+                if not self._reading:
+                    self._read_some(left)
+                else:
+                    self._cv.wait(left)
+            reply = self._replies.pop(rid)
+        finally:
+            self._waiting.discard(rid)
+            self._replies.pop(rid, None)
         if "error" in reply:
             err = reply["error"]
             raise ProfdError(err.get("code", "internal"), err.get("message", ""))
         return reply["result"]
-
-    def _call(self, req, timeout):
-        with self._lock:
-            self._connect(timeout)
-            return self._exchange(req, timeout)
 
     # -- transactions --------------------------------------------------------------------
     def start(self, name, trace_id=None):
@@ -174,7 +271,7 @@ class Profd:
         if trace_id:
             req["trace_id"] = trace_id
         with self._lock:
-            self._connect(self.timeout)
+            self._connect()
             self._seq += 1
             req["txn_id"] = self._gen << 32 | self._seq
             self._send_only(req)
