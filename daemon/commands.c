@@ -825,16 +825,17 @@ static cJSON *cmd_txn_start(struct request *r)
                              "profd's targets already use %zu MiB, its max_memory is "
                              "%" PRIu64 " MiB", targets_memory() >> 20,
                              server_cfg.max_memory >> 20);
+    /* Without a reply nobody waits for the attach: it happens now, before the
+     * transaction's finish can be read. With one, right after the reply. */
     struct txn *x = txn_start(pid, (pid_t)tid, id, name->valuestring,
-                              trace ? trace->valuestring : NULL, r->c->id, start);
+                              trace ? trace->valuestring : NULL, r->c->id, start,
+                              r->c->peer.uid, noreply);
     /* A transaction's start is an event (event mode: every thread); in any mode its own
      * thread is sampled at its boundaries (at most once an interval), so even one shorter
      * than the interval can have the two samples Sentry needs. */
+    t = target_find(pid);
     if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
         target_sample_boundary(t, (pid_t)tid, now_ns());
-    tp = txn_proc_find(pid);
-    if (!tp->uid)
-        tp->uid = r->c->peer.uid;
     if (noreply)
         return NULL;
     cJSON *res = cJSON_CreateObject();

@@ -83,35 +83,37 @@ void txn_target_changed(pid_t pid)
         arm_linger(tp);
 }
 
+/* Attach a process for its transactions (tp->attaching is cleared). */
+static void attach_now(struct txn_proc *tp)
+{
+    tp->attaching = false;
+    struct target *t = target_find(tp->pid);
+    if (t)
+        return; /* attached meanwhile; or it exited: its samples stay until forgotten */
+    if (!tp->open)
+        return; /* every transaction ended before we got to it */
+    char why[256] = "";
+    int r = target_attach(tp->pid, server_cfg.default_mode, server_cfg.default_hz,
+                          server_cfg.default_buffer_ns, &t, why, sizeof(why));
+    if (r < 0) {
+        tp->attach_err = r;
+        snprintf(tp->attach_why, sizeof(tp->attach_why), "%s", why[0] ? why : strerror(-r));
+        log_info("pid %d: cannot attach for its transactions: %s", tp->pid, tp->attach_why);
+        return;
+    }
+    tp->attach_err = 0;
+    t->owner_uid = tp->uid;
+    log_info("pid %d attached for its transactions", tp->pid);
+}
+
 static void on_attach(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
     (void)w;
     (void)revents;
-    for (struct txn_proc *tp = g.procs; tp; tp = tp->next) {
-        if (!tp->attaching)
-            continue;
-        tp->attaching = false;
-        struct target *t = target_find(tp->pid);
-        if (t && t->state != T_EXITED)
-            continue;
-        if (!tp->open)
-            continue; /* every transaction ended before we got to it */
-        if (t)
-            continue; /* it exited: its samples stay until forgotten */
-        char why[256] = "";
-        int r = target_attach(tp->pid, server_cfg.default_mode, server_cfg.default_hz,
-                              server_cfg.default_buffer_ns, &t, why, sizeof(why));
-        if (r < 0) {
-            tp->attach_err = r;
-            snprintf(tp->attach_why, sizeof(tp->attach_why), "%s", why[0] ? why : strerror(-r));
-            log_info("pid %d: cannot attach for its transactions: %s", tp->pid, tp->attach_why);
-            continue;
-        }
-        tp->attach_err = 0;
-        t->owner_uid = tp->uid;
-        log_info("pid %d attached for its transactions", tp->pid);
-    }
+    for (struct txn_proc *tp = g.procs; tp; tp = tp->next)
+        if (tp->attaching)
+            attach_now(tp);
 }
 
 static struct txn_proc *proc_get(pid_t pid)
@@ -129,9 +131,12 @@ static struct txn_proc *proc_get(pid_t pid)
 }
 
 struct txn *txn_start(pid_t pid, pid_t tid, uint64_t id, const char *name,
-                      const char *trace_id, uint64_t client, uint64_t start_ns)
+                      const char *trace_id, uint64_t client, uint64_t start_ns, uid_t uid,
+                      bool attach_sync)
 {
     struct txn_proc *tp = proc_get(pid);
+    if (!tp->uid)
+        tp->uid = uid;
     struct txn *x = xcalloc(1, sizeof(*x));
     x->id = id;
     uuid_hex(x->uuid);
@@ -149,6 +154,10 @@ struct txn *txn_start(pid_t pid, pid_t tid, uint64_t id, const char *name,
     if (!t || t->state == T_EXITED) {
         tp->attaching = true;
         tp->attach_err = 0;
+        if (attach_sync) {
+            attach_now(tp);
+            return x;
+        }
         if (!ev_is_active(&g.attach_w)) {
             ev_timer_set(&g.attach_w, 0, 0);
             ev_timer_start(g.loop, &g.attach_w);

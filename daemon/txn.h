@@ -60,11 +60,13 @@ void txn_init(struct ev_loop *loop, uint64_t linger_ns);
 void txn_set_linger(uint64_t linger_ns);
 void txn_shutdown(void);
 struct txn_proc *txn_proc_find(pid_t pid);
-/* Start transaction id of process pid (its thread tid) on connection client, begun at
- * start_ns. The process is attached after the reply if it is not. Returns the transaction
- * (never NULL). */
+/* Start transaction id of process pid (its thread tid) on connection client (of user uid),
+ * begun at start_ns. A process not attached is attached now (attach_sync: the caller is
+ * not waiting for a reply) or right after the reply. Returns the transaction (never
+ * NULL). */
 struct txn *txn_start(pid_t pid, pid_t tid, uint64_t id, const char *name,
-                      const char *trace_id, uint64_t client, uint64_t start_ns);
+                      const char *trace_id, uint64_t client, uint64_t start_ns, uid_t uid,
+                      bool attach_sync);
 /* Record a refused start (code PE_*, why) so that its finish can say why. */
 void txn_refuse(pid_t pid, uint64_t id, uint64_t client, int code, const char *why);
 /* The open (or refused) transaction id of connection client in process pid, or NULL. */
