@@ -158,6 +158,23 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A transaction of 2 ms in work_0 and its finish: prints "ok" or "err CODE TEXT". */
+static void report_one(const char *name)
+{
+    uint64_t id;
+    char *json = NULL;
+    int r = profd_txn_start(pd, name, NULL, &id);
+    if (r == 0) {
+        work_0(2000000);
+        r = profd_txn_finish(pd, id, &json);
+        free(json);
+    }
+    if (r == 0)
+        printf("ok\n");
+    else
+        printf("err %d %s\n", r, profd_strerror(r));
+}
+
 /* One transaction of about ms ms in work_3, its profile saved as DIR/NAME.json. */
 static int one_saved(const char *txn, const char *file)
 {
@@ -318,18 +335,7 @@ static int stalled(void)
         } else if (!strncmp(line, "forkend", 7)) {
             fork_end();
         } else {
-            uint64_t id;
-            char *json = NULL;
-            int r = profd_txn_start(pd, "one", NULL, &id);
-            if (r == 0) {
-                work_0(2000000);
-                r = profd_txn_finish(pd, id, &json);
-                free(json);
-            }
-            if (r == 0)
-                printf("ok\n");
-            else
-                printf("err %d %s\n", r, profd_strerror(r));
+            report_one("one");
         }
         fflush(stdout);
     }
@@ -425,18 +431,7 @@ int main(int argc, char **argv)
         /* One transaction per line of input: how each call fares. */
         char line[64];
         while (fgets(line, sizeof(line), stdin)) {
-            uint64_t id;
-            char *json = NULL;
-            int r = profd_txn_start(pd, "loop", NULL, &id);
-            if (r == 0) {
-                work_0(2000000);
-                r = profd_txn_finish(pd, id, &json);
-                free(json);
-            }
-            if (r == 0)
-                printf("ok\n");
-            else
-                printf("err %d %s\n", r, profd_strerror(r));
+            report_one("loop");
             fflush(stdout);
         }
     }
