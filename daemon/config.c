@@ -165,7 +165,7 @@ int config_set(struct profd_config *c, const char *key, const char *v, char *err
         }
         if (!getgrnam(v)) {
             uint64_t num;
-            if (parse_u64(v, &num) < 0 || !getgrgid((gid_t)num))
+            if (parse_u64(v, &num) < 0 || num >= (gid_t)-1 || !getgrgid((gid_t)num))
                 return bad(err, errlen, "socket_group: no group named \"%s\"", v);
         }
         free(c->socket_group);
@@ -176,7 +176,7 @@ int config_set(struct profd_config *c, const char *key, const char *v, char *err
         char *end;
         errno = 0;
         unsigned long m = strtoul(v, &end, 8);
-        if (errno || end == v || *end || m > 0777)
+        if (errno || end == v || *end || m > 0777 || !isdigit((unsigned char)v[0]))
             return bad(err, errlen, "socket_mode must be octal permissions such as 0660, not "
                        "\"%s\"", v);
         c->socket_mode = (unsigned)m;

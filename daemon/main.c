@@ -85,6 +85,7 @@ static size_t nflags;
 static const char *config_path = PROFD_DEFAULT_CONFIG;
 static bool config_explicit;
 static struct profd_config live;
+static struct profd_config boot; /* as started: what only a restart changes is compared to it */
 
 /* Defaults, the file, the flags. Returns 0, or -1 with the reason in err. */
 static int build_config(struct profd_config *c, char *err, size_t errlen)
@@ -140,10 +141,11 @@ static void apply_config(const struct profd_config *c, const struct profd_config
     }
     sched_set_budget_pct(c->max_cpu);
     txn_set_linger(c->txn_linger_ns);
-    if (!same_str(c->socket, old->socket) || !same_str(c->socket_group, old->socket_group) ||
-        c->socket_mode != old->socket_mode)
+    server_groups_changed();
+    if (!same_str(c->socket, boot.socket) || !same_str(c->socket_group, boot.socket_group) ||
+        c->socket_mode != boot.socket_mode)
         log_warn("reload: the socket's path, group and mode change when profd restarts");
-    if (c->max_stack_kib != old->max_stack_kib || c->cputime_source != old->cputime_source)
+    if (c->max_stack_kib != boot.max_stack_kib || c->cputime_source != boot.cputime_source)
         log_warn("reload: max_stack and cputime_source change when profd restarts");
 }
 
@@ -290,7 +292,13 @@ int main(int argc, char **argv)
     if (build_config(&live, err, sizeof(err)) < 0)
         fatal("%s", err);
     apply_config(&live, NULL);
+    config_copy(&boot, &live);
     server_reload = reload;
+    /* Before any other thread exists: it changes the environment. */
+    char why[300] = "";
+    int passed = listen_fd_passed(why, sizeof(why));
+    if (passed < -1)
+        fatal("socket activation: %s", why);
     server_cfg.max_buffer_ns = 3600 * NS_PER_SEC;
     const char *socket_opt = live.socket;
 
@@ -334,15 +342,16 @@ int main(int argc, char **argv)
     int r = worker_start(loop);
     if (r < 0)
         fatal("cannot start the worker thread: %s", strerror(-r));
-    char why[300] = "";
-    int passed = listen_fd_passed(why, sizeof(why));
-    if (passed < -1)
-        fatal("socket activation: %s", why);
     if (passed >= 0) {
-        /* Socket activation: the service manager's socket, wherever it is. */
+        /* Socket activation: the service manager's socket, wherever it is (an abstract
+         * one is shown as @NAME). */
         struct sockaddr_un sa;
+        memset(&sa, 0, sizeof(sa));
         socklen_t salen = sizeof(sa);
-        if (getsockname(passed, (struct sockaddr *)&sa, &salen) == 0 && sa.sun_path[0]) {
+        if (getsockname(passed, (struct sockaddr *)&sa, &salen) == 0 &&
+            sa.sun_family == AF_UNIX && salen > offsetof(struct sockaddr_un, sun_path)) {
+            if (!sa.sun_path[0])
+                sa.sun_path[0] = '@';
             char name[sizeof(sa.sun_path) + 1];
             size_t n = salen - offsetof(struct sockaddr_un, sun_path);
             memcpy(name, sa.sun_path, n < sizeof(sa.sun_path) ? n : sizeof(sa.sun_path));
@@ -379,6 +388,7 @@ int main(int argc, char **argv)
     ev_loop_destroy(loop);
     free(path);
     config_free(&live);
+    config_free(&boot);
     free(flags);
     log_info("exiting");
     return exit_code;

@@ -74,15 +74,40 @@ int peer_from_socket(int fd, struct peer *p)
     return 0;
 }
 
-int peer_groups(int fd, const struct peer *p, gid_t *g, int n)
+void peer_read_groups(int fd, struct peer *p)
 {
-    if (n < 1)
-        return -EINVAL;
+    free(p->groups);
+    p->groups = NULL;
+    p->ngroups = 0;
+    socklen_t len = 0;
+    gid_t *g = NULL;
+    /* Ask for the size first (ERANGE fills in nothing, only the size): a client may have
+     * thousands of groups. */
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) < 0 && errno == ERANGE &&
+        len > 0) {
+        g = malloc(len + sizeof(gid_t));
+        if (g && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g + 1, &len) < 0) {
+            free(g);
+            g = NULL;
+        }
+    }
+    if (!g) {
+        g = malloc(sizeof(gid_t));
+        len = 0;
+        if (!g)
+            return; /* no group counts: fails closed */
+    }
     g[0] = p->gid;
-    socklen_t len = (socklen_t)((size_t)(n - 1) * sizeof(gid_t));
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g + 1, &len) < 0)
-        return errno == ERANGE ? n : -errno;
-    return 1 + (int)(len / sizeof(gid_t));
+    p->groups = g;
+    p->ngroups = 1 + (int)(len / sizeof(gid_t));
+}
+
+void peer_check_groups(struct peer *p, const gid_t *allowed, size_t n)
+{
+    p->by_group = false;
+    for (int i = 0; i < p->ngroups && !p->by_group; i++)
+        for (size_t j = 0; j < n; j++)
+            p->by_group |= p->groups[i] == allowed[j];
 }
 
 int proc_creds_read(pid_t pid, struct proc_creds *c)

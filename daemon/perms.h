@@ -13,6 +13,8 @@ struct peer {
     gid_t gid;
     uint64_t cap_eff; /* client's effective capabilities when it connected */
     bool by_group;    /* in a group allowed to profile any process (allow_groups) */
+    gid_t *groups;    /* primary and supplementary groups when it connected (owned) */
+    int ngroups;
 };
 
 /* May the client profile any process (not only its own): CAP_SYS_PTRACE, or a member of a
@@ -22,9 +24,11 @@ static inline bool peer_may_trace_any(const struct peer *p)
     return (p->cap_eff & (1ull << 19 /* CAP_SYS_PTRACE */)) || p->by_group;
 }
 
-/* The client's groups (primary and supplementary, SO_PEERGROUPS) into g (at most n).
- * Returns how many, or -errno. */
-int peer_groups(int fd, const struct peer *p, gid_t *g, int n);
+/* Read the client's groups (primary, then supplementary from SO_PEERGROUPS) into
+ * p->groups: all of them, however many; the primary one alone if the kernel cannot say. */
+void peer_read_groups(int fd, struct peer *p);
+/* Set p->by_group: is one of its groups among allowed[0..n)? */
+void peer_check_groups(struct peer *p, const gid_t *allowed, size_t n);
 
 /* Fill peer from a connected Unix socket. Returns 0 or -errno. */
 int peer_from_socket(int fd, struct peer *p);

@@ -327,6 +327,7 @@ static void on_check(struct ev_loop *l, ev_check *w, int revents)
             c->deferred = d->next;
             free(d);
         }
+        free(c->peer.groups);
         free(c);
     }
 }
@@ -396,13 +397,8 @@ static void on_accept(struct ev_loop *l, ev_io *w, int revents)
             free(c);
             continue;
         }
-        if (server_cfg.nallow_groups) {
-            gid_t g[256];
-            int n = peer_groups(fd, &c->peer, g, 256);
-            for (int i = 0; i < n && !c->peer.by_group; i++)
-                for (size_t j = 0; j < server_cfg.nallow_groups; j++)
-                    c->peer.by_group |= g[i] == server_cfg.allow_groups[j];
-        }
+        peer_read_groups(fd, &c->peer);
+        peer_check_groups(&c->peer, server_cfg.allow_groups, server_cfg.nallow_groups);
         frame_reader_init(&c->in, PROTO_MAX_REQUEST);
         ev_io_init(&c->rio, on_read, fd, EV_READ);
         ev_io_init(&c->wio, on_write, fd, EV_WRITE);
@@ -439,6 +435,12 @@ static void make_parent(const char *path)
         }
     }
     free(dir);
+}
+
+void server_groups_changed(void)
+{
+    for (struct client *c = clients; c; c = c->next)
+        peer_check_groups(&c->peer, server_cfg.allow_groups, server_cfg.nallow_groups);
 }
 
 /* Start accepting on a listening socket. */
@@ -497,7 +499,12 @@ int server_listen(struct ev_loop *l, const char *path)
     listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (listen_fd < 0)
         return -errno;
-    if (bind(listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(listen_fd, SOMAXCONN) < 0) {
+    /* The socket file is made with its final permissions (no window where a wider umask
+     * lets others connect before the chmod). */
+    mode_t old_mask = umask(0777 & ~(mode_t)server_cfg.socket_mode);
+    int b = bind(listen_fd, (struct sockaddr *)&sa, sizeof(sa));
+    umask(old_mask);
+    if (b < 0 || listen(listen_fd, SOMAXCONN) < 0) {
         int e = -errno;
         log_err("cannot listen on %s: %s", path, strerror(-e));
         close(listen_fd);

@@ -77,6 +77,8 @@ struct ev_loop *server_loop(void);
 
 /* Listen on the socket. Returns 0 or -errno (with a logged reason). */
 int server_listen(struct ev_loop *loop, const char *path);
+/* allow_groups changed (reload): decide again for every connected client. */
+void server_groups_changed(void);
 /* Accept on fd, a listening socket the service manager passed (socket activation); path
  * is where it is, for logs. Returns 0 or -errno. */
 int server_listen_fd(struct ev_loop *loop, int fd, const char *path);

@@ -48,8 +48,8 @@ check "the first connection starts profd (socket activation)" profctl status
 check "profd.service is active" systemctl is-active -q profd.service
 main=$(systemctl show -p MainPID --value profd.service)
 check "it runs as user profd" test "$(awk '/^Uid:/ {print $2}' /proc/"$main"/status)" = "$(id -u profd)"
-check "with CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_PERFMON only" \
-    test "$(grep CapEff /proc/"$main"/status | awk '{print $2}')" = "$(printf '%016x' $(( (1 << 19) | (1 << 2) | (1 << 38) )))"
+check "with CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_PERFMON and CAP_CHECKPOINT_RESTORE only" \
+    test "$(grep CapEff /proc/"$main"/status | awk '{print $2}')" = "$(printf '%016x' $(( (1 << 19) | (1 << 2) | (1 << 38) | (1 << 40) )))"
 check "attach" profctl attach "$busy" --hz 199
 check "attach (cputime: perf events under the unit's filter)" sh -c "profctl configure $busy --mode cputime && sleep 2"
 profctl slice "$busy" --last 2 -o /tmp/p.folded --top 0
@@ -90,6 +90,6 @@ ExecStart=/usr/local/bin/profd-e2e
 WantedBy=multi-user.target
 EOF
 ln -sf /etc/systemd/system/profd-e2e.service "$root/etc/systemd/system/multi-user.target.wants/profd-e2e.service"
-timeout 600 systemd-nspawn --quiet --boot --register=no --keep-unit --capability=CAP_PERFMON --system-call-filter=perf_event_open -D "$root" >/dev/null 2>&1 || true
+timeout 600 systemd-nspawn --quiet --boot --register=no --keep-unit --capability=CAP_PERFMON,CAP_CHECKPOINT_RESTORE --system-call-filter=perf_event_open -D "$root" >/dev/null 2>&1 || true
 cat "$root/var/log/profd-e2e.log" 2>/dev/null | grep -E '^(ok|FAIL|RESULT)' || true
 grep -q '^RESULT 0$' "$root/var/log/profd-e2e.log"
