@@ -155,9 +155,7 @@ void profd_set_timeout(struct profd *p, int start_ms, int finish_ms)
 
 static uint64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return now_ns() / NS_PER_MS;
 }
 
 /* Drop the connection (called with the lock held). If a thread is reading it, wake that
@@ -419,9 +417,7 @@ int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uin
     if (!p || !name || !*name || strlen(name) > 512 || !txn_id ||
         (trace_id && strlen(trace_id) > 64))
         return PROFD_EINVAL;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint64_t t = now_ns();
     cJSON *req = cJSON_CreateObject();
     if (!req)
         return PROFD_ENOMEM;

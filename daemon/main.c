@@ -121,8 +121,9 @@ static bool same_str(const char *a, const char *b)
     return a == b || (a && b && !strcmp(a, b));
 }
 
-/* Put c in force. At a reload (old set), what only a restart can change is reported. */
-static void apply_config(const struct profd_config *c, const struct profd_config *old)
+/* Put c in force. At a reload, what only a restart can change (compared with the
+ * configuration profd started with) is reported. */
+static void apply_config(const struct profd_config *c, bool reloading)
 {
     log_set_level(c->verbose ? LOG_LVL_DEBUG : LOG_LVL_INFO);
     server_cfg.default_mode = c->mode;
@@ -134,7 +135,7 @@ static void apply_config(const struct profd_config *c, const struct profd_config
     server_cfg.max_memory = c->max_memory;
     memcpy(server_cfg.allow_groups, c->allow_groups, c->nallow_groups * sizeof(gid_t));
     server_cfg.nallow_groups = c->nallow_groups;
-    if (!old) {
+    if (!reloading) {
         server_cfg.socket_gid = group_id(c->socket_group);
         server_cfg.socket_mode = c->socket_mode;
         return;
@@ -190,17 +191,14 @@ static void on_terminate(struct ev_loop *l, ev_signal *w, int revents)
 /* Re-read the configuration: SIGHUP, or a `reload` request (systemctl reload). */
 static int reload(char *err, size_t errlen)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    notify_send("RELOADING=1\nMONOTONIC_USEC=%llu",
-                (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    notify_send("RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)(now_ns() / 1000));
     struct profd_config c;
     int r = build_config(&c, err, errlen);
     if (r < 0) {
         log_err("reload refused, the running configuration stays: %s", err);
         config_free(&c);
     } else {
-        apply_config(&c, &live);
+        apply_config(&c, true);
         config_free(&live);
         live = c;
         log_info("configuration reloaded from %s", config_path);
@@ -291,7 +289,7 @@ int main(int argc, char **argv)
     char err[600];
     if (build_config(&live, err, sizeof(err)) < 0)
         fatal("%s", err);
-    apply_config(&live, NULL);
+    apply_config(&live, false);
     config_copy(&boot, &live);
     server_reload = reload;
     /* Before any other thread exists: it changes the environment. */

@@ -123,10 +123,10 @@ static bool is_noreply(const cJSON *req)
            (!strcmp(cmd->valuestring, "txn_start") || !strcmp(cmd->valuestring, "txn_discard"));
 }
 
-/* Answer one request (a complete frame's payload). */
-static void handle(struct client *c, const char *payload, size_t len)
+/* Answer one request, parsed from a complete frame (NULL: it did not parse); req is
+ * freed. */
+static void handle(struct client *c, cJSON *req)
 {
-    cJSON *req = cJSON_ParseWithLength(payload, len);
     if (!req || !cJSON_IsObject(req)) {
         cJSON_Delete(req);
         client_send(c, proto_error_reply(NULL, PE_BAD_REQUEST, "request is not a JSON object"));
@@ -159,7 +159,7 @@ static void process(struct client *c)
             if (!c->deferred)
                 c->deferred_tail = NULL;
             c->ndeferred--;
-            handle(c, d->payload, d->len);
+            handle(c, d->req);
             free(d);
             continue;
         }
@@ -176,13 +176,13 @@ static void process(struct client *c)
                 if (reply)
                     client_send(c, reply);
             }
-            cJSON_Delete(req);
-            if (now)
+            if (now) {
+                cJSON_Delete(req);
                 continue;
+            }
             if (c->ndeferred < MAX_DEFERRED) {
-                struct deferred *d = xmalloc(sizeof(*d) + len);
-                memcpy(d->payload, payload, len);
-                d->len = len;
+                struct deferred *d = xmalloc(sizeof(*d));
+                d->req = req; /* answered, in order, once the reply is out */
                 d->next = NULL;
                 if (c->deferred_tail)
                     c->deferred_tail->next = d;
@@ -192,6 +192,7 @@ static void process(struct client *c)
                 c->ndeferred++;
                 continue;
             }
+            cJSON_Delete(req);
             frame_reader_unread(&c->in, len);
             ev_io_stop(loop, &c->rio);
             return;
@@ -209,7 +210,7 @@ static void process(struct client *c)
             fail_and_close(c, PE_BAD_REQUEST, "empty frame");
             return;
         }
-        handle(c, payload, len);
+        handle(c, cJSON_ParseWithLength(payload, len));
     }
 }
 
@@ -325,6 +326,7 @@ static void on_check(struct ev_loop *l, ev_check *w, int revents)
         while (c->deferred) {
             struct deferred *d = c->deferred;
             c->deferred = d->next;
+            cJSON_Delete(d->req);
             free(d);
         }
         free(c->peer.groups);

@@ -38,8 +38,7 @@ struct client {
 /* A request set aside while an earlier one's reply is pending (in order). */
 struct deferred {
     struct deferred *next;
-    size_t len;
-    char payload[];
+    cJSON *req; /* parsed; NULL if it did not parse (answered with that error) */
 };
 
 /* A request whose reply comes later (slice, detach). If its client goes away first,

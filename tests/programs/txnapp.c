@@ -89,16 +89,24 @@ static NOINLINE void inner_work(uint64_t ns)
     __asm__ volatile("" ::: "memory");
 }
 
-static void save(int n, int k, const char *suffix, char *json)
+/* Write json (freed) to DIR/NAME.json. */
+static void write_profile(const char *name, char *json)
 {
     char path[512];
-    snprintf(path, sizeof(path), "%s/%d-%d%s.json", dir, n, k, suffix);
+    snprintf(path, sizeof(path), "%s/%s.json", dir, name);
     FILE *f = fopen(path, "w");
     if (f) {
         fputs(json, f);
         fclose(f);
     }
     free(json);
+}
+
+static void save(int n, int k, const char *suffix, char *json)
+{
+    char name[128];
+    snprintf(name, sizeof(name), "%d-%d%s", n, k, suffix);
+    write_profile(name, json);
 }
 
 static void count_result(int r)
@@ -185,16 +193,8 @@ static int one_saved(const char *txn, const char *file)
         work_3((uint64_t)ms * 1000000);
         r = profd_txn_finish(pd, id, &json);
     }
-    if (r == 0) {
-        char path[512];
-        snprintf(path, sizeof(path), "%s/%s.json", dir, file);
-        FILE *f = fopen(path, "w");
-        if (f) {
-            fputs(json, f);
-            fclose(f);
-        }
-        free(json);
-    }
+    if (r == 0)
+        write_profile(file, json);
     return r;
 }
 
