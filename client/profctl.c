@@ -449,6 +449,10 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
                     : "",
                 num(m, "missed"));
     }
+    const char *why = str(res, "symbols_error");
+    if (*why)
+        fprintf(stderr, "profctl: warning: some frames are not symbolized (shown as "
+                        "[module+0xOFFSET]): %s\n", why);
     if (!profile && top)
         summarize_collapsed(text, top);
     free(text);

@@ -16,6 +16,7 @@
 #include "proto.h"
 #include "server.h"
 #include "slice.h"
+#include "symhelper.h"
 #include "target.h"
 #include "txn.h"
 #include "util.h"
@@ -218,6 +219,20 @@ static cJSON *cmd_status(struct request *r)
     cJSON_AddNumberToObject(d, "targets", (double)visible);
     cJSON_AddNumberToObject(d, "modules", (double)modules_count());
     cJSON_AddNumberToObject(d, "slices_queued", worker_queue_length());
+    /* The unprivileged helpers that parse what targets control. */
+    struct symhelper_stats hs[4];
+    size_t nh = symhelper_list(hs, ARRAY_SIZE(hs));
+    cJSON *helpers = cJSON_AddArrayToObject(d, "symbolizers");
+    for (size_t i = 0; i < nh && i < ARRAY_SIZE(hs); i++) {
+        cJSON *h = cJSON_CreateObject();
+        cJSON_AddStringToObject(h, "role", hs[i].role);
+        cJSON_AddNumberToObject(h, "pid", hs[i].pid);
+        cJSON_AddNumberToObject(h, "starts", (double)hs[i].starts);
+        cJSON_AddNumberToObject(h, "failures", (double)hs[i].failures);
+        cJSON_AddNumberToObject(h, "requests", (double)hs[i].requests);
+        cJSON_AddStringToObject(h, "last_error", hs[i].last_error);
+        cJSON_AddItemToArray(helpers, h);
+    }
     cJSON_AddNumberToObject(d, "default_hz", server_cfg.default_hz);
     cJSON_AddNumberToObject(d, "default_buffer_s", (double)(server_cfg.default_buffer_ns / NS_PER_SEC));
     cJSON_AddNumberToObject(d, "samples", (double)samples);
@@ -408,6 +423,8 @@ static void slice_done(struct slice_job *job)
         }
         cJSON_AddNumberToObject(res, "truncated_samples", (double)trunc);
         cJSON_AddNumberToObject(res, "build_ms", (double)job->build_ns / 1e6);
+        if (job->sym_error)
+            cJSON_AddStringToObject(res, "symbols_error", job->sym_error);
         if (job->sampling)
             cJSON_AddItemToObject(res, "sampling", cJSON_Duplicate(job->sampling, 1));
         if (job->json && job->sampling) {
@@ -428,6 +445,12 @@ static void slice_done(struct slice_job *job)
             if (job->txn.start_ns && job->txn.start_ns < job->attach_ns)
                 cJSON_AddNumberToObject(m, "unsampled_before_attach_ms",
                                         (double)(job->attach_ns - job->txn.start_ns) / 1e6);
+        }
+        if (job->json && job->sym_error) {
+            cJSON *m = cJSON_GetObjectItemCaseSensitive(job->json, "profd");
+            if (!m)
+                m = cJSON_AddObjectToObject(job->json, "profd");
+            cJSON_AddStringToObject(m, "symbols_error", job->sym_error);
         }
         if (job->json) {
             cJSON_AddItemToObject(res, "profile", job->json);
@@ -519,6 +542,7 @@ static void slice_start(struct slice_wait *w, const struct target *t)
 {
     struct slice_job *job = slice_collect(t, w->from, w->to, w->format);
     job->thread_ids = w->thread_ids;
+    slice_set_requester(job, w->p->client ? &w->p->client->peer : NULL);
     if (w->txn.name) {
         job->txn = w->txn; /* moved */
         memset(&w->txn, 0, sizeof(w->txn));

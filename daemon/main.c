@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "modules.h"
 #include "sampler.h"
 #include "sdnotify.h"
 #include "server.h"
@@ -376,6 +377,7 @@ int main(int argc, char **argv)
     targets_collect();
     ev_check_stop(loop, &collect_w);
     worker_stop();
+    modules_shutdown();
     sched_global_finish();
     sampler_finish();
     ev_timer_stop(loop, &housekeeping_w);

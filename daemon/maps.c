@@ -218,15 +218,22 @@ static int cmp_file(const void *a, const void *b)
     return strcmp(x->path, y->path);
 }
 
-/* File-backed entries of m (those with a module or a failure, if known_only), sorted by
- * file. Returns the count; *out is malloc'd. */
+/* Whether an entry's module is settled: opened, or failed for good (EAGAIN: the helper that
+ * reads ELF headers failed, so the next read of the maps tries again). */
+static bool settled(const struct map_entry *e)
+{
+    return e->mod || (e->mod_err && e->mod_err != EAGAIN);
+}
+
+/* File-backed entries of m (the settled ones, if known_only), sorted by file. Returns the
+ * count; *out is malloc'd. */
 static size_t by_file(const struct maps *m, bool known_only, struct map_entry ***out)
 {
     struct map_entry **v = xmalloc((m->n ? m->n : 1) * sizeof(*v));
     size_t n = 0;
     for (size_t i = 0; i < m->n; i++) {
         struct map_entry *e = &m->v[i];
-        if (is_file(e) && (!known_only || e->mod || e->mod_err))
+        if (is_file(e) && (!known_only || settled(e)))
             v[n++] = e;
     }
     qsort(v, n, sizeof(*v), cmp_file);
@@ -258,7 +265,7 @@ static void attach_modules(int pid, const struct maps *prev, struct maps *m)
             err = (*hit)->mod_err;
             reused++;
         } else {
-            mod = module_get(pid, exec->start, exec->end, exec->path);
+            mod = module_get(pid, exec->start, exec->end, exec->path, exec->inode);
             err = mod ? 0 : errno;
             if (!mod)
                 log_debug("pid %d: cannot open %s: %s", pid, exec->path, strerror(err));
@@ -293,12 +300,12 @@ static void attach_vdso(int pid, const struct maps *prev, struct maps *m)
     if (!e)
         return;
     const struct map_entry *o = prev ? find_vdso(prev) : NULL;
-    if (o && o->start == e->start && o->end == e->end && (o->mod || o->mod_err)) {
+    if (o && o->start == e->start && o->end == e->end && settled(o)) {
         e->mod = module_ref(o->mod);
         e->mod_err = o->mod_err;
         return;
     }
-    e->mod = module_get(pid, e->start, e->end, e->path);
+    e->mod = module_get(pid, e->start, e->end, e->path, 0);
     e->mod_err = e->mod ? 0 : errno;
     if (!e->mod)
         log_debug("pid %d: cannot read its vDSO: %s", pid, strerror(e->mod_err));

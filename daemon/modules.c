@@ -2,13 +2,14 @@
 #include "modules.h"
 
 #include "log.h"
+#include "symhelper.h"
+#include "symproto.h"
 #include "util.h"
 
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <gelf.h>
 #include <inttypes.h>
-#include <libelf.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,26 +36,17 @@ struct module_priv {
     struct timespec mtime;
 };
 
-/* What read_elf() learns from a file. */
-struct elf_info {
-    int e_type;
-    uint8_t build_id[MODULE_MAX_BUILD_ID];
-    size_t build_id_len;
-    uint64_t build_id_vaddr; /* p_vaddr of the build-id bytes, if a PT_NOTE holds them */
-    struct module_load loads[MODULE_MAX_LOADS];
-    int nloads;
-};
+/* What the helper read of a file (symproto.h). */
+#define elf_info symp_elf_info
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct module_priv *registry;
 static size_t registry_count;
-static pthread_once_t elf_once = PTHREAD_ONCE_INIT;
-
-/* libelf refuses every call until the version is set, once per process. */
-static void elf_init(void)
-{
-    elf_version(EV_CURRENT);
-}
+/* The helper that reads ELF headers for the registry: the file is the target's, so its
+ * headers are parsed there, never here. One request at a time (the loop thread, and tests). */
+static pthread_mutex_t describe_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct symhelper *describer;
+static uint64_t next_id = 1;
 
 /* Take a reference unless the count already reached zero: a module whose last reference is
  * being dropped stays in the list until module_unref unlinks it, and must not come back. */
@@ -116,78 +108,63 @@ static struct module *find_build_id(const struct elf_info *info)
     return m;
 }
 
-/* Find the NT_GNU_BUILD_ID note in the PT_NOTE segment ph. */
-static void read_build_id(Elf *elf, const GElf_Phdr *ph, struct elf_info *info)
+/* Have the helper read the ELF headers of the file open on fd (the descriptor is passed, not
+ * taken). Returns 0, -ENOEXEC if it is not a loadable ELF object, -EIO if it cannot be read,
+ * or -EAGAIN if the helper failed (crashed, hung, or is resting after failures: the file may
+ * be tried again later). */
+static int describe(int fd, struct elf_info *info)
 {
-    Elf_Data *data = elf_getdata_rawchunk(elf, (int64_t)ph->p_offset, ph->p_filesz,
-                                          ph->p_align == 8 ? ELF_T_NHDR8 : ELF_T_NHDR);
-    if (!data)
-        return;
-    GElf_Nhdr nh;
-    size_t off = 0, name_off, desc_off, next;
-    while (off < data->d_size && (next = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
-        const char *name = (const char *)data->d_buf + name_off;
-        if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == sizeof("GNU") &&
-            !memcmp(name, "GNU", sizeof("GNU")) && nh.n_descsz > 0 &&
-            nh.n_descsz <= MODULE_MAX_BUILD_ID) {
-            memcpy(info->build_id, (const char *)data->d_buf + desc_off, nh.n_descsz);
-            info->build_id_len = nh.n_descsz;
-            info->build_id_vaddr = ph->p_vaddr + desc_off;
-            return;
+    pthread_mutex_lock(&describe_lock);
+    if (!describer)
+        describer = symhelper_create("modules");
+    struct symp_w *w = xmalloc(sizeof(*w));
+    uint8_t *buf = xmalloc(SYMP_MAX_MSG);
+    symp_w_init(w, SYMP_DESCRIBE);
+    int r = symhelper_send(describer, w, fd);
+    if (r == 0) {
+        int rfd;
+        ssize_t n = symhelper_recv(describer, buf, &rfd);
+        if (rfd >= 0)
+            close(rfd);
+        struct symp_r rd;
+        symp_r_init(&rd, buf, n > 0 ? (size_t)n : 0);
+        if (n <= 0) {
+            r = -EAGAIN;
+        } else if (symp_get_u32(&rd) != SYMP_DESCRIPTION || symp_get_elf_info(&rd, info) < 0 ||
+                   (info->err != 0 && info->err != -ENOEXEC && info->err != -EIO) ||
+                   (info->err == 0 && (!info->nloads || (info->e_type != ET_EXEC &&
+                                                         info->e_type != ET_DYN)))) {
+            symhelper_fail(describer, "sent a malformed description of a file");
+            r = -EAGAIN;
+        } else {
+            symhelper_ok(describer);
+            r = info->err;
         }
-        off = next;
+    } else {
+        r = -EAGAIN;
     }
-}
-
-/* Read the ELF type, PT_LOAD headers and build-id of elf (a file or an image in memory).
- * Returns 0, or -ENOEXEC if it is not a loadable ELF object. */
-static int parse_elf(Elf *elf, struct elf_info *info)
-{
-    memset(info, 0, sizeof(*info));
-    GElf_Ehdr eh;
-    size_t phnum;
-    if (elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh))
-        return -ENOEXEC;
-    if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN)
-        return -ENOEXEC;
-    if (elf_getphdrnum(elf, &phnum) != 0)
-        return -ENOEXEC;
-    info->e_type = eh.e_type;
-    for (size_t i = 0; i < phnum; i++) {
-        GElf_Phdr ph;
-        if (!gelf_getphdr(elf, (int)i, &ph))
-            return -ENOEXEC;
-        if (ph.p_type == PT_LOAD) {
-            if (info->nloads == MODULE_MAX_LOADS) {
-                log_debug("more than %d PT_LOAD headers; ignoring the rest", MODULE_MAX_LOADS);
-                continue;
-            }
-            info->loads[info->nloads++] = (struct module_load){
-                .offset = ph.p_offset,
-                .vaddr = ph.p_vaddr,
-                .filesz = ph.p_filesz,
-                .memsz = ph.p_memsz,
-                .flags = ph.p_flags,
-            };
-        } else if (ph.p_type == PT_NOTE && !info->build_id_len) {
-            read_build_id(elf, &ph, info);
-        }
-    }
-    return info->nloads ? 0 : -ENOEXEC;
-}
-
-/* parse_elf() for the file open on fd. Returns 0, -ENOEXEC if it is not a loadable ELF
- * file, or -EIO if libelf cannot read it. */
-static int read_elf(int fd, struct elf_info *info)
-{
-    pthread_once(&elf_once, elf_init);
-    /* READ_MMAP: only the headers and the notes are touched, so only those pages are read. */
-    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-    if (!elf)
-        return -EIO;
-    int r = parse_elf(elf, info);
-    elf_end(elf);
+    if (r == -EAGAIN)
+        log_debug("cannot read an ELF file's headers: %s", symhelper_error(describer));
+    free(w);
+    free(buf);
+    pthread_mutex_unlock(&describe_lock);
     return r;
+}
+
+void modules_shutdown(void)
+{
+    pthread_mutex_lock(&describe_lock);
+    symhelper_destroy(describer);
+    describer = NULL;
+    pthread_mutex_unlock(&describe_lock);
+}
+
+pid_t modules_helper_pid(void)
+{
+    pthread_mutex_lock(&describe_lock);
+    pid_t p = describer ? symhelper_pid(describer) : 0;
+    pthread_mutex_unlock(&describe_lock);
+    return p;
 }
 
 /* Make a module from fd (which it takes over) and what was read from it, or hand back the
@@ -205,9 +182,13 @@ static struct module *publish(int fd, const struct stat *st, const struct elf_in
     m->deleted = deleted;
     memcpy(m->build_id, info->build_id, info->build_id_len);
     m->build_id_len = info->build_id_len;
-    m->e_type = info->e_type;
-    memcpy(m->loads, info->loads, sizeof(info->loads));
-    m->nloads = info->nloads;
+    m->e_type = (int)info->e_type;
+    for (uint32_t i = 0; i < info->nloads && i < MODULE_MAX_LOADS; i++)
+        m->loads[i] = (struct module_load){info->loads[i].offset, info->loads[i].vaddr,
+                                           info->loads[i].filesz, info->loads[i].memsz,
+                                           info->loads[i].flags};
+    m->nloads = (int)(info->nloads < MODULE_MAX_LOADS ? info->nloads : MODULE_MAX_LOADS);
+    m->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
     p->dev = st->st_dev;
     p->ino = st->st_ino;
     p->size = st->st_size;
@@ -256,7 +237,7 @@ static struct module *from_trusted_fd(int fd, const char *path, bool deleted)
         return m;
     }
     struct elf_info info;
-    int r = read_elf(fd, &info);
+    int r = describe(fd, &info);
     if (r < 0) {
         close(fd);
         errno = -r;
@@ -273,13 +254,13 @@ static int mapped_build_id_matches(int pid, uint64_t start, const struct elf_inf
 {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     bool loaded = false;
-    for (int i = 0; i < info->nloads; i++)
+    for (uint32_t i = 0; i < info->nloads; i++)
         loaded |= info->build_id_vaddr >= info->loads[i].vaddr &&
                   info->build_id_vaddr - info->loads[i].vaddr < info->loads[i].filesz;
     if (!loaded)
         return -ENODATA; /* the note is not mapped: nothing to compare with */
     int err = 0;
-    for (int i = 0; i < info->nloads; i++) {
+    for (uint32_t i = 0; i < info->nloads; i++) {
         uint64_t seg = info->loads[i].vaddr & ~(page - 1);
         if (info->e_type == ET_EXEC && seg != start)
             continue; /* not relocated: the segment must sit at its own address */
@@ -300,18 +281,70 @@ static int mapped_build_id_matches(int pid, uint64_t start, const struct elf_inf
     return err ? err : 0;
 }
 
-/* The module for mapping [start, end) opened through /proc/PID/root/PATH: usable only if it
- * is the file that is mapped, which the build-id in the target's memory tells. */
-static struct module *from_root_path(int pid, uint64_t start, const char *path, bool deleted)
+/* Open PATH (absolute, as /proc/PID/maps prints it) inside process pid's root, following no
+ * symbolic link on the way: the kernel prints the path it resolved when the file was mapped,
+ * so a link found there now was put there since. Returns a descriptor or -errno. */
+static int open_in_root(int pid, const char *path)
 {
-    char *p = xasprintf("/proc/%d/root%s", pid, path);
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
-    free(p);
-    if (fd < 0)
+    char root[64];
+    snprintf(root, sizeof(root), "/proc/%d/root", pid);
+    int dir = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -errno;
+    char *copy = xstrdup(path), *save = NULL;
+    int fd = -ENOENT;
+    for (char *c = strtok_r(copy, "/", &save); c;) {
+        char *next = strtok_r(NULL, "/", &save);
+        if (!strcmp(c, "..") || !strcmp(c, ".")) {
+            fd = -EINVAL;
+            break;
+        }
+        int f = openat(dir, c, (next ? O_PATH | O_DIRECTORY : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
+        if (f < 0) {
+            fd = errno == ELOOP ? -ESTALE : -errno;
+            break;
+        }
+        if (!next) {
+            fd = f;
+            break;
+        }
+        close(dir);
+        dir = f;
+        c = next;
+    }
+    close(dir);
+    free(copy);
+    return fd;
+}
+
+/* The module for mapping [start, end) opened through /proc/PID/root/PATH, where map_files is
+ * out of reach. It is handed to the helper only if it is the mapped file by its inode (as
+ * the maps line printed it; device numbers differ on btrfs and overlayfs), and kept only if
+ * its build-id is the one in the target's memory. */
+static struct module *from_root_path(int pid, uint64_t start, const char *path, uint64_t inode,
+                                     bool deleted)
+{
+    int fd = open_in_root(pid, path);
+    if (fd < 0) {
+        errno = -fd;
         return NULL;
+    }
     struct stat st;
     struct elf_info info;
-    int r = fstat(fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -ENOEXEC : read_elf(fd, &info);
+    int r = fstat(fd, &st) < 0            ? -errno
+            : !S_ISREG(st.st_mode)        ? -ENOEXEC
+            : inode && st.st_ino != inode ? -ESTALE
+                                          : 0;
+    if (r == 0) {
+        pthread_mutex_lock(&registry_lock);
+        struct module *m = find_by_stat(&st);
+        pthread_mutex_unlock(&registry_lock);
+        if (m) {
+            close(fd);
+            return m;
+        }
+        r = describe(fd, &info);
+    }
     if (r == 0 && info.build_id_len) {
         int match = mapped_build_id_matches(pid, start, &info);
         if (match == 0) {
@@ -329,13 +362,6 @@ static struct module *from_root_path(int pid, uint64_t start, const char *path, 
         close(fd);
         errno = -r;
         return NULL;
-    }
-    pthread_mutex_lock(&registry_lock);
-    struct module *m = find_by_stat(&st);
-    pthread_mutex_unlock(&registry_lock);
-    if (m) {
-        close(fd);
-        return m;
     }
     return publish(fd, &st, &info, path, deleted);
 }
@@ -363,53 +389,54 @@ static int memfd_from(const char *name, const void *img, size_t size)
 
 /* The module for the vDSO mapped at [start, end) in pid. It has no file, but its image in
  * the target's memory is a whole ELF object (headers, .dynsym, a build-id note, section
- * headers; only the [vvar] data pages are elsewhere): copy it out with process_vm_readv and
- * give libdwfl a memfd of it. Every process of one ABI on a kernel maps the same image, so
- * the build-id almost always finds it in the registry and nothing is created. */
+ * headers; only the [vvar] data pages are elsewhere): copy it out with process_vm_readv into
+ * a memfd, which the helper reads as it reads files, and libdwfl symbolizes. The image is the
+ * target's memory, which it can rewrite: it is parsed in the helper only. Every process of
+ * one ABI on a kernel maps the same image, so the registry almost always has it already (the
+ * same build-id) and the copy is dropped. */
 static struct module *from_vdso(int pid, uint64_t start, uint64_t end)
 {
     if (end <= start || end - start > VDSO_MAX_SIZE) {
         errno = ENOEXEC;
         return NULL;
     }
-    pthread_once(&elf_once, elf_init);
     size_t size = (size_t)(end - start);
     char *img = xmalloc(size);
     struct iovec local = {img, size};
     struct iovec remote = {(void *)(uintptr_t)start, size};
     ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
     int r = n < 0 ? -errno : (size_t)n != size ? -EIO : 0;
+    int fd = r == 0 ? memfd_from(MODULE_VDSO, img, size) : -1;
+    free(img);
+    if (r == 0 && fd < 0)
+        r = fd;
     struct elf_info info;
-    if (r == 0) {
-        Elf *elf = elf_memory(img, size);
-        r = elf ? parse_elf(elf, &info) : -EIO;
-        elf_end(elf);
-    }
+    if (r == 0)
+        r = describe(fd, &info);
     struct module *m = NULL;
     if (r == 0 && info.build_id_len)
         m = find_build_id(&info);
     if (r == 0 && !m) {
         /* Without a build-id (never seen on Linux) every process gets its own copy: the
          * memfd's identity matches nothing else. */
-        int fd = memfd_from(MODULE_VDSO, img, size);
         struct stat st;
-        if (fd < 0) {
-            r = fd;
-        } else if (fstat(fd, &st) < 0) {
+        if (fstat(fd, &st) < 0) {
             r = -errno;
-            close(fd);
         } else {
             m = publish(fd, &st, &info, MODULE_VDSO, false);
+            fd = -1;
         }
     }
-    free(img);
+    if (fd >= 0)
+        close(fd);
     if (!m)
         errno = -r;
     return m;
 }
 
 /* Find or open the module behind mapping [start, end) of pid; see modules.h. */
-struct module *module_get(int pid, uint64_t start, uint64_t end, const char *path)
+struct module *module_get(int pid, uint64_t start, uint64_t end, const char *path,
+                          uint64_t inode)
 {
     if (path && !strcmp(path, MODULE_VDSO))
         return from_vdso(pid, start, end);
@@ -435,7 +462,7 @@ struct module *module_get(int pid, uint64_t start, uint64_t end, const char *pat
         m = NULL;
         errno = ESRCH;
     } else {
-        m = from_root_path(pid, start, clean, deleted);
+        m = from_root_path(pid, start, clean, inode, deleted);
     }
     int e = errno;
     free(clean);

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define MODULE_MAX_BUILD_ID 64
 /* Path and name of the vDSO's module, as /proc/PID/maps names its mapping. */
@@ -27,6 +28,7 @@ struct module_load {
 
 struct module {
     int refs;           /* atomic */
+    uint64_t id;        /* unique for the daemon's life: names the module to the helper */
     char *path;         /* path as mapped, without " (deleted)" */
     const char *name;   /* basename of path */
     int fd;             /* O_RDONLY onto the mapped file (the vDSO: a memfd of its image) */
@@ -40,16 +42,20 @@ struct module {
 };
 
 /* Find or open the module backing mapping [start, end) of process pid, whose path in
- * /proc/PID/maps is `path` (may end in " (deleted)"). Opens /proc/PID/map_files/START-END
- * first (the exact mapped file, even if deleted), else /proc/PID/root/PATH, and checks the
- * build-id of a path-opened file against the mapped one when both can be read.
+ * /proc/PID/maps is `path` (may end in " (deleted)") and inode `inode` (0: unknown). Opens
+ * /proc/PID/map_files/START-END first (the exact mapped file, even if deleted), else
+ * /proc/PID/root/PATH without following symbolic links, which must have that inode; a
+ * path-opened file's build-id must also match the one in the target's memory when both can be
+ * read. The file's ELF headers are read by the unprivileged helper (profd-symbolizer), never
+ * in this process.
  * For path MODULE_VDSO, reads the image of the mapping with process_vm_readv (which needs
  * the right to ptrace pid) and returns the registry's module with its build-id, or a new
  * one (path and name "[vdso]") holding a memfd copy of it.
  * Returns a new reference, or NULL with errno set (ENOENT, EACCES, EPERM, ENOEXEC for
  * non-ELF, ESTALE if the file at PATH is not the one mapped, ESRCH if the process is gone,
- * EFAULT if the vDSO mapping cannot be read). */
-struct module *module_get(int pid, uint64_t start, uint64_t end, const char *path);
+ * EFAULT if the vDSO mapping cannot be read, EAGAIN if the helper failed: try again later). */
+struct module *module_get(int pid, uint64_t start, uint64_t end, const char *path,
+                          uint64_t inode);
 /* Open a module from a file path (tests, tools). */
 struct module *module_open_path(const char *path);
 struct module *module_ref(struct module *m);
@@ -61,3 +67,7 @@ bool module_offset_to_vaddr(const struct module *m, uint64_t off, uint64_t *vadd
 void module_build_id_hex(const struct module *m, char *buf, size_t size);
 /* Number of live modules in the registry (for status and leak tests). */
 size_t modules_count(void);
+/* Stop the helper that reads ELF headers (at exit). */
+void modules_shutdown(void);
+/* Its pid (0 if not running), for status. */
+pid_t modules_helper_pid(void);

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "containers.h"
 #include "modules.h"
+#include "perms.h"
 #include "symbols.h"
 #include "util.h"
 
@@ -56,6 +58,7 @@ struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint6
     job->start_ns = start_ns;
     job->end_ns = end_ns;
     job->realtime_offset_ns = (int64_t)(realtime_ns() - now_ns());
+    slice_set_requester(job, NULL);
 
     size_t first = ring_lower_bound(&t->ring, start_ns);
     size_t last = ring_lower_bound(&t->ring, end_ns == UINT64_MAX ? end_ns : end_ns + 1);
@@ -124,10 +127,33 @@ struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint6
     return job;
 }
 
+void slice_set_requester(struct slice_job *job, const struct peer *p)
+{
+    free((void *)job->creds.groups);
+    if (!p) {
+        /* Nobody to act for (the requester went away): no rights at all. */
+        job->creds = (struct fs_creds){.uid = 65534, .gid = 65534};
+        return;
+    }
+    gid_t *g = xmalloc((p->ngroups ? (size_t)p->ngroups : 1) * sizeof(gid_t));
+    if (p->ngroups)
+        memcpy(g, p->groups, (size_t)p->ngroups * sizeof(gid_t));
+    job->creds = (struct fs_creds){
+        .uid = p->uid,
+        .gid = p->gid,
+        .groups = g,
+        .ngroups = p->ngroups,
+        /* CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH: the client reads any file itself. */
+        .dac = (p->cap_eff & ((1ull << 1) | (1ull << 2))) != 0,
+    };
+}
+
 void slice_job_free(struct slice_job *job)
 {
     if (!job)
         return;
+    free((void *)job->creds.groups);
+    free(job->sym_error);
     free(job->exe);
     cJSON_Delete(job->sampling);
     free(job->samples);
@@ -447,6 +473,84 @@ static struct ipkey *lookup_ip(struct builder *b, uint32_t epoch, uint64_t ip, b
     return k;
 }
 
+/* The addresses of one module the slice needs, as file offsets (return addresses at their
+ * call). */
+struct modoffs {
+    struct module *mod;
+    uint64_t *offs;
+    size_t n, cap;
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
+{
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        *v = xrealloc(*v, *cap * sizeof(**v));
+    }
+    (*v)[(*n)++] = x;
+}
+
+/* Sort and drop duplicates; returns the new count. */
+static size_t sort_unique(uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_u64);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || v[k - 1] != v[i])
+            v[k++] = v[i];
+    return k;
+}
+
+/* Ask the symbolizer for every address of the slice in one exchange per module (and one for
+ * JIT code), so that building the profile then finds each in the cache. */
+static void prefetch(const struct slice_job *job, struct symbolizer *sym)
+{
+    struct u64map by_mod = {0}; /* module address -> index + 1 into mods */
+    struct modoffs *mods = NULL;
+    size_t nmods = 0;
+    uint64_t *jit = NULL;
+    size_t njit = 0, capjit = 0;
+    for (size_t i = 0; i < job->nstacks; i++) {
+        const struct slice_stack *ss = &job->stacks[i];
+        for (uint16_t j = 0; j < ss->n; j++) {
+            uint64_t ip = ss->ips[j];
+            const struct map_entry *m = find_mapping(job, ss->epoch, ip);
+            if (m && m->mod) {
+                uint64_t off = ip - m->start + m->pgoff;
+                if (j > 0 && off)
+                    off--; /* a return address: look up its call */
+                size_t k = (size_t)(uintptr_t)u64map_get(&by_mod, (uintptr_t)m->mod);
+                if (!k) {
+                    mods = xrealloc(mods, (nmods + 1) * sizeof(*mods));
+                    mods[nmods] = (struct modoffs){.mod = m->mod};
+                    k = ++nmods;
+                    u64map_put(&by_mod, (uintptr_t)m->mod, (void *)(uintptr_t)k);
+                }
+                struct modoffs *mo = &mods[k - 1];
+                push_u64(&mo->offs, &mo->n, &mo->cap, off);
+            } else if (!m || !m->path) {
+                push_u64(&jit, &njit, &capjit, ip);
+            }
+        }
+    }
+    for (size_t i = 0; i < nmods; i++) {
+        size_t n = sort_unique(mods[i].offs, mods[i].n);
+        symbolizer_prefetch(sym, mods[i].mod, mods[i].offs, n);
+        free(mods[i].offs);
+    }
+    if (njit)
+        symbolizer_jit_prefetch(sym, job->pid, jit, sort_unique(jit, njit));
+    free(jit);
+    free(mods);
+    u64map_finish(&by_mod);
+}
+
 int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, struct profile *p)
 {
     memset(p, 0, sizeof(*p));
@@ -580,7 +684,12 @@ void slice_run(struct slice_job *job, struct symbolizer *sym)
     uint64_t t0 = now_ns();
     struct profile p;
     slice_tag_txns(job);
+    symbolizer_begin(sym, &job->creds);
+    prefetch(job, sym);
     int r = slice_build_profile(job, sym, &p);
+    if (symbolizer_error(sym)[0])
+        job->sym_error = xstrdup(symbolizer_error(sym));
+    symbolizer_begin(sym, NULL);
     if (r < 0) {
         job->err = r;
         return;

@@ -6,12 +6,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fsaccess.h"
 #include "maps.h"
 #include "profile.h"
 #include "ring.h"
 #include "target.h"
 
 struct symbolizer;
+struct peer;
 
 enum slice_format {
     SLICE_COLLAPSED,
@@ -72,6 +74,9 @@ struct slice_job {
     size_t npaths;
     struct cJSON *sampling; /* how the samples were taken (sched_describe), or NULL */
     uint64_t attach_ns;     /* when the target was attached */
+    /* Whose rights open the files a slice needs by path (debug files, perf maps): the
+     * requesting client's (groups owned by the job). */
+    struct fs_creds creds;
     /* Result (worker). */
     int err;            /* 0 or -errno */
     char *data;         /* formatted text (collapsed) */
@@ -79,6 +84,7 @@ struct slice_job {
     struct cJSON *json; /* formatted object (sentry) */
     size_t nthreads_out;
     uint64_t build_ns;  /* time spent symbolizing and formatting */
+    char *sym_error;    /* why some frames were left unsymbolized, or NULL */
     /* Completion, on the loop thread. ctx NULL: the requester went away. */
     void (*done)(struct slice_job *job);
     void *ctx;
@@ -88,6 +94,8 @@ struct slice_job {
 /* Copy samples of t with start_ns <= time <= end_ns into a new job. */
 struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint64_t end_ns,
                                 enum slice_format format);
+/* Symbolize as this client (its uid, gid, groups and file capabilities); NULL: as nobody. */
+void slice_set_requester(struct slice_job *job, const struct peer *p);
 /* Add a transaction (tid > 0) to the job; name is copied. */
 void slice_add_txn(struct slice_job *job, int32_t tid, uint64_t start_ns, uint64_t end_ns,
                    const char *name);

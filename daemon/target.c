@@ -27,6 +27,7 @@
 
 #include "log.h"
 #include "modules.h"
+#include "symhelper.h"
 #include "ptrace_util.h"
 #include "sampler.h"
 #include "util.h"
@@ -794,6 +795,8 @@ void targets_handle_wait(pid_t tid, int status)
 {
     struct thread *th = thread_find(tid);
     if (!th) {
+        if (!WIFSTOPPED(status) && symhelper_reaped(tid, status))
+            return; /* a symbolizer process: its status says how it ended */
         if (!WIFSTOPPED(status))
             return; /* exit of a thread we already forgot (after exec or detach) */
         th = adopt_unknown(tid, status);

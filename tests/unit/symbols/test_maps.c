@@ -226,6 +226,7 @@ static void test_read_self(void)
     dlclose(h1);
     dlclose(h2);
     symtest_rmtree(tmp);
+    modules_shutdown(); /* the helper that read ELF headers: its socket */
     CHECK_INT(symtest_count_fds(), fds);
     free(tmp);
     free(dir);

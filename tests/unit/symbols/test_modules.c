@@ -109,7 +109,7 @@ static void test_open_path(void)
     errno = 0;
     CHECK(module_open_path(tmp) == NULL && errno == ENOEXEC);
     errno = 0;
-    CHECK(module_get(getpid(), 0x1000, 0x2000, "[heap]") == NULL && errno == EINVAL);
+    CHECK(module_get(getpid(), 0x1000, 0x2000, "[heap]", 0) == NULL && errno == EINVAL);
     CHECK_INT(modules_count(), 0);
     symtest_rmtree(tmp);
     free(txt);
@@ -279,7 +279,7 @@ static int fallback_child(const char *dir, const char *inline_id)
         }
         /* Intact file: the build-id in memory matches, so the path is used. */
         errno = 0;
-        struct module *m = module_get(a.pid, ea->start, ea->end, ea->path);
+        struct module *m = module_get(a.pid, ea->start, ea->end, ea->path, ea->inode);
         CHECK(m != NULL);
         if (m) {
             char hex[2 * MODULE_MAX_BUILD_ID + 1];
@@ -291,15 +291,25 @@ static int fallback_child(const char *dir, const char *inline_id)
         /* Replaced file: refused, whether or not maps says "(deleted)". */
         CHECK_STR(eb->path, rep_del);
         errno = 0;
-        m = module_get(b.pid, eb->start, eb->end, eb->path);
+        m = module_get(b.pid, eb->start, eb->end, eb->path, eb->inode);
         if (fd < 0)
             CHECK(m == NULL && errno == ESTALE);
         module_unref(m);
         errno = 0;
-        m = module_get(b.pid, eb->start, eb->end, rep);
+        m = module_get(b.pid, eb->start, eb->end, rep, eb->inode);
         if (fd < 0)
             CHECK(m == NULL && errno == ESTALE);
         module_unref(m);
+        /* A symbolic link where the mapped file was: not followed (it could lead anywhere,
+         * a file only root may read among others), even to the very file. */
+        char *lnk = xasprintf("%s/lnk", dir);
+        CHECK_INT(symlink(ok, lnk), 0);
+        errno = 0;
+        m = module_get(a.pid, ea->start, ea->end, lnk, ea->inode);
+        if (fd < 0)
+            CHECK(m == NULL && errno == ESTALE);
+        module_unref(m);
+        free(lnk);
     }
     maps_finish(&ma);
     maps_finish(&mb);
@@ -391,6 +401,7 @@ int main(void)
     test_path_fallback();
     test_threads();
     CHECK_INT(modules_count(), 0);
+    modules_shutdown(); /* the helper that read ELF headers: its socket */
     CHECK_INT(symtest_count_fds(), fds);
     if (symtest_failures)
         fprintf(stderr, "%d check(s) failed\n", symtest_failures);

@@ -449,6 +449,7 @@ int main(void)
     CHECK_INT(modules_count(), 0);
     test_libc_and_costs();
     CHECK_INT(modules_count(), 0);
+    modules_shutdown(); /* the helper that read ELF headers: its socket */
     CHECK_INT(symtest_count_fds(), fds);
     if (symtest_failures)
         fprintf(stderr, "%d check(s) failed\n", symtest_failures);

@@ -303,6 +303,7 @@ int main(void)
     symtest_rmtree(tmp);
     free(tmp);
     CHECK_INT(modules_count(), mods);
+    modules_shutdown(); /* the helper that read ELF headers: its socket */
     CHECK_INT(symtest_count_fds(), fds);
     if (symtest_failures)
         fprintf(stderr, "%d check(s) failed\n", symtest_failures);

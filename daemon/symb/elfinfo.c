@@ -1,0 +1,87 @@
+/* elfinfo.c: type, PT_LOAD headers and build-id of an ELF file (see elfinfo.h). */
+#include "elfinfo.h"
+
+#include <errno.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <string.h>
+
+/* Find the NT_GNU_BUILD_ID note in the PT_NOTE segment ph. */
+static void read_build_id(Elf *elf, const GElf_Phdr *ph, struct symp_elf_info *info)
+{
+    Elf_Data *data = elf_getdata_rawchunk(elf, (int64_t)ph->p_offset, ph->p_filesz,
+                                          ph->p_align == 8 ? ELF_T_NHDR8 : ELF_T_NHDR);
+    if (!data)
+        return;
+    GElf_Nhdr nh;
+    size_t off = 0, name_off, desc_off, next;
+    while (off < data->d_size && (next = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
+        const char *name = (const char *)data->d_buf + name_off;
+        if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == sizeof("GNU") &&
+            !memcmp(name, "GNU", sizeof("GNU")) && nh.n_descsz > 0 &&
+            nh.n_descsz <= SYMP_MAX_BUILD_ID) {
+            memcpy(info->build_id, (const char *)data->d_buf + desc_off, nh.n_descsz);
+            info->build_id_len = nh.n_descsz;
+            info->build_id_vaddr = ph->p_vaddr + desc_off;
+            return;
+        }
+        if (next <= off)
+            break;
+        off = next;
+    }
+}
+
+/* Type, PT_LOAD headers and build-id of elf. Returns 0 or -ENOEXEC. */
+static int parse(Elf *elf, struct symp_elf_info *info)
+{
+    GElf_Ehdr eh;
+    size_t phnum;
+    if (elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh))
+        return -ENOEXEC;
+    if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN)
+        return -ENOEXEC;
+    if (elf_getphdrnum(elf, &phnum) != 0)
+        return -ENOEXEC;
+    info->e_type = eh.e_type;
+    for (size_t i = 0; i < phnum; i++) {
+        GElf_Phdr ph;
+        if (!gelf_getphdr(elf, (int)i, &ph))
+            return -ENOEXEC;
+        if (ph.p_type == PT_LOAD) {
+            /* Segments that wrap around are not loadable: no sane file has them. */
+            if (ph.p_offset + ph.p_filesz < ph.p_offset || ph.p_vaddr + ph.p_memsz < ph.p_vaddr)
+                return -ENOEXEC;
+            if (info->nloads == SYMP_MAX_LOADS)
+                continue; /* the first ones hold the code */
+            info->loads[info->nloads++] = (struct symp_load){
+                .offset = ph.p_offset,
+                .vaddr = ph.p_vaddr,
+                .filesz = ph.p_filesz,
+                .memsz = ph.p_memsz,
+                .flags = ph.p_flags,
+            };
+        } else if (ph.p_type == PT_NOTE && !info->build_id_len) {
+            read_build_id(elf, &ph, info);
+        }
+    }
+    return info->nloads ? 0 : -ENOEXEC;
+}
+
+void elfinfo_read(int fd, struct symp_elf_info *info)
+{
+    memset(info, 0, sizeof(*info));
+    elf_version(EV_CURRENT);
+    /* READ_MMAP: only the headers and the notes are touched, so only those pages are read. */
+    Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+    if (!elf) {
+        info->err = -EIO;
+        return;
+    }
+    info->err = parse(elf, info);
+    elf_end(elf);
+    if (info->err < 0) {
+        int e = info->err;
+        memset(info, 0, sizeof(*info));
+        info->err = e;
+    }
+}
