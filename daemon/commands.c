@@ -230,6 +230,7 @@ static cJSON *cmd_status(struct request *r)
         cJSON_AddNumberToObject(h, "starts", (double)hs[i].starts);
         cJSON_AddNumberToObject(h, "failures", (double)hs[i].failures);
         cJSON_AddNumberToObject(h, "requests", (double)hs[i].requests);
+        cJSON_AddBoolToObject(h, "waiting", hs[i].waiting);
         cJSON_AddStringToObject(h, "last_error", hs[i].last_error);
         cJSON_AddItemToArray(helpers, h);
     }

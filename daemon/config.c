@@ -26,6 +26,8 @@ void config_defaults(struct profd_config *c)
     c->max_targets_per_user = 32;
     c->max_stack_kib = 512;
     c->max_memory = 1ull << 30;
+    c->symbolizer_memory = 4ull << 30;
+    c->symbolizer_timeout_ns = 30 * NS_PER_SEC;
 }
 
 void config_free(struct profd_config *c)
@@ -229,6 +231,17 @@ int config_set(struct profd_config *c, const char *key, const char *v, char *err
         c->max_memory = n;
         return 0;
     }
+    if (key_is(key, "symbolizer_memory")) {
+        uint64_t n;
+        if (parse_size(v, &n) < 0 || (n && n < (64u << 20)))
+            return bad(err, errlen, "symbolizer_memory must be a size of at least 64M "
+                       "(\"1G\", \"8G\"), or 0 for no limit, not \"%s\"", v);
+        c->symbolizer_memory = n;
+        return 0;
+    }
+    if (key_is(key, "symbolizer_timeout"))
+        return set_duration(&c->symbolizer_timeout_ns, "symbolizer_timeout", v,
+                            100 * NS_PER_MS, 600 * NS_PER_SEC, "from 100ms to 10m", err, errlen);
     if (key_is(key, "allow_groups"))
         return set_groups(c, v, err, errlen);
     if (key_is(key, "verbose")) {

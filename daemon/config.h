@@ -36,6 +36,8 @@ struct profd_config {
     unsigned max_targets_per_user;
     unsigned max_stack_kib;
     uint64_t max_memory;     /* bytes for all targets' samples and stacks; 0: no limit */
+    uint64_t symbolizer_memory;  /* address space of each symbolizer helper; 0: no limit */
+    uint64_t symbolizer_timeout_ns; /* longest wait for a symbolizer's answer */
     gid_t allow_groups[CONFIG_MAX_GROUPS]; /* members may profile other users' processes */
     size_t nallow_groups;
     bool verbose;

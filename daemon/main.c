@@ -20,6 +20,7 @@
 #include "sampler.h"
 #include "sdnotify.h"
 #include "server.h"
+#include "symhelper.h"
 #include "target.h"
 #include "util.h"
 #include "txn.h"
@@ -67,6 +68,12 @@ static void usage(FILE *f)
             "      --allow-groups GROUPS\n"
             "                        members of these groups may profile any process\n"
             "      --max-stack KIB   most stack copied per sample (512)\n"
+            "      --symbolizer-memory SIZE\n"
+            "                        address space of each unprivileged symbolizer process\n"
+            "                        (4G; 0: no limit)\n"
+            "      --symbolizer-timeout SECONDS\n"
+            "                        a symbolizer that does not answer within it is killed and\n"
+            "                        restarted; that slice's frames stay unsymbolized (30)\n"
             "  -v, --verbose         debug logging\n"
             "  -V, --version         print the version\n"
             "  -h, --help            this help\n\n"
@@ -136,6 +143,8 @@ static void apply_config(const struct profd_config *c, bool reloading)
     server_cfg.max_memory = c->max_memory;
     memcpy(server_cfg.allow_groups, c->allow_groups, c->nallow_groups * sizeof(gid_t));
     server_cfg.nallow_groups = c->nallow_groups;
+    /* For helpers started from now on, and the next answers awaited. */
+    symhelper_configure(NULL, c->symbolizer_memory, c->symbolizer_timeout_ns, c->verbose);
     if (!reloading) {
         server_cfg.socket_gid = group_id(c->socket_group);
         server_cfg.socket_mode = c->socket_mode;
@@ -245,6 +254,8 @@ int main(int argc, char **argv)
         {"max-targets-per-user", required_argument, NULL, 0},
         {"max-memory", required_argument, NULL, 0},
         {"allow-groups", required_argument, NULL, 0},
+        {"symbolizer-memory", required_argument, NULL, 0},
+        {"symbolizer-timeout", required_argument, NULL, 0},
         {"mode", required_argument, NULL, 0},
         {"max-cpu", required_argument, NULL, 0},
         {"cputime-source", required_argument, NULL, 0},

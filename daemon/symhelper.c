@@ -260,6 +260,15 @@ static int start(struct symhelper *h)
      * async-signal-safe functions (we have other threads). */
     pid_t pid = fork();
     if (pid == 0) {
+        /* A signal mask and ignored signals survive execve: the worker thread blocks every
+         * signal, and profd ignores SIGPIPE. The helper starts with neither. */
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        for (int sig = 1; sig < NSIG; sig++)
+            if (sig != SIGKILL && sig != SIGSTOP)
+                sigaction(sig, &dfl, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         setpgid(0, 0); /* not in the terminal's process group: Ctrl-C is for profd */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (sv[1] == 3)
@@ -335,18 +344,22 @@ int symhelper_ensure(struct symhelper *h)
 
 int symhelper_send(struct symhelper *h, const struct symp_w *w, int fd)
 {
-    int r = symhelper_ensure(h);
-    if (r < 0)
-        return r;
-    h->st.requests++;
-    r = symp_send(h->sock, w, fd);
-    if (r < 0) {
+    /* A helper that died while idle (killed, or its CPU limit) is noticed only now: that
+     * cost no request, so start another and send again, once. */
+    for (int attempt = 0;; attempt++) {
+        int r = symhelper_ensure(h);
+        if (r < 0)
+            return r;
+        h->st.requests++;
+        r = symp_send(h->sock, w, fd);
+        if (r == 0)
+            return 0;
         char why[96];
         snprintf(why, sizeof(why), "closed its socket (%s)", strerror(-r));
         fail(h, why);
-        return r;
+        if (attempt > 0 || (r != -EPIPE && r != -ECONNRESET))
+            return r;
     }
-    return 0;
 }
 
 ssize_t symhelper_recv(struct symhelper *h, void *buf, int *fd)
@@ -355,7 +368,9 @@ ssize_t symhelper_recv(struct symhelper *h, void *buf, int *fd)
     if (h->pid <= 0 || h->sock < 0)
         return -ECHILD;
     int timeout_ms = (int)(cfg_timeout_ns / NS_PER_MS);
+    __atomic_store_n(&h->st.waiting, true, __ATOMIC_RELAXED);
     ssize_t n = symp_recv(h->sock, buf, fd, timeout_ms);
+    __atomic_store_n(&h->st.waiting, false, __ATOMIC_RELAXED);
     if (n > 0)
         return n;
     char why[96];

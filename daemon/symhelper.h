@@ -22,6 +22,7 @@ struct symhelper_stats {
     uint64_t starts;    /* processes started */
     uint64_t failures;  /* crashes, hangs, bad answers */
     uint64_t requests;
+    bool waiting;       /* profd is waiting for its answer now */
     char last_error[320];
 };
 

@@ -3,9 +3,16 @@
  * The thread is stopped only for PTRACE_GETREGS and one process_vm_readv of its stack; the
  * unwind runs afterwards, while the thread runs again, from the copy. libunwind-ptrace's
  * stock accessors would read the live thread with PEEKDATA (fails on a running thread) and
- * re-read /proc/PID/maps as the unwind crosses libraries (libunwind issue #431); ours serve
- * the stack from the snapshot and other memory from a page cache, and delegate only the
- * search for unwind tables to one long-lived _UPT handle. */
+ * re-read /proc/PID/maps as the unwind crosses libraries (libunwind issue #431); its
+ * _UPT_find_proc_info would also open and parse each library by path, in this privileged
+ * process. Ours serve the stack from the snapshot and other memory from a page cache, and find
+ * the unwind tables from the ELF headers in the process's memory: the unwinder opens no file.
+ *
+ * It does parse what the target controls (its stack, its .eh_frame_hdr and .eh_frame, through
+ * libunwind): that parsing is bounded (every read goes through the accessors below, which
+ * serve only the snapshot and file-backed mappings) and fuzzed (tests/fuzz/fuzz_unwind.c),
+ * rather than moved behind the helper's boundary, which would cost a round trip to another
+ * process for every sample (see README, "Privilege separation"). */
 #include "unwind.h"
 
 #include <elf.h>
@@ -15,16 +22,14 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
-#include <libunwind-ptrace.h>
-
 #include "log.h"
 #include "maps.h"
 
 #define RED_ZONE 128
 
-/* The accessors' argument: the unwinder and the snapshot being unwound. Nested calls from
- * _UPT_find_proc_info pass the _UPT handle instead (it forwards its own argument), so the
- * context of the unwind in progress is also kept here; unwinding is single-threaded. */
+/* The accessors' argument: the unwinder and the snapshot being unwound. libunwind does not
+ * pass it to every accessor in every path, so the context of the unwind in progress is also
+ * kept here; unwinding is single-threaded. */
 struct uctx {
     struct unwinder *u;
     struct snapshot *s;
@@ -35,7 +40,8 @@ struct uctx {
 static struct uctx *cur;
 
 /* libunwind's binary search of a .eh_frame_hdr table in the target's memory. Exported by
- * libunwind-x86_64 (it is what _UPT_find_proc_info calls) but not declared in its headers. */
+ * libunwind-x86_64 (it is what libunwind-ptrace's _UPT_find_proc_info calls) but not declared
+ * in its headers. */
 extern int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t as, unw_word_t ip,
                                               unw_dyn_info_t *di, unw_proc_info_t *pi,
                                               int need_unwind_info, void *arg);
@@ -287,72 +293,137 @@ static bool read_encoded(const uint8_t **p, const uint8_t *end, uint8_t enc, uin
     return true;
 }
 
-/* Set up unwinding through the vDSO (clock_gettime and friends): copy its image once, find
- * PT_GNU_EH_FRAME and describe its search table to libunwind. */
-static bool vdso_setup(struct unwinder *u, const struct map_entry *m)
+/* Read n bytes of file-backed memory at addr through the page cache. */
+static bool read_bytes(struct unwinder *u, uint64_t addr, void *out, size_t n)
 {
-    struct vdso_info *v = &u->vdso;
-    v->tried = true;
-    v->ok = false;
-    v->start = m->start;
-    v->end = m->end;
-    size_t size = (size_t)(m->end - m->start);
-    if (size > (1u << 20))
-        return false;
-    uint8_t *img = malloc(size);
-    if (!img)
-        return false;
-    struct iovec l = {img, size}, r = {(void *)(uintptr_t)m->start, size};
-    bool ok = false;
-    if (process_vm_readv(u->pid, &l, 1, &r, 1, 0) != (ssize_t)size || size < sizeof(Elf64_Ehdr))
-        goto out;
-    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
-    /* The image is the process's memory, which it can rewrite: check every offset. */
-    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_phoff > size ||
-        (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) > size - eh->e_phoff)
-        goto out;
-    const Elf64_Phdr *ph = (const Elf64_Phdr *)(img + eh->e_phoff);
-    const Elf64_Phdr *load = NULL, *hdr = NULL;
-    for (int i = 0; i < eh->e_phnum; i++) {
-        if (ph[i].p_type == PT_LOAD && !load)
-            load = &ph[i];
-        if (ph[i].p_type == PT_GNU_EH_FRAME)
-            hdr = &ph[i];
+    uint8_t *o = out;
+    while (n > 0) {
+        uint64_t word = addr & ~7ull, skip = addr - word;
+        unw_word_t w;
+        if (read_cached(u, word, &w) < 0)
+            return false;
+        size_t k = 8 - skip < n ? 8 - skip : n;
+        memcpy(o, (uint8_t *)&w + skip, k);
+        o += k;
+        addr += k;
+        n -= k;
     }
-    if (!load || !hdr || hdr->p_offset > size || hdr->p_filesz > size - hdr->p_offset ||
-        hdr->p_filesz < 4)
-        goto out;
-    uint64_t bias = m->start + load->p_offset - load->p_vaddr;
-    uint64_t hdr_addr = bias + hdr->p_vaddr;
-    const uint8_t *p = img + hdr->p_offset, *end = p + hdr->p_filesz;
-    uint8_t version = p[0], ptr_enc = p[1], count_enc = p[2], table_enc = p[3];
-    p += 4;
-    uint64_t eh_frame, count;
-    if (version != 1 || table_enc != 0x3b /* datarel | sdata4 */ ||
-        !read_encoded(&p, end, ptr_enc, hdr_addr + (uint64_t)(p - (img + hdr->p_offset)), hdr_addr,
-                      &eh_frame) ||
-        !read_encoded(&p, end, count_enc, hdr_addr + (uint64_t)(p - (img + hdr->p_offset)),
-                      hdr_addr, &count))
-        goto out;
-    memset(&v->di, 0, sizeof(v->di));
-    v->di.start_ip = m->start;
-    v->di.end_ip = m->end;
-    v->di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
-    v->di.u.rti.segbase = hdr_addr;
-    v->di.u.rti.table_len = count * 8 / sizeof(unw_word_t);
-    v->di.u.rti.table_data = hdr_addr + (uint64_t)(p - (img + hdr->p_offset));
-    ok = true;
-out:
-    free(img);
-    v->ok = ok;
-    return ok;
+    return true;
 }
 
-/* Unwind tables: for ELF files, the _UPT handle (it maps the file once per library and reads
- * .eh_frame through our access_mem, the page cache); for the vDSO, our own table; nothing
- * for anonymous memory (JIT code), without asking _UPT, which would re-read the maps each
- * time. A frame without unwind info is remembered: libunwind then falls back to the rbp
- * chain, which in code built without frame pointers yields invented frames. */
+#define MAX_PHDRS 64
+#define MAX_TABLES 4096
+
+/* Fill t from the ELF headers at t->base: where the object's segments are, and its
+ * .eh_frame_hdr binary search table. Every field is the target's to forge: each is checked
+ * before it is used, and what libunwind is given stays inside the PT_GNU_EH_FRAME segment. */
+static void eh_build(struct unwinder *u, struct eh_table *t)
+{
+    uint64_t page = 4096;
+    Elf64_Ehdr eh;
+    if (!read_bytes(u, t->base, &eh, sizeof(eh)) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+        eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr) ||
+        eh.e_phnum == 0 || eh.e_phnum > MAX_PHDRS || eh.e_phoff > 65536)
+        return;
+    Elf64_Phdr ph[MAX_PHDRS];
+    if (!read_bytes(u, t->base + eh.e_phoff, ph, eh.e_phnum * sizeof(Elf64_Phdr)))
+        return;
+    /* The segment holding file offset 0 is mapped at base: that gives the load bias. */
+    const Elf64_Phdr *first = NULL, *hdr = NULL;
+    for (int i = 0; i < eh.e_phnum; i++) {
+        if (ph[i].p_type == PT_LOAD && !first && ph[i].p_offset < page)
+            first = &ph[i];
+        if (ph[i].p_type == PT_GNU_EH_FRAME && !hdr)
+            hdr = &ph[i];
+    }
+    if (!first || !hdr)
+        return;
+    uint64_t bias = t->base - (first->p_vaddr & ~(page - 1));
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < eh.e_phnum; i++) {
+        if (ph[i].p_type != PT_LOAD)
+            continue;
+        uint64_t a = bias + (ph[i].p_vaddr & ~(page - 1)), e = bias + ph[i].p_vaddr + ph[i].p_memsz;
+        if (e < a || ph[i].p_memsz > (1ull << 40))
+            return; /* wraps around: not a loaded object */
+        lo = a < lo ? a : lo;
+        hi = e > hi ? e : hi;
+    }
+    uint64_t hdr_addr = bias + hdr->p_vaddr;
+    if (hdr->p_filesz < 12 || hdr->p_filesz > (1ull << 32) || hdr_addr < lo ||
+        hdr_addr - lo > hi - lo || hdr->p_filesz > hi - hdr_addr)
+        return;
+    uint8_t head[4 + 2 * 8];
+    size_t hn = hdr->p_filesz < sizeof(head) ? (size_t)hdr->p_filesz : sizeof(head);
+    if (!read_bytes(u, hdr_addr, head, hn))
+        return;
+    const uint8_t *p = head + 4, *end = head + hn;
+    uint8_t version = head[0], ptr_enc = head[1], count_enc = head[2], table_enc = head[3];
+    uint64_t eh_frame, count;
+    if (version != 1 || table_enc != 0x3b /* datarel | sdata4 */ ||
+        !read_encoded(&p, end, ptr_enc, hdr_addr + (uint64_t)(p - head), hdr_addr, &eh_frame) ||
+        !read_encoded(&p, end, count_enc, hdr_addr + (uint64_t)(p - head), hdr_addr, &count))
+        return;
+    uint64_t table_off = (uint64_t)(p - head);
+    /* The table's entries (two 4-byte values each) must lie in the segment. */
+    if (count == 0 || count > (hdr->p_filesz - table_off) / 8)
+        return;
+    memset(&t->di, 0, sizeof(t->di));
+    t->di.start_ip = lo;
+    t->di.end_ip = hi;
+    t->di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
+    t->di.u.rti.segbase = hdr_addr;
+    t->di.u.rti.table_len = count * 8 / sizeof(unw_word_t);
+    t->di.u.rti.table_data = hdr_addr + table_off;
+    t->lo = lo;
+    t->hi = hi;
+    t->ok = true;
+}
+
+/* The mapping of m's file that holds its file offset 0: where its ELF headers are. */
+static const struct map_entry *base_mapping(const struct unwinder *u, const struct map_entry *m)
+{
+    const struct map_entry *best = NULL;
+    for (size_t i = 0; i < u->maps->n; i++) {
+        const struct map_entry *e = &u->maps->v[i];
+        if (e->pgoff == 0 && e->path && !strcmp(e->path, m->path) && e->inode == m->inode &&
+            e->dev_major == m->dev_major && e->dev_minor == m->dev_minor && e->start <= m->start &&
+            (!best || e->start > best->start))
+            best = e; /* the closest one below: a file mapped twice has two */
+    }
+    return best;
+}
+
+/* The unwind table of the object mapped at m, found on first use. */
+static const struct eh_table *eh_table_for(struct unwinder *u, const struct map_entry *m)
+{
+    const struct map_entry *b = base_mapping(u, m);
+    if (!b)
+        return NULL;
+    for (size_t i = 0; i < u->ntables; i++)
+        if (u->tables[i].base == b->start)
+            return u->tables[i].ok ? &u->tables[i] : NULL;
+    if (u->ntables == MAX_TABLES)
+        return NULL;
+    if (u->ntables == u->cap_tables) {
+        size_t cap = u->cap_tables ? u->cap_tables * 2 : 16;
+        struct eh_table *v = realloc(u->tables, cap * sizeof(*v));
+        if (!v)
+            return NULL;
+        u->tables = v;
+        u->cap_tables = cap;
+    }
+    struct eh_table *t = &u->tables[u->ntables++];
+    memset(t, 0, sizeof(*t));
+    t->base = b->start;
+    eh_build(u, t);
+    return t->ok ? t : NULL;
+}
+
+/* Unwind tables, from the ELF headers and .eh_frame_hdr in the process's memory (file-backed
+ * mappings and the vDSO alike); nothing for anonymous memory (JIT code). A frame without
+ * unwind info is remembered: libunwind then falls back to the rbp chain, which in code built
+ * without frame pointers yields invented frames. */
 static int find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi,
                           int need_unwind_info, void *arg)
 {
@@ -365,16 +436,12 @@ static int find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *p
     int r = -UNW_ENOINFO;
     if (!m) {
         u->maps_miss = true;
-    } else if (m->path && !strcmp(m->path, "[vdso]")) {
-        /* Before m->mod: the vDSO has a module (for its symbols) but no file that
-         * _UPT_find_proc_info could open. */
-        if (!u->vdso.tried || u->vdso.start != m->start)
-            vdso_setup(u, m);
-        if (u->vdso.ok)
-            r = _Ux86_64_dwarf_search_unwind_table(as, ip, &u->vdso.di, pi, need_unwind_info,
-                                                   c);
-    } else if (m->mod) {
-        r = _UPT_find_proc_info(as, ip, pi, need_unwind_info, u->upt);
+    } else if (m->path && (m->path[0] == '/' || !strcmp(m->path, "[vdso]"))) {
+        const struct eh_table *t = eh_table_for(u, m);
+        if (t && ip >= t->lo && ip < t->hi) {
+            unw_dyn_info_t di = t->di;
+            r = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, c);
+        }
     }
     if (r < 0 && !c->noinfo) {
         c->noinfo = true;
@@ -383,11 +450,10 @@ static int find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *p
     return r;
 }
 
+/* Only called for dynamically registered unwind info, which find_proc_info never gives. */
 static void put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
 {
-    (void)arg;
-    if (cur)
-        _UPT_put_unwind_info(as, pi, cur->u->upt);
+    (void)as, (void)pi, (void)arg;
 }
 
 /* libunwind's own dynamic registration (_U_dyn_register) is used by nobody we profile, and
@@ -434,22 +500,15 @@ int unwinder_init(struct unwinder *u, pid_t pid, const struct maps *maps)
      * a warm unwind skip the .eh_frame search entirely. */
     unw_set_caching_policy(u->as, UNW_CACHE_GLOBAL);
     unw_set_cache_size(u->as, 4096, 0);
-    u->upt = _UPT_create(pid);
-    if (!u->upt) {
-        unw_destroy_addr_space(u->as);
-        u->as = NULL;
-        return -ENOMEM;
-    }
     return 0;
 }
 
 void unwinder_finish(struct unwinder *u)
 {
-    if (u->upt)
-        _UPT_destroy(u->upt);
     if (u->as)
         unw_destroy_addr_space(u->as);
     free(u->pages);
+    free(u->tables);
     memset(u, 0, sizeof(*u));
 }
 
@@ -457,16 +516,11 @@ void unwinder_flush(struct unwinder *u)
 {
     if (u->as)
         unw_flush_cache(u->as, 0, 0);
-    /* The _UPT handle caches the ELF image of the last library it used: recreate it. */
-    if (u->upt) {
-        _UPT_destroy(u->upt);
-        u->upt = _UPT_create(u->pid);
-    }
     if (u->pages)
         for (int i = 0; i < PAGE_CACHE_SLOTS; i++)
             u->pages[i].addr = 0;
+    u->ntables = 0;
     u->maps_miss = false;
-    u->vdso.tried = false;
 }
 
 /* One libunwind pass over the snapshot's current registers. */
@@ -477,7 +531,7 @@ static int unwind_pass(struct unwinder *u, struct snapshot *s, uint64_t *ips, in
     unw_cursor_t cursor;
     int n = 0;
     *end = UNWIND_TRUNCATED;
-    if (!u->upt)
+    if (!u->as)
         return 0;
     cur = &c;
     /* unw_init_remote leaves some cursor fields unset (valgrind sees libunwind 1.6.2 branch

@@ -34,24 +34,29 @@ struct page_slot {
     uint8_t data[4096];
 };
 
-/* Unwinding state of one process: one libunwind address space with a global cache, one
- * long-lived _UPT handle for finding unwind tables, and a small cache of pages of
- * file-backed memory (.eh_frame, code) read with process_vm_readv. */
-/* The vDSO has no file to open: its unwind table is read from the process's memory. */
-struct vdso_info {
-    uint64_t start, end; /* mapping; 0 if not set up */
-    bool tried;
-    bool ok;
+/* Where one ELF object's unwind table is in the process: found from its ELF headers in the
+ * process's memory (PT_GNU_EH_FRAME), never from a file, so a deleted or replaced binary, a
+ * library in another mount namespace and the vDSO all unwind alike, and nothing a target
+ * controls is opened by path here. */
+struct eh_table {
+    uint64_t base;      /* address of the object's first mapping (file offset 0) */
+    uint64_t lo, hi;    /* its loaded segments */
+    bool ok;            /* a usable .eh_frame_hdr search table */
     unw_dyn_info_t di;
 };
 
+/* Unwinding state of one process: one libunwind address space with a global cache, the
+ * unwind tables of the objects it maps, and a small cache of pages of file-backed memory
+ * (.eh_frame, code) read with process_vm_readv. Everything the unwinder reads of the target
+ * (its stack, its code, its unwind tables) is bounded and checked: the target can write all
+ * of it. */
 struct unwinder {
     pid_t pid;
-    struct vdso_info vdso;
     unw_addr_space_t as;
-    void *upt;
     const struct maps *maps; /* the process's current maps (owned by the target) */
     struct page_slot *pages; /* PAGE_CACHE_SLOTS, allocated on first use */
+    struct eh_table *tables; /* objects seen so far, by base */
+    size_t ntables, cap_tables;
     bool maps_miss;          /* code outside every known mapping was asked for */
     uint64_t page_reads;     /* process_vm_readv calls for the page cache */
 };

@@ -172,7 +172,7 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     st = d.status()
     dfields = {"version", "pid", "uptime_s", "cpu_s", "user_s", "system_s", "max_rss_kib",
                "clients", "targets", "modules", "slices_queued", "default_hz",
-               "default_buffer_s", "samples", "budget_cpu_pct"}
+               "default_buffer_s", "samples", "budget_cpu_pct", "symbolizers"}
     check(set(st["daemon"]) == dfields and st["daemon"]["pid"] == d.pid and
           st["daemon"]["targets"] == 2 and st["daemon"]["default_hz"] == 101 and
           st["daemon"]["default_buffer_s"] == 60 and st["daemon"]["clients"] == 1 and
