@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -143,6 +144,9 @@ static int install_filter(pid_t self)
         ALLOW_NR(__NR_getrandom),
         ALLOW_NR(__NR_rt_sigreturn),
         ALLOW_NR(__NR_rt_sigprocmask),
+        /* Its own signal handling only (abort(), and a sanitizer's handlers at exit). */
+        ALLOW_NR(__NR_rt_sigaction),
+        ALLOW_NR(__NR_sigaltstack),
         ALLOW_NR(__NR_exit),
         ALLOW_NR(__NR_exit_group),
         ALLOW_NR(__NR_sched_yield),
@@ -165,6 +169,12 @@ static int install_filter(pid_t self)
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, F_GETFL, 0, 1),
         RET(SECCOMP_RET_ALLOW),
         RET(SECCOMP_RET_ERRNO | EINVAL),
+        /* isatty() (a sanitizer's report, whether to colour it): TCGETS only. */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 4),
+        LOAD(ARG_LO(1)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TCGETS, 0, 1),
+        RET(SECCOMP_RET_ALLOW),
+        RET(SECCOMP_RET_ERRNO | ENOTTY),
         /* abort() signals itself: tgkill to this process only. */
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_tgkill, 0, 3),
         LOAD(ARG_LO(0)),
@@ -224,7 +234,7 @@ int sandbox_enter(const struct sandbox_opts *o)
     }
     if ((o->max_memory && !SANITIZED && (r = set_limit(RLIMIT_AS, o->max_memory)) < 0) ||
         (o->max_cpu_s && (r = set_limit(RLIMIT_CPU, o->max_cpu_s)) < 0) ||
-        (r = set_limit(RLIMIT_FSIZE, 0)) < 0 || (r = set_limit(RLIMIT_CORE, 0)) < 0 ||
+        (r = set_limit(RLIMIT_CORE, 0)) < 0 ||
         (r = set_limit(RLIMIT_NPROC, 0)) < 0 || (r = set_limit(RLIMIT_NOFILE, 4096)) < 0) {
         log_err("setrlimit: %s", strerror(-r));
         return r;

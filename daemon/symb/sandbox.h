@@ -4,7 +4,9 @@
  * - every capability: effective, permitted, inheritable, ambient and bounding sets;
  * - new privileges (no_new_privs), and ptrace by others (not dumpable);
  * - limits: address space (unless built with a sanitizer, which needs terabytes of it),
- *   CPU time, descriptors, file size 0, no core dumps; a lower priority than profd;
+ *   CPU time, descriptors, no processes, no core dumps; a lower priority than profd. (Not
+ *   file size: its stderr is profd's, which may be a log file, and it can write nothing
+ *   else: every descriptor profd passes it is read-only.)
  * - system calls: a seccomp allow-list. The helper reads and maps the descriptors profd
  *   sends, answers on its socket, and nothing else: opening, creating or executing files,
  *   sockets, processes and threads are refused (EACCES for the path calls, so that a library
