@@ -54,6 +54,23 @@ check "attach" profctl attach "$busy" --hz 199
 check "attach (cputime: perf events under the unit's filter)" sh -c "profctl configure $busy --mode cputime && sleep 2"
 profctl slice "$busy" --last 2 -o /tmp/p.folded --top 0
 check "slice: the busy program's functions, symbolized" grep -q 'work_alpha;spin' /tmp/p.folded
+# The unprivileged helpers that parsed them: profd's children, profd's user, no capability
+# (the bounding set stays the unit's: dropping it needs CAP_SETPCAP, and no_new_privs keeps
+# it from mattering), no_new_privs, seccomp filter mode (the unit's filter and their own).
+helpers=0
+for p in /proc/[0-9]*; do
+    [ "$(cat "$p/comm" 2>/dev/null)" = profd-symboliz ] || continue
+    helpers=$((helpers + 1))
+    echo "--- helper ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline")"
+    grep -E '^(PPid|Uid|Gid|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' "$p/status"
+    check "helper ${p#/proc/}: a child of profd" test "$(awk '/^PPid:/ {print $2}' "$p/status")" = "$main"
+    check "helper ${p#/proc/}: user profd" test "$(awk '/^Uid:/ {print $2 $3 $4 $5}' "$p/status")" = "$(id -u profd)$(id -u profd)$(id -u profd)$(id -u profd)"
+    check "helper ${p#/proc/}: no capability (effective, permitted, inheritable, ambient)" \
+        test "$(awk '/^Cap(Inh|Prm|Eff|Amb):/ {printf "%s", $2}' "$p/status")" = 0000000000000000000000000000000000000000000000000000000000000000
+    check "helper ${p#/proc/}: no_new_privs, seccomp filter mode" \
+        test "$(awk '/^(NoNewPrivs|Seccomp):/ {printf "%s", $2}' "$p/status")" = 12
+done
+check "two helpers (ELF headers for sampling, symbols for slices)" test "$helpers" = 2
 check "cputime used perf events (CAP_PERFMON, perf_event_open allowed by the unit's filter)" \
     sh -c "! journalctl -b -u profd -o cat | grep -q 'perf task-clock events unavailable'"
 check "STATUS= in systemctl status" sh -c "systemctl show -p StatusText --value profd | grep -q '1 processes sampled'"

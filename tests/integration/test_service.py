@@ -65,7 +65,7 @@ with tempfile.TemporaryDirectory() as dest:
     files = {os.path.relpath(p, dest) for p in glob.glob(dest + "/**", recursive=True)
              if os.path.isfile(p) or os.path.islink(p)}
     prefix = next(p.split("/sbin/profd")[0] for p in files if p.endswith("/sbin/profd"))
-    want = ["sbin/profd", "bin/profctl", "include/profd.h", "lib/systemd/system/profd.service",
+    want = ["sbin/profd", "libexec/profd-symbolizer", "bin/profctl", "include/profd.h", "lib/systemd/system/profd.service",
             "lib/systemd/system/profd.socket", "lib/sysusers.d/profd.conf",
             "lib/tmpfiles.d/profd.conf", "share/doc/profd/profd.conf.example",
             "share/man/man8/profd.8", "share/man/man1/profctl.1", "share/man/man5/profd.conf.5"]
@@ -75,7 +75,7 @@ with tempfile.TemporaryDirectory() as dest:
     confs = [f for f in files if f.endswith("share/doc/profd/profd.conf.example")]
     etc = [f for f in files if "etc/profd" in f]
     check(not missing and len(libs) >= 3 and pcs and confs and not etc,
-          "installed: binaries, libprofd.so (and its links), profd.h, profd.pc, units, "
+          "installed: binaries (profd-symbolizer in libexec), libprofd.so (and its links), profd.h, profd.pc, units, "
           "sysusers.d, tmpfiles.d, the example configuration, man pages; nothing written to "
           "/etc that an upgrade would overwrite (missing %s, in etc %s)" % (missing, etc))
     root = os.path.join(dest, prefix)
