@@ -159,6 +159,16 @@ void modules_shutdown(void)
     pthread_mutex_unlock(&describe_lock);
 }
 
+void modules_helper_error(char *buf, size_t len)
+{
+    pthread_mutex_lock(&describe_lock);
+    struct symhelper_stats st = {0};
+    if (describer)
+        symhelper_get_stats(describer, &st);
+    snprintf(buf, len, "%s", st.last_error);
+    pthread_mutex_unlock(&describe_lock);
+}
+
 pid_t modules_helper_pid(void)
 {
     pthread_mutex_lock(&describe_lock);

@@ -69,5 +69,7 @@ void module_build_id_hex(const struct module *m, char *buf, size_t size);
 size_t modules_count(void);
 /* Stop the helper that reads ELF headers (at exit). */
 void modules_shutdown(void);
+/* Its last failure ("" if none), for the reply of a slice whose files it could not read. */
+void modules_helper_error(char *buf, size_t len);
 /* Its pid (0 if not running), for status. */
 pid_t modules_helper_pid(void);

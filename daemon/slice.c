@@ -508,9 +508,11 @@ static size_t sort_unique(uint64_t *v, size_t n)
 }
 
 /* Ask the symbolizer for every address of the slice in one exchange per module (and one for
- * JIT code), so that building the profile then finds each in the cache. */
-static void prefetch(const struct slice_job *job, struct symbolizer *sym)
+ * JIT code), so that building the profile then finds each in the cache. Returns whether some
+ * frames are in files whose headers the helper failed to read (EAGAIN: no module). */
+static bool prefetch(const struct slice_job *job, struct symbolizer *sym)
 {
+    bool unread = false;
     struct u64map by_mod = {0}; /* module address -> index + 1 into mods */
     struct modoffs *mods = NULL;
     size_t nmods = 0;
@@ -536,6 +538,8 @@ static void prefetch(const struct slice_job *job, struct symbolizer *sym)
                 push_u64(&mo->offs, &mo->n, &mo->cap, off);
             } else if (!m || !m->path) {
                 push_u64(&jit, &njit, &capjit, ip);
+            } else if (m->mod_err == EAGAIN) {
+                unread = true;
             }
         }
     }
@@ -549,6 +553,7 @@ static void prefetch(const struct slice_job *job, struct symbolizer *sym)
     free(jit);
     free(mods);
     u64map_finish(&by_mod);
+    return unread;
 }
 
 int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, struct profile *p)
@@ -685,10 +690,16 @@ void slice_run(struct slice_job *job, struct symbolizer *sym)
     struct profile p;
     slice_tag_txns(job);
     symbolizer_begin(sym, &job->creds);
-    prefetch(job, sym);
+    bool unread = prefetch(job, sym);
     int r = slice_build_profile(job, sym, &p);
-    if (symbolizer_error(sym)[0])
+    if (symbolizer_error(sym)[0]) {
         job->sym_error = xstrdup(symbolizer_error(sym));
+    } else if (unread) {
+        char why[320];
+        modules_helper_error(why, sizeof(why));
+        job->sym_error = xasprintf("frames left unsymbolized: their files could not be read: "
+                                   "%s", why[0] ? why : "the symbolizer failed");
+    }
     symbolizer_begin(sym, NULL);
     if (r < 0) {
         job->err = r;

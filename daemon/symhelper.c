@@ -318,6 +318,25 @@ static int start(struct symhelper *h)
             snprintf(why, sizeof(why), "did not start within %d ms", HELLO_TIMEOUT_MS);
         else if (n <= 0)
             snprintf(why, sizeof(why), "closed its socket at start (%s)", path);
+        /* Not there, or not executable: nothing a restart changes. Rest at once, and say
+         * what to fix. */
+        int status = 0;
+        if (n <= 0 && waitpid(pid, &status, __WALL) == pid && WIFEXITED(status) &&
+            WEXITSTATUS(status) == 127) {
+            snprintf(h->error, sizeof(h->error), "cannot run the symbolizer %s: %s", path,
+                     access(path, X_OK) < 0 ? strerror(errno) : "exec failed");
+            log_err("%s; frames stay unsymbolized", h->error);
+            close(h->sock);
+            h->sock = -1;
+            pthread_mutex_lock(&lock);
+            h->pid = h->st.pid = 0;
+            snprintf(h->st.last_error, sizeof(h->st.last_error), "%.300s", h->error);
+            pthread_mutex_unlock(&lock);
+            h->st.failures++;
+            h->fails_in_row = FAILS_BEFORE_REST;
+            h->rest_until_ns = now_ns() + MAX_REST_NS;
+            return -ENOENT;
+        }
         else
             snprintf(why, sizeof(why), "is not the version profd speaks (%s)", path);
         fail(h, why);
