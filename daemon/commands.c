@@ -154,7 +154,12 @@ static int may_access(const struct client *c, const struct target *t, pid_t pid,
                       size_t whylen)
 {
     struct proc_creds cr;
-    bool live = !(t && t->state == T_EXITED) && proc_creds_read(pid, &cr) == 0;
+    int r = -ESRCH;
+    if (!(t && t->state == T_EXITED))
+        r = proc_creds_read(pid, &cr, why, whylen);
+    if (r < 0 && r != -ESRCH)
+        return -EPERM; /* it lives, but its credentials cannot be known: refuse */
+    bool live = r == 0;
     if (!live) {
         if (!t) {
             snprintf(why, whylen, "no such process: %d", pid);
@@ -168,7 +173,7 @@ static int may_access(const struct client *c, const struct target *t, pid_t pid,
                               "CAP_SYS_PTRACE", pid);
         return -EPERM;
     }
-    int r = perms_check(&c->peer, &cr, why, whylen);
+    r = perms_check(&c->peer, &cr, why, whylen);
     if (r == 0 && live && (!t || t->state != T_EXITED))
         r = perms_check_yama(&c->peer, pid, why, whylen);
     return r;
@@ -696,10 +701,9 @@ static cJSON *submit_slice(struct client *c, struct target *t, struct slice_wait
 static int self_access(const struct client *c, pid_t pid, char *why, size_t whylen)
 {
     struct proc_creds cr;
-    if (pid <= 0 || proc_creds_read(pid, &cr) < 0) {
-        snprintf(why, whylen, "no such process: %d", pid);
-        return -ESRCH;
-    }
+    int r = proc_creds_read(pid, &cr, why, whylen);
+    if (r < 0)
+        return r == -ESRCH ? r : -EPERM; /* unknown credentials: refused */
     return perms_check(&c->peer, &cr, why, whylen);
 }
 

@@ -27,6 +27,7 @@
 
 #include "log.h"
 #include "modules.h"
+#include "procstatus.h"
 #include "ptrace_util.h"
 #include "sampler.h"
 #include "util.h"
@@ -315,26 +316,33 @@ int target_refresh_maps(struct target *t)
     return changed ? 1 : 0;
 }
 
+/* Every status file read on the loop thread goes through this one buffer, grown to the
+ * largest file seen and kept: the reads in a signal-delivery stop allocate nothing. */
+static struct strbuf status_buf;
+
+/* /proc/TID/status of any thread (a tid names its thread there too, unlisted). */
+static int tid_status(pid_t tid, struct procstatus *st)
+{
+    return procstatus_read(tid, 0, &status_buf, st);
+}
+
 /* The process a thread belongs to (Tgid in /proc/TID/status), or -errno. */
 static pid_t read_tgid(pid_t tid)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/status", tid);
-    ssize_t n = read_file(path, buf, sizeof(buf));
-    if (n < 0)
-        return n == -ENOENT ? -ESRCH : (int)n;
-    const char *tg = strstr(buf, "\nTgid:");
-    return tg ? (pid_t)strtol(tg + 6, NULL, 10) : -EINVAL;
+    struct procstatus st;
+    int r = tid_status(tid, &st);
+    if (r < 0)
+        return r;
+    return procstatus_has(&st, PS_TGID) ? st.tgid : -EPROTO;
 }
 
+/* Who traces a thread (TracerPid), 0 if nobody, -1 if that cannot be read. */
 static pid_t tracer_of(pid_t tid)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/status", tid);
-    if (read_file(path, buf, sizeof(buf)) < 0)
+    struct procstatus st;
+    if (tid_status(tid, &st) < 0 || !procstatus_has(&st, PS_TRACERPID))
         return -1;
-    const char *p = strstr(buf, "\nTracerPid:");
-    return p ? (pid_t)strtol(p + 11, NULL, 10) : -1;
+    return st.tracer_pid;
 }
 
 static void ring_evict(void *ctx, const struct ring_entry *e)
@@ -477,10 +485,17 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     t->status_fd = -1;
     t->pidfd = -1;
     pid_t tgid = read_tgid(pid);
-    if (tgid < 0 || proc_creds_read(pid, &t->creds) < 0) {
+    if (tgid < 0) {
         snprintf(why, whylen, "no such process: %d", pid);
         free(t);
         return -ESRCH;
+    }
+    /* Kept to check clients against once the process has exited: credentials that cannot
+     * be read for certain are no credentials to keep. */
+    int cr = proc_creds_read(pid, &t->creds, why, whylen);
+    if (cr < 0) {
+        free(t);
+        return cr == -ESRCH ? cr : -EPERM;
     }
     if (tgid != pid) {
         snprintf(why, whylen, "%d is a thread of process %d: attach to the process", pid, tgid);
@@ -660,7 +675,8 @@ static void target_execed(struct target *t, struct thread *th)
      * samples taken from now on are the privileged program's: mark the target so that only a
      * client with CAP_SYS_PTRACE may read any of it, even after it drops them or exits. */
     struct proc_creds now;
-    if (proc_creds_read(t->pid, &now) == 0) {
+    char why[256];
+    if (proc_creds_read(t->pid, &now, why, sizeof(why)) == 0) {
         if (memcmp(now.uid, t->creds.uid, sizeof(now.uid)) ||
             memcmp(now.gid, t->creds.gid, sizeof(now.gid)) || now.cap_prm != t->creds.cap_prm ||
             now.dumpable != t->creds.dumpable) {
@@ -669,6 +685,11 @@ static void target_execed(struct target *t, struct thread *th)
                      "CAP_SYS_PTRACE", t->pid);
         }
         t->creds = now;
+    } else if (!t->creds_changed) {
+        /* Whether the exec raised them is unknown: take it that it did. */
+        t->creds_changed = true;
+        log_warn("process %d exec'd and its new credentials cannot be read (%s): its "
+                 "samples now need CAP_SYS_PTRACE", t->pid, why);
     }
     while (t->nthreads)
         thread_remove(t->threads[0]);
@@ -738,8 +759,10 @@ static void repair_ignored_signal(struct thread *th, int sig)
         return;
     if ((long)regs.rax != -EINTR || !sysc_restartable((long)regs.orig_rax))
         return;
-    uint64_t ign, cgt;
-    if (proc_read_sigdisp(t->status_fd, &ign, &cgt) < 0 || !sig_is_ignored(ign, cgt, sig))
+    struct procstatus st;
+    if (procstatus_read_fd(t->status_fd, &status_buf, &st) < 0 ||
+        !procstatus_has(&st, PS_SIGIGN) || !procstatus_has(&st, PS_SIGCGT) ||
+        !sig_is_ignored(st.sig_ign, st.sig_cgt, sig))
         return;
     /* How long has this call waited? Signals can keep coming, each restarting it: a chain
      * of repairs of the same call (same number and first arguments, and no other wake-up
@@ -751,7 +774,10 @@ static void repair_ignored_signal(struct thread *th, int sig)
     uint64_t now = now_ns(), run = 0, pcount = 0, vcsw = 0;
     long nr = (long)regs.orig_rax;
     bool have_sched = proc_read_schedstat(th->schedstat_fd, &run, &pcount) == 0;
-    bool have_vcsw = proc_read_vcsw(th->status_fd, &vcsw) == 0;
+    bool have_vcsw = procstatus_read_fd(th->status_fd, &status_buf, &st) == 0 &&
+                     procstatus_has(&st, PS_VCSW);
+    if (have_vcsw)
+        vcsw = st.vcsw;
     bool same = th->chain_valid && th->chain_nr == nr && th->chain_args[0] == regs.rdi &&
                 th->chain_args[1] == regs.rsi && th->chain_args[2] == regs.rdx && have_vcsw &&
                 vcsw == th->chain_vcsw + CHAIN_SWITCHES;
@@ -1019,6 +1045,7 @@ void targets_shutdown(uint64_t timeout_ns)
         log_warn("%zu processes not fully detached at exit: threads that never stopped "
                  "(uninterruptible sleep) are released by the kernel as profd exits",
                  targets_count());
+    strbuf_finish(&status_buf);
 }
 
 size_t targets_memory(void)

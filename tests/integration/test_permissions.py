@@ -266,6 +266,29 @@ with Daemon() as d, Program("busy", 1, user=NOBODY) as mine, Program("busy", 1) 
               % (r.returncode, r.stderr))
         check(not traced(t.pid), "  the process holding capabilities is not traced")
 
+    # The same process in 700 supplementary groups: its Groups line (8 bytes a group here)
+    # pushes CapPrm and everything after it past the first 4 KiB of /proc/PID/status. A
+    # reader that stops there saw no CapPrm, took it for 0, and let nobody attach a process
+    # holding every capability (the rule failed open).
+    many = list(range(1000000, 1000700))
+    with PyTarget("assert libc.prctl(%d, 1, 0, 0, 0) == 0\nos.setgroups(%r)\nos.setgid(%d)\n"
+                  "os.setuid(%d)\nassert libc.prctl(%d, 1, 0, 0, 0) == 0"
+                  % (PR_SET_KEEPCAPS, many, NOBODY, NOBODY, PR_SET_DUMPABLE)) as t:
+        with open("/proc/%d/status" % t.pid) as f:
+            st = f.read()
+        cap_at = st.find("\nCapPrm:\t")
+        check("\nUid:\t65534\t65534\t65534" in st and cap_at > 4096
+              and "\nCapPrm:\t0000000000000000" not in st and len(os.getgrouplist("root", 0)) < 700,
+              "(set-up) a process of uid 65534 in %d groups that holds capabilities, CapPrm at "
+              "byte %d of its status" % (len(many), cap_at))
+        r = d.ctl("attach", t.pid, user=NOBODY, check_rc=False)
+        expect(r.returncode == 5 and "capabilities" in r.stderr and one_line(r.stderr),
+               "nobody's attach of a process in 700 groups holding capabilities: exit 5 saying "
+               "so (%d: %r)" % (r.returncode, r.stderr))
+        expect(not traced(t.pid), "  the process in 700 groups is not traced")
+        if traced(t.pid):
+            d.ctl("detach", t.pid)
+
     # 5. The protocol itself, from a connection whose peer is uid 65534.
     def raw_as_nobody():
         drop_to(NOBODY)
