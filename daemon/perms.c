@@ -175,9 +175,14 @@ static int yama_scope(void)
     return atoi(buf);
 }
 
-/* Is pid a descendant of ancestor? (walks PPid through /proc; an unreadable link: no) */
+/* Is pid a descendant of ancestor, as Yama counts it? A process is its own: the kernel's
+ * task_is_descendant (security/yama/yama_lsm.c) compares the child itself before walking up
+ * to its parents, so at ptrace_scope 1 a process profiling itself (a transaction) passes.
+ * (walks PPid through /proc; an unreadable link: no) */
 static bool descends_from(pid_t pid, pid_t ancestor)
 {
+    if (pid == ancestor)
+        return true;
     for (int depth = 0; pid > 1 && depth < 4096; depth++) {
         struct procstatus st;
         if (procstatus_read(pid, 0, NULL, &st) < 0 || !procstatus_has(&st, PS_PPID))

@@ -392,5 +392,47 @@ with Daemon("--max-targets-per-user", "1") as d, Program("busy", 1, user=NOBODY)
     expect(r.returncode == 0, "after nobody detaches one, its next attach succeeds (%d: %r)"
            % (r.returncode, r.stderr))
 
+# 6. attach and txn_start admit a process profd does not follow yet by one rule (the access
+# rule, then the limits, counted alike). With --max-targets-per-user 1, nobody's target that
+# has exited but is still kept (its samples, its slot) fills nobody's quota for both: the
+# attach of another process and the first transaction of another process are refused
+# alike (txn_start used to count only running targets); once nobody detaches the exited
+# one, each is admitted.
+def txn_start_as_nobody(sock):
+    def run():
+        drop_to(NOBODY)
+        # Changing uid cleared the dumpable flag (prctl(2)); an exec would have set it back.
+        assert ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == 0
+        c = RawClient(sock)
+        rep = c.call({"cmd": "txn_start", "name": "quota", "id": 1})
+        if "result" in rep:
+            c.call({"cmd": "txn_discard", "txn_id": rep["result"]["txn_id"], "id": 2})
+        c.close()
+        return rep
+    return in_child(run)
+
+
+with Daemon("--max-targets-per-user", "1") as d, Program("busy", 1, user=NOBODY) as a, \
+        Program("busy", 1, user=NOBODY) as b:
+    d.ctl("attach", a.pid, user=NOBODY)
+    a.kill()
+    wait_until(lambda: (d.target_status(a.pid) or {}).get("state") == "exited", 10,
+               "nobody's target to be listed as exited")
+    r = d.ctl("attach", b.pid, user=NOBODY, check_rc=False)
+    expect(r.returncode != 0 and "per user" in r.stderr and not traced(b.pid),
+           "quota 1, nobody's exited target kept: nobody's attach of another process is "
+           "refused (%d: %r)" % (r.returncode, r.stderr))
+    out = txn_start_as_nobody(d.socket)
+    e = out.get("error", {})
+    expect(e.get("code") == "limit" and "per user" in e.get("message", ""),
+           "... and so is the first transaction of another of nobody's processes (%r)" % out)
+    d.ctl("detach", a.pid, user=NOBODY)
+    r = d.ctl("attach", b.pid, user=NOBODY, check_rc=False)
+    expect(r.returncode == 0, "the exited target detached: nobody's attach is admitted (%d: %r)"
+           % (r.returncode, r.stderr))
+    d.ctl("detach", b.pid, user=NOBODY)
+    out = txn_start_as_nobody(d.socket)
+    expect("result" in out, "... and so is nobody's transaction (%r)" % out)
+
 if problems:
     fail("%d problem(s):\n  " % len(problems) + "\n  ".join(problems))
