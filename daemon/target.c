@@ -131,11 +131,15 @@ static void remember_name(struct target *t, int32_t tid, const char *name, uint6
     tn->last_seen_ns = now;
 }
 
-static int open_task_file(pid_t pid, pid_t tid, const char *what)
+/* Open /proc/PID/task/TID/what: a descriptor, or -1 with the errno in *err. */
+static int open_task_file(pid_t pid, pid_t tid, const char *what, int *err)
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/task/%d/%s", pid, tid, what);
-    return open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        *err = errno;
+    return fd;
 }
 
 /* Start following a thread that is now traced by us. */
@@ -147,10 +151,19 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->state = TH_RUNNING;
     th->last_stack = STACK_NONE;
     th->added_ns = now_ns();
-    th->schedstat_fd = open_task_file(t->pid, tid, "schedstat");
-    th->syscall_fd = open_task_file(t->pid, tid, "syscall");
-    th->status_fd = open_task_file(t->pid, tid, "status");
+    int err = 0;
+    th->schedstat_fd = open_task_file(t->pid, tid, "schedstat", &err);
+    th->syscall_fd = open_task_file(t->pid, tid, "syscall", &err);
+    th->status_fd = open_task_file(t->pid, tid, "status", &err);
     th->perf_fd = -1;
+    if (err && err != ENOENT && err != ESRCH && !t->warned_task_files) {
+        /* Not a thread that is gone already: profd itself is short of something (EMFILE:
+         * three descriptors per thread). Said once per process. */
+        t->warned_task_files = true;
+        log_warn("pid %d: cannot open the /proc files of thread %d (%s): such threads are "
+                 "stopped for every sample, and their interrupted waits may fail with EINTR",
+                 t->pid, tid, strerror(err));
+    }
     if (read_thread_stat(t->pid, tid, th->name, NULL) < 0)
         snprintf(th->name, sizeof(th->name), "%s", t->comm);
     if (t->nthreads == t->cap_threads) {
@@ -273,8 +286,18 @@ int target_refresh_maps(struct target *t)
     pid_t tid = mm_tid(t);
     unwinder_set_tid(&t->unw, tid);
     int r = maps_read(tid, true, &t->maps, &nm);
-    if (r < 0)
+    if (r < 0) {
+        /* The old maps stay (maps_dirty too: the next tick tries again). An exiting process
+         * (ESRCH) is no news; anything else is said once until it reads again. */
+        if (r != -ESRCH && r != t->maps_err)
+            log_warn("pid %d: cannot re-read /proc/%d/maps: %s; samples in code mapped since "
+                     "may not unwind", t->pid, tid, strerror(-r));
+        t->maps_err = r;
         return r;
+    }
+    if (t->maps_err && t->maps_err != -ESRCH)
+        log_info("pid %d: its maps read again", t->pid);
+    t->maps_err = 0;
     bool changed = nm.n != t->maps.n;
     bool code_gone = false;
     /* Both lists are sorted by start: a merge walk finds removed code mappings. */
@@ -539,21 +562,31 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     }
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     t->status_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (t->status_fd < 0 && errno != ENOENT)
+        log_warn("pid %d: cannot open %s (%s): signals it ignores may make its waits fail "
+                 "with EINTR", pid, path, strerror(errno));
     t->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    maps_read(mm_tid(t), true, NULL, &t->maps);
+    if (t->pidfd < 0 && errno != ESRCH)
+        log_warn("pid %d: pidfd_open: %s: socket timeouts of its interrupted calls are "
+                 "unknown (they restart with the whole timeout)", pid, strerror(errno));
+    /* Without its maps nothing unwinds (every sample would be one frame): no attach. */
+    r = maps_read(mm_tid(t), true, NULL, &t->maps);
+    if (r < 0) {
+        snprintf(why, whylen, "cannot read the memory maps of process %d: %s", pid,
+                 strerror(-r));
+        goto setup_failed;
+    }
     epoch_merge(t, &t->maps);
     r = unwinder_init(&t->unw, mm_tid(t), &t->maps);
     if (r < 0) {
         snprintf(why, whylen, "cannot set up unwinding: %s", strerror(-r));
-        target_detach(t, NULL, NULL);
-        return r;
+        goto setup_failed;
     }
     r = sched_start(&t->sched, loop, t, mode, hz);
     if (r < 0) {
         snprintf(why, whylen, "cannot start the %s schedule: %s", sched_mode_name(mode),
                  strerror(-r));
-        target_detach(t, NULL, NULL);
-        return r;
+        goto setup_failed;
     }
     log_info("attached to %d (%s), %zu threads, %s at %u Hz%s%s, %" PRIu64 " s buffer", pid,
              t->comm, t->nthreads, sched_mode_name(mode), hz,
@@ -562,6 +595,14 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
              buffer_ns / NS_PER_SEC);
     *out = t;
     return 0;
+
+setup_failed:
+    /* Seized, but profd cannot sample it: release it. The client did nothing wrong (an
+     * EINVAL or EACCES of profd's own is no bad request or refusal of theirs): -EIO, the
+     * reason in why, unless the process is gone. */
+    log_warn("pid %d: attach failed: %s", pid, why);
+    target_detach(t, NULL, NULL);
+    return r == -ESRCH ? r : -EIO;
 }
 
 void target_resume(struct thread *th, int sig)
@@ -708,7 +749,14 @@ static void target_execed(struct target *t, struct thread *th)
     t->epoch++;
     epoch_begin(t);
     maps_finish(&t->maps);
-    maps_read(t->pid, true, NULL, &t->maps);
+    int r = maps_read(t->pid, true, NULL, &t->maps);
+    if (r < 0) {
+        /* The old program's maps are gone with it: none until the next tick reads them. */
+        log_warn("process %d exec'd and its maps cannot be read (%s): reading them again at "
+                 "the next tick", t->pid, strerror(-r));
+        t->maps_err = r;
+        t->maps_dirty = true;
+    }
     epoch_merge(t, &t->maps);
     unwinder_flush(&t->unw);
     log_info("process %d exec'd %s", t->pid, t->exe);
@@ -729,7 +777,9 @@ static struct thread *adopt_unknown(pid_t tid, int status)
     /* Not one of our processes' threads: a clone() without CLONE_THREAD made a new process,
      * which the kernel attached to us. Release it, passing on a signal it stopped for. */
     int sig = (unsigned)status >> 16 == 0 ? WSTOPSIG(status) : 0;
-    ptrace(PTRACE_DETACH, tid, 0, (long)sig);
+    if (ptrace(PTRACE_DETACH, tid, 0, (long)sig) < 0 && errno != ESRCH)
+        log_warn("PTRACE_DETACH %d (a process we were not asked to trace): %s", tid,
+                 strerror(errno));
     return NULL;
 }
 
