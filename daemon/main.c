@@ -312,7 +312,9 @@ int main(int argc, char **argv)
     server_cfg.max_buffer_ns = 3600 * NS_PER_SEC;
     const char *socket_opt = live.socket;
 
-    char *path = profd_socket_path(socket_opt);
+    /* Static: still reachable when one of the fatal() below exits (LeakSanitizer). */
+    static char *path;
+    path = profd_socket_path(socket_opt);
     if (!path)
         fatal("out of memory");
 
