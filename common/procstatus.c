@@ -244,6 +244,7 @@ int procstatus_parse(const char *text, size_t len, struct procstatus *out)
 
 int procstatus_read_fd(int fd, struct strbuf *sb, struct procstatus *out)
 {
+    memset(out, 0, sizeof(*out)); /* a failed read leaves no field present */
     if (fd < 0)
         return -EBADF;
     sb->len = 0;
@@ -277,15 +278,20 @@ int procstatus_read_fd(int fd, struct strbuf *sb, struct procstatus *out)
 int procstatus_read(pid_t pid, pid_t tid, struct strbuf *sb, struct procstatus *out)
 {
     char path[64];
-    if (pid <= 0)
+    if (pid <= 0) {
+        memset(out, 0, sizeof(*out));
         return -ESRCH;
+    }
     if (tid > 0)
         snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
     else
         snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? -ESRCH : -errno;
+    if (fd < 0) {
+        int e = errno;
+        memset(out, 0, sizeof(*out));
+        return e == ENOENT ? -ESRCH : -e;
+    }
     struct strbuf own = {0};
     int r = procstatus_read_fd(fd, sb ? sb : &own, out);
     strbuf_finish(&own);

@@ -72,7 +72,8 @@ int procstatus_parse(const char *text, size_t len, struct procstatus *out);
 /* Read the status file open on fd whole (pread from offset 0, into sb, which grows as
  * needed and is kept for the next call: a caller on the sample path allocates nothing once
  * it has grown) and parse it. Returns 0, -ESRCH (the process or thread is gone), -EFBIG
- * (larger than PROCSTATUS_MAX_SIZE), -ENOMEM or another -errno of the read. */
+ * (larger than PROCSTATUS_MAX_SIZE), -ENOMEM or another -errno of the read; after an error
+ * *out has no field. */
 int procstatus_read_fd(int fd, struct strbuf *sb, struct procstatus *out);
 
 /* Read /proc/PID/status, or with tid > 0 /proc/PID/task/TID/status, through sb as

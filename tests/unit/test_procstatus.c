@@ -376,7 +376,9 @@ static void test_read_thread_fd(void)
     close(p[0]);
     close(p[1]);
     strbuf_finish(&sb);
+    memset(&st, 0xff, sizeof(st));
     CHECK_INT(procstatus_read_fd(-1, &sb, &st), -EBADF);
+    CHECK_U64(st.have, 0); /* nothing left from before */
 }
 
 /* A child in NGROUPS_MAX (65536) groups of 10-digit ids: a status file of ~700 KB, read
