@@ -6,6 +6,7 @@
 #include "fsaccess.h"
 #include "log.h"
 #include "modules.h"
+#include "procstatus.h"
 #include "symhelper.h"
 #include "symproto.h"
 #include "util.h"
@@ -415,23 +416,10 @@ int symbolizer_lookup(struct symbolizer *s, struct module *m, uint64_t file_off,
  * (perf map files are named by it). pid itself if the kernel does not say. */
 static int ns_pid(int pid)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/status", pid);
-    if (read_file(path, buf, sizeof(buf)) < 0)
+    struct procstatus st;
+    if (procstatus_read(pid, 0, NULL, &st) < 0 || !procstatus_has(&st, PS_NSPID))
         return pid;
-    const char *p = strstr(buf, "\nNSpid:");
-    if (!p)
-        return pid;
-    p += strlen("\nNSpid:");
-    int last = pid;
-    for (;;) {
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p < '0' || *p > '9')
-            break;
-        last = (int)strtol(p, (char **)&p, 10);
-    }
-    return last;
+    return st.nspid;
 }
 
 /* Open process pid's perf map: /proc/PID/root/tmp/perf-NSPID.map, the root by profd's right

@@ -43,6 +43,7 @@ struct symhelper {
     /* Exit status noted by the reaper (another thread), and whether there is one. */
     int reaped_status;
     bool reaped;
+    int last_status; /* how the last one that failed ended (wait status; 0 if unknown) */
     char error[512];
     struct symhelper_stats st;
 };
@@ -192,6 +193,7 @@ static void fail(struct symhelper *h, const char *why)
     h->sock = -1;
     int status = 0;
     reap(h, how, sizeof(how), &status);
+    h->last_status = status;
     bool ours = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
     snprintf(h->error, sizeof(h->error), "the symbolizer (%s) %s%s%s", h->role, why,
              ours || !how[0] ? "" : ": it ", ours ? "" : how);
@@ -318,28 +320,22 @@ static int start(struct symhelper *h)
             snprintf(why, sizeof(why), "did not start within %d ms", HELLO_TIMEOUT_MS);
         else if (n <= 0)
             snprintf(why, sizeof(why), "closed its socket at start (%s)", path);
-        /* Not there, or not executable: nothing a restart changes. Rest at once, and say
-         * what to fix. */
-        int status = 0;
-        if (n <= 0 && waitpid(pid, &status, __WALL) == pid && WIFEXITED(status) &&
-            WEXITSTATUS(status) == 127) {
+        else
+            snprintf(why, sizeof(why), "is not the version profd speaks (%s)", path);
+        fail(h, why);
+        if (WIFEXITED(h->last_status) && WEXITSTATUS(h->last_status) == 127) {
+            /* Not there, or not executable: nothing a restart changes. Rest at once, and
+             * say what to fix. */
             snprintf(h->error, sizeof(h->error), "cannot run the symbolizer %s: %s", path,
                      access(path, X_OK) < 0 ? strerror(errno) : "exec failed");
             log_err("%s; frames stay unsymbolized", h->error);
-            close(h->sock);
-            h->sock = -1;
             pthread_mutex_lock(&lock);
-            h->pid = h->st.pid = 0;
             snprintf(h->st.last_error, sizeof(h->st.last_error), "%.300s", h->error);
             pthread_mutex_unlock(&lock);
-            h->st.failures++;
             h->fails_in_row = FAILS_BEFORE_REST;
             h->rest_until_ns = now_ns() + MAX_REST_NS;
             return -ENOENT;
         }
-        else
-            snprintf(why, sizeof(why), "is not the version profd speaks (%s)", path);
-        fail(h, why);
         return -ECHILD;
     }
     h->gen++;
