@@ -115,8 +115,12 @@ static struct module *find_build_id(const struct elf_info *info)
 static int describe(int fd, struct elf_info *info)
 {
     pthread_mutex_lock(&describe_lock);
-    if (!describer)
+    if (!describer) {
         describer = symhelper_create("modules");
+        /* The loop thread waits for this one: headers take milliseconds to read, and
+         * sampling must not stop for the whole symbolizer_timeout if it hangs. */
+        symhelper_set_max_wait(describer, 2 * NS_PER_SEC);
+    }
     struct symp_w *w = xmalloc(sizeof(*w));
     uint8_t *buf = xmalloc(SYMP_MAX_MSG);
     symp_w_init(w, SYMP_DESCRIBE);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -35,6 +36,7 @@
 
 struct symhelper {
     char role[16];
+    uint64_t max_wait_ns; /* 0: the configured symbolizer_timeout */
     int sock;
     pid_t pid;
     uint64_t gen;
@@ -95,6 +97,11 @@ const char *symhelper_path(void)
             snprintf(found, sizeof(found), "%s", PROFD_SYMBOLIZER);
     }
     return found;
+}
+
+void symhelper_set_max_wait(struct symhelper *h, uint64_t ns)
+{
+    h->max_wait_ns = ns;
 }
 
 struct symhelper *symhelper_create(const char *role)
@@ -346,6 +353,18 @@ static int start(struct symhelper *h)
 int symhelper_ensure(struct symhelper *h)
 {
     h->error[0] = '\0';
+    /* A helper that died while idle (killed, or its CPU limit) cost no request: notice it
+     * now (its end of the socket is closed, or it sent something unasked) and start another,
+     * so that the caller knows before it writes a request whether the helper it talks to
+     * holds what it sent the last one. */
+    if (h->pid > 0) {
+        struct pollfd p = {.fd = h->sock, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) {
+            fail(h, "ended while idle");
+            h->fails_in_row = 0; /* costs nothing: no reason to rest */
+            h->rest_until_ns = 0;
+        }
+    }
     if (h->pid <= 0) {
         uint64_t now = now_ns();
         if (now < h->rest_until_ns) {
@@ -364,22 +383,17 @@ int symhelper_ensure(struct symhelper *h)
 
 int symhelper_send(struct symhelper *h, const struct symp_w *w, int fd)
 {
-    /* A helper that died while idle (killed, or its CPU limit) is noticed only now: that
-     * cost no request, so start another and send again, once. */
-    for (int attempt = 0;; attempt++) {
-        int r = symhelper_ensure(h);
-        if (r < 0)
-            return r;
-        h->st.requests++;
-        r = symp_send(h->sock, w, fd);
-        if (r == 0)
-            return 0;
+    int r = symhelper_ensure(h);
+    if (r < 0)
+        return r;
+    h->st.requests++;
+    r = symp_send(h->sock, w, fd);
+    if (r < 0) {
         char why[96];
         snprintf(why, sizeof(why), "closed its socket (%s)", strerror(-r));
         fail(h, why);
-        if (attempt > 0 || (r != -EPIPE && r != -ECONNRESET))
-            return r;
     }
+    return r;
 }
 
 ssize_t symhelper_recv(struct symhelper *h, void *buf, int *fd)
@@ -387,7 +401,9 @@ ssize_t symhelper_recv(struct symhelper *h, void *buf, int *fd)
     *fd = -1;
     if (h->pid <= 0 || h->sock < 0)
         return -ECHILD;
-    int timeout_ms = (int)(cfg_timeout_ns / NS_PER_MS);
+    uint64_t wait = h->max_wait_ns && h->max_wait_ns < cfg_timeout_ns ? h->max_wait_ns
+                                                                       : cfg_timeout_ns;
+    int timeout_ms = (int)(wait / NS_PER_MS);
     __atomic_store_n(&h->st.waiting, true, __ATOMIC_RELAXED);
     ssize_t n = symp_recv(h->sock, buf, fd, timeout_ms);
     __atomic_store_n(&h->st.waiting, false, __ATOMIC_RELAXED);
@@ -396,7 +412,7 @@ ssize_t symhelper_recv(struct symhelper *h, void *buf, int *fd)
     char why[96];
     if (n == -ETIMEDOUT)
         snprintf(why, sizeof(why), "did not answer within %.1f s and was killed",
-                 (double)cfg_timeout_ns / 1e9);
+                 (double)wait / 1e9);
     else if (n == 0)
         snprintf(why, sizeof(why), "closed its socket");
     else

@@ -35,6 +35,8 @@ void symhelper_configure(const char *path, uint64_t max_memory, uint64_t timeout
 const char *symhelper_path(void);
 
 struct symhelper *symhelper_create(const char *role);
+/* The longest wait for this helper's answer, if shorter than symbolizer_timeout. */
+void symhelper_set_max_wait(struct symhelper *h, uint64_t ns);
 /* Stop the helper (close its socket, reap it) and free h. */
 void symhelper_destroy(struct symhelper *h);
 

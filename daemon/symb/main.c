@@ -170,6 +170,8 @@ static void do_lookup(struct dsym *d, struct symp_r *r, int fd)
     } else if (fd >= 0) {
         close(fd);
     }
+    if (!dsym_has(d, id))
+        die("lookup in a module profd never sent"); /* profd would cache empty answers */
     begin_frames(id, 0);
     uint32_t count = 0, first = 0;
     for (uint32_t i = 0; i < n; i++) {
