@@ -278,3 +278,25 @@ ssize_t read_file(const char *path, char *buf, size_t size)
     close(fd);
     return (ssize_t)off;
 }
+
+const char *parse_hex_span(const char *p, const char *end, uint64_t *v)
+{
+    const char *s = p;
+    uint64_t x = 0;
+    for (; p < end; p++) {
+        unsigned d;
+        if (*p >= '0' && *p <= '9')
+            d = (unsigned)(*p - '0');
+        else if (*p >= 'a' && *p <= 'f')
+            d = (unsigned)(*p - 'a' + 10);
+        else if (*p >= 'A' && *p <= 'F')
+            d = (unsigned)(*p - 'A' + 10);
+        else
+            break;
+        if (x >> 60)
+            return NULL;
+        x = x << 4 | d;
+    }
+    *v = x;
+    return p > s ? p : NULL;
+}

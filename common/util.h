@@ -27,6 +27,10 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Parse a whole string as a number. Return 0 or -EINVAL / -ERANGE. */
 int parse_u64(const char *s, uint64_t *out);
 int parse_int(const char *s, int *out);
+/* Hex digits (either case) at p, up to end, into *v: returns the first byte after them, or
+ * NULL if there are none or more than fit in 64 bits. Reads nothing else (unlike strtoull,
+ * which skips white space and newlines first). */
+const char *parse_hex_span(const char *p, const char *end, uint64_t *v);
 /* "5", "5s", "250ms", "2m", "1.5s" -> nanoseconds. A bare number is seconds. */
 int parse_duration_ns(const char *s, uint64_t *out);
 

@@ -13,31 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Parse lowercase or uppercase hex digits at p into *v. Returns the first byte after them,
- * or NULL if there are none or too many. */
-static const char *parse_hex(const char *p, const char *end, uint64_t *v)
-{
-    const char *s = p;
-    uint64_t x = 0;
-    for (; p < end; p++) {
-        unsigned d;
-        if (*p >= '0' && *p <= '9')
-            d = (unsigned)(*p - '0');
-        else if (*p >= 'a' && *p <= 'f')
-            d = (unsigned)(*p - 'a' + 10);
-        else if (*p >= 'A' && *p <= 'F')
-            d = (unsigned)(*p - 'A' + 10);
-        else
-            break;
-        if (x >> 60)
-            return NULL;
-        x = x << 4 | d;
-    }
-    *v = x;
-    return p > s ? p : NULL;
-}
-
-/* Parse decimal digits at p into *v; as parse_hex. */
+/* Parse decimal digits at p into *v; as parse_hex_span. */
 static const char *parse_dec(const char *p, const char *end, uint64_t *v)
 {
     const char *s = p;
@@ -64,10 +40,10 @@ static int parse_line(const char *p, const char *end, struct map_entry *e)
 {
     uint64_t maj, min;
     memset(e, 0, sizeof(*e));
-    p = parse_hex(p, end, &e->start);
+    p = parse_hex_span(p, end, &e->start);
     p = expect(p, end, '-');
     if (p)
-        p = parse_hex(p, end, &e->end);
+        p = parse_hex_span(p, end, &e->end);
     p = expect(p, end, ' ');
     if (!p || end - p < 5 || p[4] != ' ')
         return -EINVAL;
@@ -81,13 +57,13 @@ static int parse_line(const char *p, const char *end, struct map_entry *e)
     if (p[3] != 'p' && p[3] != 's')
         return -EINVAL;
     p += 5;
-    p = parse_hex(p, end, &e->pgoff);
+    p = parse_hex_span(p, end, &e->pgoff);
     p = expect(p, end, ' ');
     if (p)
-        p = parse_hex(p, end, &maj);
+        p = parse_hex_span(p, end, &maj);
     p = expect(p, end, ':');
     if (p)
-        p = parse_hex(p, end, &min);
+        p = parse_hex_span(p, end, &min);
     p = expect(p, end, ' ');
     if (p)
         p = parse_dec(p, end, &e->inode);

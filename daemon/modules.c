@@ -77,6 +77,16 @@ static struct module *find_by_stat(const struct stat *st)
     return NULL;
 }
 
+/* The registry's module for the file behind st, with a new reference, or NULL: a file the
+ * registry holds is not read again. */
+static struct module *registered(const struct stat *st)
+{
+    pthread_mutex_lock(&registry_lock);
+    struct module *m = find_by_stat(st);
+    pthread_mutex_unlock(&registry_lock);
+    return m;
+}
+
 /* Registry entry with this build-id (or, without one, this file identity), with a new
  * reference, or NULL. Caller holds the lock. */
 static struct module *find_same(const struct module_priv *n)
@@ -243,9 +253,7 @@ static struct module *from_trusted_fd(int fd, const char *path, bool deleted)
         errno = ENOEXEC;
         return NULL;
     }
-    pthread_mutex_lock(&registry_lock);
-    struct module *m = find_by_stat(&st);
-    pthread_mutex_unlock(&registry_lock);
+    struct module *m = registered(&st);
     if (m) {
         close(fd);
         return m;
@@ -350,9 +358,7 @@ static struct module *from_root_path(int pid, uint64_t start, const char *path, 
             : inode && st.st_ino != inode ? -ESTALE
                                           : 0;
     if (r == 0) {
-        pthread_mutex_lock(&registry_lock);
-        struct module *m = find_by_stat(&st);
-        pthread_mutex_unlock(&registry_lock);
+        struct module *m = registered(&st);
         if (m) {
             close(fd);
             return m;

@@ -79,31 +79,14 @@ void jitmaps_destroy(struct jitmaps *j)
     free(j);
 }
 
-/* Hex digits at p (an optional 0x first) up to end: returns the first byte after them, or
- * NULL if there are none or more than fit in 64 bits. Never skips anything else (strtoull
- * would skip white space, newlines included, and read the next line). */
+/* Hex digits at p, after an optional 0x, up to end (parse_hex_span: never past it, never
+ * skipping anything, where strtoull would skip white space, newlines included, and read the
+ * next line). */
 static const char *hex(const char *p, const char *end, uint64_t *v)
 {
     if (end - p >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'))
         p += 2;
-    const char *s = p;
-    uint64_t x = 0;
-    for (; p < end; p++) {
-        unsigned d;
-        if (*p >= '0' && *p <= '9')
-            d = (unsigned)(*p - '0');
-        else if (*p >= 'a' && *p <= 'f')
-            d = (unsigned)(*p - 'a' + 10);
-        else if (*p >= 'A' && *p <= 'F')
-            d = (unsigned)(*p - 'A' + 10);
-        else
-            break;
-        if (x >> 60)
-            return NULL;
-        x = x << 4 | d;
-    }
-    *v = x;
-    return p > s ? p : NULL;
+    return parse_hex_span(p, end, v);
 }
 
 int jit_parse_line(const char *p, const char *end, struct jit_line *out)
