@@ -108,19 +108,27 @@ int proc_read_syscall(int fd, struct sysc_info *out)
     return sysc_parse(buf, out);
 }
 
-int proc_read_sigdisp(int fd, uint64_t *ign, uint64_t *cgt)
+int proc_read_sigshared(int fd, uint64_t *shd, uint64_t *ign, uint64_t *cgt)
 {
     char buf[4096];
     ssize_t n = pread_text(fd, buf, sizeof(buf));
     if (n < 0)
         return (int)n;
+    const char *p = strstr(buf, "\nShdPnd:");
     const char *i = strstr(buf, "\nSigIgn:");
     const char *c = strstr(buf, "\nSigCgt:");
-    if (!i || !c)
+    if (!p || !i || !c)
         return -EINVAL;
+    *shd = strtoull(p + 8, NULL, 16);
     *ign = strtoull(i + 8, NULL, 16);
     *cgt = strtoull(c + 8, NULL, 16);
     return 0;
+}
+
+int proc_read_sigdisp(int fd, uint64_t *ign, uint64_t *cgt)
+{
+    uint64_t shd;
+    return proc_read_sigshared(fd, &shd, ign, cgt);
 }
 
 int proc_read_vcsw(int fd, uint64_t *vcsw)

@@ -31,6 +31,9 @@ int sysc_parse(const char *text, struct sysc_info *out);
 
 /* Signal dispositions of the process from /proc/PID/status (SigIgn, SigCgt). */
 int proc_read_sigdisp(int fd, uint64_t *ign, uint64_t *cgt);
+/* The same, and the signals pending for the whole process (ShdPnd: sent to the process, not
+ * to one thread; any of its threads that does not block one may dequeue it). */
+int proc_read_sigshared(int fd, uint64_t *shd, uint64_t *ign, uint64_t *cgt);
 /* A thread's voluntary context switches from /proc/PID/task/TID/status: it gave up the CPU
  * to wait (blocking, a ptrace stop), unlike a preemption. */
 int proc_read_vcsw(int fd, uint64_t *vcsw);

@@ -454,7 +454,7 @@ static bool sample_wall(struct target *t, struct thread *th, uint64_t tick_ns)
             t->stats.skipped_stopped++;
         return false;
     }
-    if (th->interrupt_pending) {
+    if (th->interrupt_pending || th->rescue_pending) {
         t->stats.skipped_pending++;
         return false;
     }
@@ -489,9 +489,9 @@ void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
             if (!th->cpu_due)
                 continue;
             th->cpu_due = false;
-            if (th->state == TH_GROUP_STOP || th->interrupt_pending) {
+            if (th->state == TH_GROUP_STOP || th->interrupt_pending || th->rescue_pending) {
                 t->stats.skipped_off_cpu += th->state == TH_GROUP_STOP;
-                t->stats.skipped_pending += th->interrupt_pending;
+                t->stats.skipped_pending += th->interrupt_pending || th->rescue_pending;
                 continue;
             }
             interrupted += sample_thread(t, th, tick_ns, true);
