@@ -179,7 +179,10 @@ static void set_last(struct thread *th, uint32_t stack, uint64_t run_ns, uint64_
 }
 
 /* Track how long a thread has been blocked in the same call: the first time we saw it
- * there, with the same arguments, and not having run since (pcount unchanged). */
+ * there, with the same arguments, and not having run since (pcount unchanged). "Saw" is a
+ * time taken after the read of its syscall file, never the tick's: the call began before
+ * that read, but maybe after the tick began (on a busy machine the tick can take
+ * milliseconds), and a start taken too early would end a repaired wait early. */
 static void observe_blocked(struct thread *th, const struct sysc_info *si, uint64_t pcount,
                             uint64_t now)
 {
@@ -291,7 +294,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             pcount = pcount2;
             continue;
         }
-        observe_blocked(th, &si, pcount, tick_ns);
+        observe_blocked(th, &si, pcount, now_ns());
         if (th->stop_eintr && run - th->stop_eintr_run_ns >= PAST_STOP_EINTR_NS)
             th->stop_eintr = false; /* blocked again since: past the job-control EINTR */
         enum unwind_end end;

@@ -394,6 +394,21 @@ static void target_destroy(struct target *t)
     free(t);
 }
 
+/* Read the process's signal dispositions, and the signals pending for the whole process
+ * (shd, may be NULL). The dispositions are kept: guard_shared_signals looks at them first. */
+static int read_sigstate(struct target *t, uint64_t *shd)
+{
+    uint64_t s, ign, cgt;
+    int r = proc_read_sigshared(t->status_fd, &s, &ign, &cgt);
+    if (r < 0)
+        return r;
+    t->sig_ign = ign;
+    t->sig_cgt = cgt;
+    if (shd)
+        *shd = s;
+    return 0;
+}
+
 /* Seize every thread, rescanning /proc/PID/task until a pass finds none new: threads
  * created by seized threads are attached by the kernel (PTRACE_O_TRACECLONE), and ones
  * created by not-yet-seized threads are caught by the next pass. */
@@ -524,6 +539,7 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     }
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     t->status_fd = open(path, O_RDONLY | O_CLOEXEC);
+    read_sigstate(t, NULL);
     t->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     maps_read(mm_tid(t), true, NULL, &t->maps);
     epoch_merge(t, &t->maps);
@@ -619,28 +635,39 @@ static void rescue_stolen_wakeups(struct target *t, struct thread *thief)
 
 /* th is in a ptrace stop, about to be resumed: if an ignored signal that it does not block
  * waits in the shared queue, rescue the thread woken for it first (see above). The queue is
- * peeked with PTRACE_PEEKSIGINFO, one system call (~1 us; it is nearly always empty); only
- * a non-empty queue costs a read of /proc/PID/status (10-20 us) for the pending set and the
- * dispositions. (A legacy signal queued with RLIMIT_SIGPENDING exhausted has no entry to
- * peek at: not seen.) */
+ * peeked with PTRACE_PEEKSIGINFO, one system call (~1 us; it is nearly always empty). Only
+ * when it holds a signal that th does not block and that the process ignored or did not
+ * handle at the last look is /proc/PID/status read (10-20 us, more on a busy machine) for
+ * the pending set and the dispositions: a program whose shared queue keeps signals it
+ * handles (blocked in all threads but one, say) must not pay that at every sample. (So a
+ * handler replaced by SIG_IGN is seen at the next read: a repair, or housekeeping, within a
+ * second. A legacy signal queued with RLIMIT_SIGPENDING exhausted has no entry to peek at.) */
 static void guard_shared_signals(struct thread *th)
 {
     struct target *t = th->t;
     if (t->state != T_ATTACHED)
         return;
-    siginfo_t si[4];
+    siginfo_t si[8];
     struct __ptrace_peeksiginfo_args a = {.off = 0, .flags = PTRACE_PEEKSIGINFO_SHARED,
-                                          .nr = 4};
-    if (ptrace(PTRACE_PEEKSIGINFO, th->tid, &a, si) <= 0)
+                                          .nr = 8};
+    long n = ptrace(PTRACE_PEEKSIGINFO, th->tid, &a, si);
+    if (n <= 0)
         return;
-    uint64_t shd, ign, cgt, blocked = 0;
-    if (proc_read_sigshared(t->status_fd, &shd, &ign, &cgt) < 0)
-        return;
+    uint64_t blocked = 0;
     if (ptrace(PTRACE_GETSIGMASK, th->tid, sizeof(blocked), &blocked) < 0)
         blocked = 0;
+    bool look = n == (long)(sizeof(si) / sizeof(si[0])); /* maybe more than peeked */
+    for (long i = 0; i < n && !look; i++) {
+        int sig = si[i].si_signo;
+        look = sig >= 1 && sig <= 64 && !(blocked & (1ull << (sig - 1))) &&
+               !(t->sig_cgt & (1ull << (sig - 1)) && !(t->sig_ign & (1ull << (sig - 1))));
+    }
+    uint64_t shd;
+    if (!look || read_sigstate(t, &shd) < 0)
+        return;
     for (int sig = 1; sig <= 64; sig++) {
         uint64_t bit = 1ull << (sig - 1);
-        if ((shd & bit) && !(blocked & bit) && sig_is_ignored(ign, cgt, sig)) {
+        if ((shd & bit) && !(blocked & bit) && sig_is_ignored(t->sig_ign, t->sig_cgt, sig)) {
             rescue_stolen_wakeups(t, th);
             return;
         }
@@ -863,10 +890,11 @@ static void repair_ignored_wakeup(struct thread *th, struct user_regs_struct *re
     bool have_sched = proc_read_schedstat(th->schedstat_fd, &run, &pcount) == 0;
     bool have_vcsw = proc_read_vcsw(th->status_fd, &vcsw) == 0;
     bool epoll_ms = nr == SYS_epoll_wait || nr == SYS_epoll_pwait;
+    bool in_time = th->chain_limit_ns < 0 ||
+                   now - th->chain_repair_ns < (uint64_t)th->chain_limit_ns;
     bool same = th->chain_valid && th->chain_nr == nr && th->chain_args[0] == regs->rdi &&
                 th->chain_args[1] == regs->rsi && th->chain_args[2] == regs->rdx && have_vcsw &&
-                vcsw == th->chain_vcsw + CHAIN_SWITCHES &&
-                (th->chain_limit_ns < 0 || now - th->chain_repair_ns < (uint64_t)th->chain_limit_ns) &&
+                vcsw == th->chain_vcsw + CHAIN_SWITCHES && in_time &&
                 (!epoll_ms || regs->r10 == th->chain_r10);
     if (!same) {
         /* The call seen blocked, woken once since (for this signal) and the same arguments
@@ -925,8 +953,7 @@ static void repair_ignored_signal(struct thread *th, int sig)
     }
     if ((long)regs.rax != -EINTR || !sysc_restartable((long)regs.orig_rax))
         return;
-    uint64_t ign, cgt;
-    if (proc_read_sigdisp(t->status_fd, &ign, &cgt) < 0 || !sig_is_ignored(ign, cgt, sig))
+    if (read_sigstate(t, NULL) < 0 || !sig_is_ignored(t->sig_ign, t->sig_cgt, sig))
         return;
     repair_ignored_wakeup(th, &regs);
 }
@@ -1138,6 +1165,7 @@ static void refresh_threads(struct target *t, uint64_t now)
     for (size_t i = 0; i < t->nthreads; i++)
         target_thread_refresh_name(t->threads[i]);
     read_thread_stat(t->pid, t->pid, t->comm, NULL);
+    read_sigstate(t, NULL); /* dispositions may have changed with no signal since */
     /* Forget names of threads gone for longer than the buffer holds samples (order kept:
      * the newest entry for a tid wins). */
     size_t keep = 0;

@@ -151,6 +151,7 @@ struct target {
     struct unwinder unw;
     struct sched sched;
     int status_fd;          /* /proc/PID/status (signal dispositions) */
+    uint64_t sig_ign, sig_cgt; /* dispositions (SigIgn, SigCgt) at the latest read of it */
     int pidfd;              /* pidfd_open of the process (to read its sockets' timeouts) */
 
     struct thread_name *names;

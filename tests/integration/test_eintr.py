@@ -12,12 +12,13 @@ handled. Then bursts of 30 ignored signals at each waiting thread, 1, 2, 5 and 1
   nothing and fails with EINTR (see "Stolen wake-ups" in daemon/target.c). A thread that
   profd holds in a ptrace stop while such a signal waits is kept from taking it; this is
   what bursts of SIGWINCH+SIGURG pairs exercise (the second arrives while the first is being
-  delivered): an EINTR in about a third of the bursts without that, none here. What profd
-  cannot hold (a thread in the microseconds after it is resumed, a thread ending its own
-  epoll_pwait) still can take one: measured 1 EINTR in 400 bursts with a CPU-bound process
-  beside it, so at most 2 of a program's 600 pairs are allowed. The computing thread is idle
-  for these bursts: a thread stopped for every sample takes such signals in the moment after
-  each stop, which profd cannot close (about one burst in six still sees an EINTR then).
+  delivered): without that, an EINTR in a third to a half of the bursts (19 to 47 of a
+  program's 600 pairs). What profd cannot hold still takes some (a thread in the moments
+  after profd resumes it, a thread ending its own epoll_pwait): none to 3 of 600 pairs on
+  this machine, the more the busier it is, so up to 1% is allowed. The computing thread is
+  idle for these bursts: a thread stopped for every sample takes such signals after each
+  stop, which profd cannot prevent (a sixth of bursts of single SIGWINCH still see an EINTR
+  then, as many as without the guard).
 
 The same with the program built with frame pointers (as Ubuntu and Fedora build)."""
 import os
@@ -30,8 +31,17 @@ BURST = 30
 CADENCES_MS = (1, 2, 5, 10)
 # epoll_wait, epoll_pwait, select, read, accept with SO_RCVTIMEO.
 BURST_TARGETS = ("epoll", "epollp", "select", "ctl", "accept")
-# At most this many EINTR for a program's process-directed bursts (see above).
-SHARED_EINTR_MAX = 2
+# At most this many EINTR for a program's process-directed bursts: 1% of its pairs (above).
+SHARED_EINTR_MAX = BURST * len(CADENCES_MS) * len(BURST_TARGETS) // 100
+
+
+def pending(pid, tid, sig):
+    """Whether sig waits in thread tid's own queue (SigPnd)."""
+    with open("/proc/%d/task/%d/status" % (pid, tid)) as f:
+        for line in f:
+            if line.startswith("SigPnd:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
 
 
 def eintr_delta(before, after):
@@ -67,11 +77,21 @@ def run(prog):
             os.kill(p.pid, signal.SIGRTMIN + (i % 8))
             if i % (RT // WINCH_ROUNDS) == 0:
                 for tid in blocked:
+                    # A SIGWINCH sent while the last one still waits is merged with it (a
+                    # signal below SIGRTMIN is pending once or not at all): wait until the
+                    # thread took it, which a busy machine can delay.
+                    wait_until(lambda: not pending(p.pid, tid, signal.SIGWINCH), 10,
+                               "thread %d to take its SIGWINCH" % tid, interval=0.001)
                     tgkill(p.pid, tid, signal.SIGWINCH)
             time.sleep(0.003)
         rep = wait_until(lambda: (lambda r: r if r["rt_handled"] >= RT else None)(p.report()),
                          10, "all real-time signals to be handled")
-        st = d.target_status(p.pid)
+        # Every signal reaches profd, in a signal-delivery-stop of the thread that takes it:
+        # a thread woken for its SIGWINCH may still be waiting for a CPU (or for profd) on a
+        # busy machine when the last real-time signal has been handled.
+        expected = RT + WINCH_ROUNDS * len(blocked)
+        st = wait_until(lambda: (lambda s: s if s["signals_forwarded"] >= expected else None)(
+            d.target_status(p.pid)), 10, "profd to see every signal (%d)" % expected)
         prof = d.slice(p.pid, "--last", 1)
         log("counters: %s" % rep)
         log("status: stopped %d (%.2f/tick), restarted %d, forwarded %d" % (
@@ -84,7 +104,7 @@ def run(prog):
             check(rep[k] == 0, "%s: no timeout cut short: %s = %d" % (prog, k, rep[k]))
         check(rep["rt_handled"] == RT, "%s: all %d real-time signals handled (%d)"
               % (prog, RT, rep["rt_handled"]))
-        check(st["signals_forwarded"] >= RT + WINCH_ROUNDS * len(blocked),
+        check(st["signals_forwarded"] >= expected,
               "%s: every signal went through profd and was re-injected (%d)"
               % (prog, st["signals_forwarded"]))
         check(st["syscalls_restarted"] >= WINCH_ROUNDS,
@@ -125,17 +145,18 @@ def run(prog):
                                               os.kill(tid, signal.SIGURG)))
         after = d.target_status(p.pid)
         p.send("work")
-        n = sum(v for k, v in total.items() if k.startswith("eintr"))
+        n = sum(total.values())
         log("%s: process-directed bursts: %s; threads rescued %d, calls restarted %d" % (
-            prog, where or "no EINTR", after.get("wakeups_rescued", 0) - before.get("wakeups_rescued", 0),
+            prog, where or "no EINTR",
+            after.get("wakeups_rescued", 0) - before.get("wakeups_rescued", 0),
             after["syscalls_restarted"] - before["syscalls_restarted"]))
+        # A call that failed unseen ends unseen: a new one that meets a signal at its start
+        # can then be taken for the old one restarted, and its timeout cut short. Counted too.
         check(n <= SHARED_EINTR_MAX,
               "%s: %d SIGWINCH+SIGURG pairs sent to the process at each of %s, %s ms apart "
-              "(kill): %d EINTR (at most %d)" % (
+              "(kill): %d EINTR or early timeouts (at most %d) %s" % (
                   prog, BURST, "/".join(BURST_TARGETS), "/".join(map(str, CADENCES_MS)), n,
-                  SHARED_EINTR_MAX))
-        check(not any(k.startswith("early") for k in total),
-              "%s: no timeout cut short by those bursts (%s)" % (prog, total))
+                  SHARED_EINTR_MAX, total))
 
         # A storm of ignored signals, one every 10 ms at the threads waiting with a 50 ms
         # timeout: each restart must not start the timeout over, or the waits would never

@@ -332,6 +332,35 @@ static void test_sigdisp_of_self(void)
     sigaction(SIGUSR2, &o2, NULL);
 }
 
+/* ShdPnd: a signal sent to the process (kill) while every thread blocks it waits in the
+ * shared queue; one sent to a thread (tgkill) does not. */
+static void test_shared_pending_of_self(void)
+{
+    sigset_t usr2, old;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    REQUIRE(sigprocmask(SIG_BLOCK, &usr2, &old) == 0);
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    uint64_t shd = 1, i, c, bit = 1ull << (SIGUSR2 - 1);
+    CHECK_INT(proc_read_sigshared(fd, &shd, &i, &c), 0);
+    CHECK(!(shd & bit));
+    syscall(SYS_tgkill, getpid(), gettid(), SIGUSR2);
+    CHECK_INT(proc_read_sigshared(fd, &shd, &i, &c), 0);
+    CHECK(!(shd & bit));
+    struct timespec zero = {0, 0};
+    CHECK_INT(sigtimedwait(&usr2, NULL, &zero), SIGUSR2);
+    kill(getpid(), SIGUSR2);
+    CHECK_INT(proc_read_sigshared(fd, &shd, &i, &c), 0);
+    CHECK(shd & bit);
+    CHECK_INT(sigtimedwait(&usr2, NULL, &zero), SIGUSR2);
+    CHECK_INT(proc_read_sigshared(fd, &shd, &i, &c), 0);
+    CHECK(!(shd & bit));
+    CHECK_INT(proc_read_sigshared(-1, &shd, &i, &c), -EBADF);
+    close(fd);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
 /* ---- live threads ---- */
 
 struct blocked {
@@ -544,6 +573,7 @@ int main(void)
     RUN(test_timeout_of_own_socket);
     RUN(test_readers_on_known_text);
     RUN(test_sigdisp_of_self);
+    RUN(test_shared_pending_of_self);
     RUN(test_live_threads);
     return check_status("test_ptrace_util");
 }
