@@ -647,7 +647,10 @@ static void guard_shared_signals(struct thread *th)
     struct target *t = th->t;
     if (t->state != T_ATTACHED)
         return;
+    /* Zeroed although the kernel fills what it returns: valgrind (3.19) does not know that
+     * PTRACE_PEEKSIGINFO writes here. */
     siginfo_t si[8];
+    memset(si, 0, sizeof(si));
     struct __ptrace_peeksiginfo_args a = {.off = 0, .flags = PTRACE_PEEKSIGINFO_SHARED,
                                           .nr = 8};
     long n = ptrace(PTRACE_PEEKSIGINFO, th->tid, &a, si);
