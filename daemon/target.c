@@ -590,23 +590,26 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
  * woken thread that has not reached get_signal() then stops there (job-control traps are
  * handled before the dequeue) and its -EINTR is repaired in that stop (rescue_stop); one
  * that has reached it finds the signal still queued (its would-be thief is held in its stop)
- * and takes it. Measured with blocker (its computing thread idle), pairs of SIGWINCH and
- * SIGURG sent with kill(2) to one thread: an EINTR in a third of the bursts of 30 pairs
- * before, none after (1 in 400 bursts with a CPU-bound process beside it, taken by a thread
- * whose epoll_pwait timed out meanwhile).
+ * and takes it, unless a thread profd does not hold takes it first (below). Measured with
+ * blocker (its computing thread idle), bursts of 30 SIGWINCH+SIGURG pairs sent with kill(2)
+ * to one thread, 1 to 10 ms apart: 40 EINTR in 18 of 40 bursts before, 1 in 40 after (with a
+ * CPU-bound process beside it: 154 in 38 of 80 bursts before, 1 in 80 after).
  *
  * Not closed, and not closable by a tracer that stays attached: a signal sent in the 20-50 us
  * between PTRACE_CONT and the resumed thread's first moment on a CPU (a halted vCPU's
- * wake-up here), when it makes its pass, or taken by a thread profd does not hold (above).
- * profd learns of such a theft only afterwards, from the thief's signal-delivery-stop, when
- * the woken thread is usually already back in user mode (interrupting threads then was
- * measured to catch few, and its stops made more thieves). A busy thread sampled at 999 Hz
- * is in that window 2-5% of the time: a thread in epoll_wait of such a process, sent 30
- * SIGWINCH with kill(2), still sees an EINTR in about one burst in six, as many as without
- * this. No ptrace request prevents the pass: the last one before user mode always uses the
- * thread's own mask (PTRACE_SETSIGMASK would have to stay in force while it runs, visible to
- * it and inherited by a fork). Only not being attached would: the kernel queues an ignored
- * signal only when the thread it names is traced. */
+ * wake-up here), when it makes its pass, or taken by a thread profd does not hold at all (one
+ * ending its epoll_pwait restores its mask and recomputes). profd learns of such a theft only
+ * afterwards, from the thief's signal-delivery-stop, when the woken thread is usually back
+ * in user mode already (interrupting threads then was measured to catch few, and its stops
+ * made more thieves). A busy thread sampled at 999 Hz is in that window 2-5% of the time:
+ * the case reported, a thread in epoll_wait of such a process sent 30 SIGWINCH with
+ * kill(2), still sees an EINTR in about one burst in four (16 EINTR in 11 of 48 bursts; 13
+ * in 11 without this): there the busy thread, resumed from its sample, takes the signal
+ * while the thread it woke waits for a CPU. No ptrace request prevents that pass: the last
+ * one before user mode always uses the thread's own mask (PTRACE_SETSIGMASK would have to
+ * stay in force while it runs, visible to it and inherited by a fork). Only not being
+ * attached would: the kernel queues an ignored signal only when the thread it names is
+ * traced, so threads sampled from /proc need not be attached between samples. */
 static void rescue_stolen_wakeups(struct target *t, struct thread *thief)
 {
     for (size_t i = 0; i < t->nthreads; i++) {
@@ -899,13 +902,15 @@ static void repair_ignored_wakeup(struct thread *th, struct user_regs_struct *re
                 th->chain_args[1] == regs->rsi && th->chain_args[2] == regs->rdx && have_vcsw &&
                 vcsw == th->chain_vcsw + CHAIN_SWITCHES && in_time &&
                 (!epoll_ms || regs->r10 == th->chain_r10);
+    int64_t timeout;
     if (!same) {
         /* The call seen blocked, woken once since (for this signal) and the same arguments
          * (its timeout too): this one, unless it has waited its whole timeout since, which
          * it cannot have without timing out: then it did, and this is a new call that met
          * the signal at its start. */
         uint64_t elapsed = 0;
-        int64_t whole = sysc_timeout_ns(th->tid, t->pidfd, regs, (int)regs->r10);
+        th->chain_epoll_ms = (int)regs->r10;
+        int64_t whole = sysc_timeout_ns(th->tid, t->pidfd, regs, th->chain_epoll_ms);
         if (th->blk_valid && th->blk_nr == nr && have_sched && pcount == th->blk_pcount + 1 &&
             th->blk_args[0] == regs->rdi && th->blk_args[1] == regs->rsi &&
             th->blk_args[2] == regs->rdx && th->blk_args[3] == regs->r10 &&
@@ -917,11 +922,12 @@ static void repair_ignored_wakeup(struct thread *th, struct user_regs_struct *re
         th->chain_args[1] = regs->rsi;
         th->chain_args[2] = regs->rdx;
         th->chain_start_ns = now - elapsed;
-        th->chain_epoll_ms = (int)regs->r10;
+        timeout = whole;
+    } else {
+        timeout = sysc_timeout_ns(th->tid, t->pidfd, regs, th->chain_epoll_ms);
     }
     th->chain_run_ns = run;
     th->chain_vcsw = vcsw;
-    int64_t timeout = sysc_timeout_ns(th->tid, t->pidfd, regs, th->chain_epoll_ms);
     if (sysc_repair_ignored(regs, now - th->chain_start_ns, timeout) &&
         ptrace(PTRACE_SETREGS, th->tid, 0, regs) == 0)
         t->stats.eintr_repaired++;

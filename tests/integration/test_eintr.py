@@ -12,13 +12,13 @@ handled. Then bursts of 30 ignored signals at each waiting thread, 1, 2, 5 and 1
   nothing and fails with EINTR (see "Stolen wake-ups" in daemon/target.c). A thread that
   profd holds in a ptrace stop while such a signal waits is kept from taking it; this is
   what bursts of SIGWINCH+SIGURG pairs exercise (the second arrives while the first is being
-  delivered): without that, an EINTR in a third to a half of the bursts (19 to 47 of a
+  delivered): without that, an EINTR in a third to a half of the bursts (18 to 48 of a
   program's 600 pairs). What profd cannot hold still takes some (a thread in the moments
   after profd resumes it, a thread ending its own epoll_pwait): none to 3 of 600 pairs on
   this machine, the more the busier it is, so up to 1% is allowed. The computing thread is
   idle for these bursts: a thread stopped for every sample takes such signals after each
-  stop, which profd cannot prevent (a sixth of bursts of single SIGWINCH still see an EINTR
-  then, as many as without the guard).
+  stop, which profd cannot prevent (about a quarter of bursts of single SIGWINCH still see
+  an EINTR then, as many as without the guard).
 
 The same with the program built with frame pointers (as Ubuntu and Fedora build)."""
 import os
