@@ -142,6 +142,7 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(o, "stop_latency_us_avg",
                             s->interrupts ? (double)s->stop_latency_ns / (double)s->interrupts / 1e3 : 0);
     cJSON_AddNumberToObject(o, "syscalls_restarted", (double)s->eintr_repaired);
+    cJSON_AddNumberToObject(o, "wakeups_rescued", (double)s->wakeups_rescued);
     cJSON_AddNumberToObject(o, "signals_forwarded", (double)s->signals_forwarded);
     cJSON_AddNumberToObject(o, "group_stops", (double)s->group_stops);
     cJSON_AddNumberToObject(o, "threads_seen", (double)s->threads_seen);

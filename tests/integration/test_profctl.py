@@ -180,7 +180,8 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
           "status --json: daemon fields and values (%r)" % st["daemon"])
     sfields = fields | {"ticks", "achieved_hz", "sampled", "unwind", "skipped", "failed",
                         "threads_stopped", "threads_stopped_per_tick", "stop_latency_us_avg",
-                        "syscalls_restarted", "signals_forwarded", "group_stops",
+                        "syscalls_restarted", "wakeups_rescued", "signals_forwarded",
+                        "group_stops",
                         "threads_seen", "stacks", "memory_bytes", "ring_dropped_full",
                         "sampling", "transaction_boundaries"}
     ts = {x["pid"]: x for x in st["targets"]}
