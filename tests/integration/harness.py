@@ -69,6 +69,22 @@ def wait_until(pred, timeout, what, interval=0.02):
     fail("timed out waiting for " + what)
 
 
+def listening(path):
+    """Whether a Unix socket listens at path (/proc/net/unix: __SO_ACCEPTCON in its flags).
+    The file alone is not enough: bind() makes it before listen(), and connecting in
+    between is refused (seen with the daemon under valgrind)."""
+    try:
+        with open("/proc/net/unix") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 8 and fields[7] == path and int(fields[3], 16) & 0x10000:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
 class Daemon:
     """A profd on a private socket. Use as a context manager."""
 
@@ -94,7 +110,7 @@ class Daemon:
             e.update(env)
         self.logf = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=e)
-        wait_until(lambda: os.path.exists(self.socket) or self.proc.poll() is not None,
+        wait_until(lambda: listening(self.socket) or self.proc.poll() is not None,
                    30, "profd to listen")
         if self.proc.poll() is not None:
             fail("profd exited at start:\n" + self.log())
@@ -137,6 +153,28 @@ class Daemon:
             if t["pid"] == pid:
                 return t
         return None
+
+    def raw_target_status(self, pid):
+        """A target's status over the protocol (cheaper than running profctl: for polling)."""
+        c = RawClient(self.socket)
+        try:
+            r = c.call({"cmd": "status", "pid": pid})
+        finally:
+            c.close()
+        for t in (r or {}).get("result", {}).get("targets", []):
+            if t["pid"] == pid:
+                return t
+        return None
+
+    def wait_samples(self, pid, n, timeout=30, what=None):
+        """Wait until target pid has taken at least n samples, at whatever rate this
+        machine allows, and return its status. Checks that need samples wait with this
+        rather than sleep for a time that is enough only on an idle machine."""
+        def enough():
+            t = self.raw_target_status(pid)
+            return t if t and t["samples"] >= n else None
+        return wait_until(enough, timeout, what or "%d samples of process %d" % (n, pid),
+                          interval=0.05)
 
     def slice(self, pid, *args):
         """Collapsed slice as {line_stack: count}."""

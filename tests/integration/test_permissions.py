@@ -163,7 +163,7 @@ for umask in (0o022, 0o077):
     proc = subprocess.Popen([PROFD, "--socket", sock], stdout=logf, stderr=subprocess.STDOUT,
                             preexec_fn=lambda: os.umask(umask))
     try:
-        wait_until(lambda: os.path.exists(sock) or proc.poll() is not None, 30,
+        wait_until(lambda: listening(sock) or proc.poll() is not None, 30,
                    "profd to listen")
         check(proc.poll() is None, "umask %03o: profd listens on a path in new directories" % umask)
         modes = [os.stat(p).st_mode & 0o777 for p in (os.path.dirname(os.path.dirname(sock)),
