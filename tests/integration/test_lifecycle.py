@@ -19,9 +19,9 @@ with Daemon() as d, Program("churn", 3, stdin=False) as p:
     check(p.proc.returncode == 0 and out.startswith("created"),
           "churn joined all its threads and exited 0 (%s)" % out.strip())
     created = int(out.split()[1])
-    time.sleep(0.3)  # the exit is reaped
-    st = d.target_status(p.pid)
-    check(st["state"] == "exited", "profd saw churn exit (state %s)" % st["state"])
+    st = wait_until(lambda: (lambda t: t if t["state"] == "exited" else None)(
+        d.raw_target_status(p.pid)), 10, "profd to see churn exit")
+    log("ok: profd saw churn exit")
     # Attached right after churn started (later under a slow wrapper): it follows the
     # threads created from then on.
     check(st["threads_seen"] >= 100, "profd followed the threads as they came (%d)"
@@ -65,7 +65,8 @@ with Daemon() as d, Program("busy", 2, 2) as p:
     d.ctl("attach", p.pid, "--hz", 199)
     p.proc.wait(timeout=10 * SLOW)
     check(p.proc.returncode == 0, "busy exited normally while attached")
-    time.sleep(0.3)
+    wait_until(lambda: d.raw_target_status(p.pid)["state"] == "exited", 10,
+               "profd to see busy exit")
     lst = json.loads(d.ctl("list", "--json").stdout)["targets"]
     check(any(t["pid"] == p.pid and t["state"] == "exited" for t in lst),
           "profctl list shows it as exited")
@@ -79,8 +80,12 @@ with Daemon() as d, Program("busy", 2, 2) as p:
 # A target that execs (from a non-main thread) into another program.
 with Daemon() as d, Program("execer", 800, os.path.join(PROGRAMS, "busy"), 2) as p:
     d.ctl("attach", p.pid, "--hz", 499)
-    wait_until(lambda: d.target_status(p.pid)["comm"] == "busy", 10, "the exec to be seen")
-    time.sleep(1.0)
+    wait_until(lambda: d.raw_target_status(p.pid)["comm"] == "busy", 10, "the exec to be seen")
+    # The new program's threads (busy makes 2) and a second of its samples at 499 Hz.
+    n = d.raw_target_status(p.pid)["samples"]
+    wait_until(lambda: d.raw_target_status(p.pid)["threads"] == 3, 10,
+               "the new program's 3 threads to be followed")
+    d.wait_samples(p.pid, n + 3 * 499)
     st = d.target_status(p.pid)
     check(st["state"] == "attached" and st["exe"].endswith("/busy"),
           "still attached after exec, now %s" % st["exe"])

@@ -188,7 +188,7 @@ with Daemon() as d, Program("busy", 1, user=NOBODY) as mine, Program("busy", 1) 
     r = d.ctl("attach", mine.pid, "--hz", 199, user=NOBODY, check_rc=False)
     check(r.returncode == 0 and ("attached to %d" % mine.pid) in r.stdout,
           "nobody attaches its own process (%d: %s)" % (r.returncode, r.stderr.strip()))
-    time.sleep(0.6)
+    d.wait_samples(mine.pid, 20)
     r = d.ctl("slice", mine.pid, "--last", "10", user=NOBODY, check_rc=False)
     counts = parse_collapsed(r.stdout) if r.returncode == 0 else {}
     check(r.returncode == 0 and sum(counts.values()) > 0,
