@@ -8,9 +8,14 @@
   new maps, flushed unwind caches) and one slice across the exec symbolizes both sides."""
 from harness import *
 
-# Threads created and ending all the time.
-with Daemon() as d, Program("churn", 3, stdin=False) as p:
+# Threads created and ending all the time. Beside it, a second daemon samples an idle
+# process at the same rate: the tick rate this machine allows a daemon just now, for the
+# tick rate check at the end.
+with Daemon() as ref, Program("sleeper", 0) as idle, Daemon() as d, \
+        Program("churn", 3, "wait") as p:
+    ref.ctl("attach", idle.pid, "--hz", 999)
     d.ctl("attach", p.pid, "--hz", 999)
+    p.send("go")  # every thread is made from now on
     time.sleep(1.5)
     st = d.target_status(p.pid)
     check(st and st["state"] == "attached", "attached to churn mid-run")
@@ -21,13 +26,15 @@ with Daemon() as d, Program("churn", 3, stdin=False) as p:
     created = int(out.split()[1])
     st = wait_until(lambda: (lambda t: t if t["state"] == "exited" else None)(
         d.raw_target_status(p.pid)), 10, "profd to see churn exit")
+    ref_hz = ref.raw_target_status(idle.pid)["achieved_hz"]
     log("ok: profd saw churn exit")
-    # Attached right after churn started (later under a slow wrapper): it follows the
-    # threads created from then on.
+    # Attached before churn made its first thread: it follows every one (the kernel attaches
+    # a traced process's new threads itself, however slow the daemon is to look at them).
     check(st["threads_seen"] >= 100, "profd followed the threads as they came (%d)"
           % st["threads_seen"])
-    check_timing(st["threads_seen"] >= 0.9 * created,
-                 "... nearly all of them (%d of %d)" % (st["threads_seen"], created))
+    check(st["threads_seen"] >= created + 1,
+          "... every one of them (%d seen: %d threads made and the main one)"
+          % (st["threads_seen"], created))
     prof = d.slice(p.pid, "--last", 3)
     churners = {s: c for s, c in prof.items() if s.startswith("churner;")}
     total = sum(churners.values())
@@ -56,8 +63,11 @@ with Daemon() as d, Program("churn", 3, stdin=False) as p:
     check(births + rooted == total, "every other sample is a birth (clone3 alone) or rooted at "
           "clone3;start_thread (%d + %d of %d)" % (births, rooted, total))
     # Two CPUs shared by a few computing threads and the daemon: ticks can be late (and are
-    # counted, not bunched), but slow stops must not hold them up wholesale.
-    check_timing(st["achieved_hz"] > 600, "the tick rate held up (%.0f Hz of 999)" % st["achieved_hz"])
+    # counted, not bunched), but slow stops must not hold them up wholesale. On an idle
+    # machine the reference gets its 999 Hz; on a busy one, what a daemon can get.
+    check_timing(st["achieved_hz"] > 0.6 * ref_hz,
+                 "the tick rate held up (%.0f Hz of 999; %.0f Hz for an idle process beside "
+                 "it)" % (st["achieved_hz"], ref_hz))
     log("failures: %s" % st["failed"])
 
 # A target that exits: its samples stay available.

@@ -34,9 +34,7 @@ with Daemon() as d:
         complete = sum(c for s, c in prof.items()
                        if s.startswith("spinner;_start;__libc_start_main") and ";main;" in s
                        and ";spin_loop" in s)
-        check(total >= 900, "spinner sampled (%d samples)" % total)
-        check_timing(total >= 0.5 * 499 * secs, "... at about 499 Hz (%d samples in %.1f s)"
-                     % (total, secs))
+        check(total >= 900, "spinner sampled (%d samples in %.1f s)" % (total, secs))
         check(sum(vdso.values()) > 0.3 * total,
               "%.0f%% of samples are in the vDSO's __vdso_clock_gettime, named"
               % (100.0 * sum(vdso.values()) / total))
