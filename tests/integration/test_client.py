@@ -373,13 +373,19 @@ def stop_daemon_quiet(d, app, nthreads):
         wait_until(quiet, 10, "txnapp's %d threads, none in a ptrace stop" % nthreads)
         os.kill(d.pid, signal.SIGSTOP)
         wait_until(lambda: proc_state(d.pid) in "Tt", 10, "the daemon to stop")
+        # A stop the daemon asked for just before (PTRACE_INTERRUPT) lands only when the
+        # thread next runs, which on a busy machine can take a while: watch for one.
+        settled = time.monotonic() + 0.3 * SLOW
+        while time.monotonic() < settled and quiet():
+            time.sleep(0.01)
         if quiet():
             return
         os.kill(d.pid, signal.SIGCONT)  # it stopped in the middle of a sample: again
     fail("could not stop the daemon while none of txnapp's threads was in a ptrace stop")
 
 
-with Daemon("--hz", "1") as d, tempfile.TemporaryDirectory() as out, \
+# (A linger of 10 min: a detach that the SIGSTOP interrupts would leave a thread stopped.)
+with Daemon("--hz", "1", "--txn-linger", "600") as d, tempfile.TemporaryDirectory() as out, \
         Program("txnapp", d.socket, out, 1, 1, 1, 4, env=APP_ENV) as app:
     app.send("one")
     check(app.readline(30).strip() == "ok", "a transaction with the daemon up")
@@ -389,22 +395,28 @@ with Daemon("--hz", "1") as d, tempfile.TemporaryDirectory() as out, \
     try:
         app.send("forkbusy")
         f = app.readline(30).split()
-        check(f[0] == "forkbusy" and f[1] == "-4" and float(f[2]) < 1500,
+        # The child's call, timed by the child (from before the fork, the parent's figure
+        # also holds how long the child took to be scheduled, on a busy machine seconds).
+        check(f[0] == "forkbusy" and f[1] == "-4" and int(f[6]) < 1500,
               "fork while another thread waits in a call: the child's call is not blocked by "
-              "its lock, and fails after its own timeout (%s)" % f)
+              "its lock, and fails after its own 200 ms timeout (%s ms; %s ms from the fork "
+              "to its result)" % (f[6], f[2]))
         check(f[3] == "-4", "... the waiting call times out (%s)" % f)
         check(f[4] == "0" and float(f[5]) < 100,
               "a start of another thread while a call waits for its reply is sent at once "
               "(%s ms)" % f[5])
         app.send("burst 3000")
         f = app.readline(60).split()
-        ok, busy, first, later = int(f[1]), int(f[2]), float(f[4]), float(f[5])
+        ok, busy, first, later, slow = int(f[1]), int(f[2]), float(f[4]), float(f[5]), int(f[6])
         check(ok > 0 and busy > 0 and ok + busy == 3000,
               "starts while profd does not read: sent until its socket is full (%d), then "
               "PROFD_EBUSY (%d)" % (ok, busy))
-        check_timing(150 <= first < 1000 and later < 50,
+        # "At once": none waits its timeout again; on a busy machine a thread can still
+        # wait tens of ms for a CPU in any call, so a few of the thousands may be slow.
+        check_timing(150 <= first < 1000 and slow <= max(3, busy // 100),
                      "the first busy start waited its 200 ms timeout (%.0f ms), later ones "
-                     "failed at once (slowest %.1f ms)" % (first, later))
+                     "failed at once (%d of %d took 100 ms or more; the slowest %.1f ms)"
+                     % (first, slow, busy - 1, later))
     finally:
         os.kill(d.pid, signal.SIGCONT)
     app.send("forkend")
