@@ -6,6 +6,14 @@ frame pointers). Tests touch only processes they started, and end them by pid.
 
 Environment (set by meson): PROFD_BUILD (the build directory). PROFD_WRAPPER, if set, is
 prefixed to the daemon's command line (e.g. valgrind); PROFD_SLOW multiplies timeouts.
+
+The tests must pass on a slow or busy machine (2 CPUs shared with other work), so:
+- wait for the condition (wait_until, Daemon.wait_samples), never sleep a fixed time for
+  something to have happened; a fixed time is for "nothing happens meanwhile" checks;
+- need a number of samples, not a time at some rate;
+- check speeds (rates, latencies) with check_timing, and where possible against what the
+  machine allowed (the CPU a target got, a reference daemon beside it), not an idle
+  machine's figure.
 """
 
 import json
