@@ -537,6 +537,36 @@ with open(sys.argv[1], "w") as fp:
     check(out["failing"] is None and out["ferr"] == "None",
           "an exception in the block discards the transaction, without an error of its own")
 
+# 6b. A thread renamed after profd first read its name: the next profile names it as it is
+# called now (the name is read again at the finish, not only once a second).
+with Daemon("--hz", "499", "--txn-linger", "60") as d:
+    child = pychild("""
+import ctypes, json, profd, sys, time
+libc = ctypes.CDLL(None)
+def name(n):
+    libc.prctl(15, n.encode(), 0, 0, 0)  # PR_SET_NAME: this thread's comm
+def spin(sec):
+    t = time.monotonic()
+    while time.monotonic() - t < sec:
+        pass
+p = profd.Profd()
+name("before")
+t = p.start("first")  # attaches the process: its name is read now
+spin(0.2)
+p.finish(t)
+time.sleep(0.3)
+name("after")
+t = p.start("second")
+spin(0.05)
+prof = p.finish(t)
+tid = prof["transaction"]["active_thread_id"]
+json.dump(prof["profile"]["thread_metadata"].get(str(tid), {}).get("name"), sys.stdout)
+""", d.socket)
+    out, _ = child.communicate(timeout=60 * SLOW)
+    check(child.returncode == 0 and json.loads(out) == "after",
+          "a profile names its thread as it is called at the finish, renamed since profd "
+          "first read it (%r)" % out)
+
 # 7. The example server: its slow requests' profiles point at the slow path.
 with Daemon("--hz", "499") as d, tempfile.TemporaryDirectory() as out:
     srv_sock = os.path.join(out, "srv.sock")
