@@ -44,7 +44,7 @@ with Daemon() as ref, Program("sleeper", 0) as idle, Daemon() as d, \
                if re.match(r"churner;(__clone3|clone3);start_thread;worker;churn_work", s))
     named = total + sum(c for s, c in prof.items() if s.startswith("churn;clone3"))
     check_timing(total > 1000, "short-lived threads were sampled (%d samples of %d threads)"
-          % (total, created))
+                 % (total, created), d)
     # A thread's name is read with its first samples; a slowed-down daemon (sanitizers)
     # reads it later in a 3 ms life.
     want = 0.85 if TIMING and not d.sanitized() else 0.5

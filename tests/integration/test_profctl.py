@@ -197,7 +197,8 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     check(ts[p.pid]["ticks"] > 0 and 0 < ts[p.pid]["achieved_hz"] < 600,
           "status --json: ticks counted, achieved_hz at most about the 499 asked")
     check_timing(ts[p.pid]["achieved_hz"] > 200,
-                 "status --json: achieved_hz near the 499 asked (%.1f)" % ts[p.pid]["achieved_hz"])
+                 "status --json: achieved_hz near the 499 asked (%.1f)" % ts[p.pid]["achieved_hz"],
+                 d)
     st1 = d.status(q.pid)
     check([x["pid"] for x in st1["targets"]] == [q.pid], "status PID --json: only that target")
     r = d.ctl("status")

@@ -23,7 +23,7 @@ with Daemon() as d, Program("busy", 2) as p:
     total = sum(busy.values())
     check_timing(total >= HZ * secs * 2 * 0.5,
                  "busy threads sampled at about %d Hz each (%d samples in %.1f s)"
-                 % (HZ, total, secs))
+                 % (HZ, total, secs), d)
     complete = gamma_total = gamma_complete = 0
     share = {"work_alpha": 0, "work_beta": 0, "work_gamma": 0}
     bad = []
