@@ -70,8 +70,9 @@ with Daemon() as ref, Program("sleeper", 0) as idle, Daemon() as d, \
                  "it)" % (st["achieved_hz"], ref_hz))
     log("failures: %s" % st["failed"])
 
-# A target that exits: its samples stay available.
-with Daemon() as d, Program("busy", 2, 2) as p:
+# A target that exits: its samples stay available. (It computes for 2 s, x PROFD_SLOW: a
+# daemon under valgrind takes a good part of 2 s to attach and sample it.)
+with Daemon() as d, Program("busy", 2, int(2 * SLOW)) as p:
     d.ctl("attach", p.pid, "--hz", 199)
     p.proc.wait(timeout=10 * SLOW)
     check(p.proc.returncode == 0, "busy exited normally while attached")
