@@ -942,6 +942,11 @@ static cJSON *cmd_txn_finish(struct request *r)
     struct target *t = target_find(pid);
     if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
         target_sample_boundary(t, x->tid, now_ns()); /* its boundary, as at the start */
+    /* The profile names its thread: as it is called now. A thread that named itself just
+     * after profd first read its name would otherwise keep the name it was born with until
+     * the next refresh (housekeeping, once a second). */
+    if (t && t->state == T_ATTACHED)
+        target_refresh_name(t, x->tid);
     txn_end(tp, x, now_ns());
     if (!t) {
         if (tp->attach_err)

@@ -1259,6 +1259,13 @@ void target_thread_refresh_name(struct thread *th)
     }
 }
 
+void target_refresh_name(struct target *t, pid_t tid)
+{
+    struct thread *th = thread_find(tid);
+    if (th && th->t == t)
+        target_thread_refresh_name(th);
+}
+
 /* Catch threads that escaped attach (should not happen) and refresh names and zombies. */
 static void refresh_threads(struct target *t, uint64_t now)
 {

@@ -210,6 +210,8 @@ void target_sample(struct target *t, uint64_t tick_ns, bool cpu_only);
 void target_resume(struct thread *th, int sig);
 /* Re-read a thread's name (comm) and remember it for slices. */
 void target_thread_refresh_name(struct thread *th);
+/* The same for thread tid of t, if it is one of its threads. */
+void target_refresh_name(struct target *t, pid_t tid);
 /* Re-read the maps; flush unwind caches if code was unmapped. Returns 1 if changed, 0 if
  * not, or -errno. */
 int target_refresh_maps(struct target *t);
