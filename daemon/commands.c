@@ -872,7 +872,7 @@ static cJSON *cmd_txn_start(struct request *r)
      * than the interval can have the two samples Sentry needs. */
     t = target_find(pid);
     if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
-        target_sample_boundary(t, (pid_t)tid, now_ns());
+        target_sample_boundary(t, (pid_t)tid, now_ns(), 0);
     if (noreply)
         return NULL;
     cJSON *res = cJSON_CreateObject();
@@ -941,7 +941,7 @@ static cJSON *cmd_txn_finish(struct request *r)
     pid_t pid = r->c->peer.pid;
     struct target *t = target_find(pid);
     if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
-        target_sample_boundary(t, x->tid, now_ns()); /* its boundary, as at the start */
+        target_sample_boundary(t, x->tid, now_ns(), x->start_ns); /* as at the start */
     /* The profile names its thread: as it is called now. A thread that named itself just
      * after profd first read its name would otherwise keep the name it was born with until
      * the next refresh (housekeeping, once a second). */

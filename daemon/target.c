@@ -1215,7 +1215,21 @@ void targets_reap(void)
     }
 }
 
-void target_sample_boundary(struct target *t, pid_t tid, uint64_t now)
+/* Whether thread tid has at least two samples since `since` (ring entries are in time
+ * order). Looks at most at SCAN_LIMIT entries: beyond, it answers no (one sample more is
+ * cheap; a long scan on the loop is not). */
+#define SCAN_LIMIT 4096
+static bool two_samples_since(const struct target *t, pid_t tid, uint64_t since)
+{
+    size_t n = 0;
+    for (size_t i = ring_lower_bound(&t->ring, since), k = 0;
+         i < t->ring.len && k < SCAN_LIMIT; i++, k++)
+        if (ring_at(&t->ring, i)->tid == tid && ++n == 2)
+            return true;
+    return false;
+}
+
+void target_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns)
 {
     if (t->state != T_ATTACHED || tid <= 0)
         return;
@@ -1223,7 +1237,15 @@ void target_sample_boundary(struct target *t, pid_t tid, uint64_t now)
         struct thread *th = t->threads[i];
         if (th->tid != tid)
             continue;
-        if (th->boundary_ns && now - th->boundary_ns < t->sched.eff_interval_ns) {
+        /* At most one boundary sample per interval and thread: a stream of transactions
+         * shorter than an interval must not multiply the stop rate. Except at the finish of
+         * a transaction that lasted an interval or more and still has fewer than the two
+         * samples of its thread Sentry needs (relay drops a profile with one): its start's
+         * sample was skipped for the previous transaction's finish, and no tick landed in it
+         * (a starved daemon). Those cost at most one sample per interval too. */
+        uint64_t iv = t->sched.eff_interval_ns;
+        if (th->boundary_ns && now - th->boundary_ns < iv &&
+            !(window_ns && now - window_ns >= iv && !two_samples_since(t, tid, window_ns))) {
             t->stats.boundary_skipped++;
             return;
         }

@@ -197,8 +197,10 @@ void targets_housekeeping(uint64_t now);
 
 /* A transaction's boundary: sample thread tid of t now (if it is one of its threads),
  * unless it had a boundary sample less than one (effective) interval ago, so that a stream
- * of short transactions cannot raise the sampling rate beyond twice the schedule's. */
-void target_sample_boundary(struct target *t, pid_t tid, uint64_t now);
+ * of short transactions cannot raise the sampling rate beyond twice the schedule's. At a
+ * finish, window_ns is the transaction's start: one that lasted an interval or more gets
+ * its sample anyway while its thread has fewer than two in it. */
+void target_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns);
 /* Change the rate of t (and the bound of its buffer with it). */
 void target_set_hz(struct target *t, unsigned hz);
 /* Sample every thread of t once, or with cpu_only only the threads marked cpu_due that are
