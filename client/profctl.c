@@ -299,6 +299,9 @@ static int cmd_status(int fd, pid_t pid)
                    : "",
                num(m, "recent_ticks_per_s"), num(m, "recent_samples_per_s"), num(m, "ticks"),
                num(m, "missed"), num(m, "cpu_ms"));
+        if (*str(m, "timer_error"))
+            printf("  TIMER FAILING: %s: no tick until it can be set again (retried every "
+                   "0.25 s)\n", str(m, "timer_error"));
         printf("  samples %.0f (%.0f in buffer): %.0f stopped, %.0f blocked without stopping, "
                "%.0f idle (not run since last)\n",
                num(t, "samples"), num(t, "buffered"), num(k, "stopped"),

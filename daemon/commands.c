@@ -54,6 +54,8 @@ static enum proto_error errno_code(int e)
         return PE_ATTACH_FAILED;
     case EINVAL:
         return PE_BAD_REQUEST;
+    case EDQUOT:
+        return PE_LIMIT;
     default:
         return PE_ATTACH_FAILED;
     }
@@ -155,7 +157,12 @@ static int may_access(const struct client *c, const struct target *t, pid_t pid,
                       size_t whylen)
 {
     struct proc_creds cr;
-    bool live = !(t && t->state == T_EXITED) && proc_creds_read(pid, &cr) == 0;
+    int r = -ESRCH;
+    if (!(t && t->state == T_EXITED))
+        r = proc_creds_read(pid, &cr, why, whylen);
+    if (r < 0 && r != -ESRCH)
+        return -EPERM; /* it lives, but its credentials cannot be known: refuse */
+    bool live = r == 0;
     if (!live) {
         if (!t) {
             snprintf(why, whylen, "no such process: %d", pid);
@@ -169,10 +176,57 @@ static int may_access(const struct client *c, const struct target *t, pid_t pid,
                               "CAP_SYS_PTRACE", pid);
         return -EPERM;
     }
-    int r = perms_check(&c->peer, &cr, why, whylen);
+    r = perms_check(&c->peer, &cr, why, whylen);
     if (r == 0 && live && (!t || t->state != T_EXITED))
         r = perms_check_yama(&c->peer, pid, why, whylen);
     return r;
+}
+
+/* Do the limits let profd follow one more process for client c? Every listed target
+ * counts, in the totals and in its owner's quota alike, whether it runs or has exited: an
+ * exited one keeps its samples (max_memory) and its slot (max_targets) until they expire or
+ * it is detached, and a quota that forgot it would let one user fill every slot with
+ * processes that ran briefly. Returns 0 or -EDQUOT, the reason in why. */
+static int limits_check(const struct client *c, char *why, size_t whylen)
+{
+    if (server_cfg.max_memory && targets_memory() >= server_cfg.max_memory) {
+        snprintf(why, whylen, "profd's targets already use %zu MiB, its max_memory is "
+                              "%" PRIu64 " MiB", targets_memory() >> 20,
+                 server_cfg.max_memory >> 20);
+        return -EDQUOT;
+    }
+    if (targets_count() >= server_cfg.max_targets) {
+        snprintf(why, whylen, "profd already follows %u processes", server_cfg.max_targets);
+        return -EDQUOT;
+    }
+    if (peer_may_trace_any(&c->peer))
+        return 0;
+    /* One user must not take every slot from the others. */
+    unsigned mine = 0;
+    for (struct target *k = targets_first(); k; k = k->next)
+        mine += k->owner_uid == c->peer.uid;
+    if (mine >= server_cfg.max_targets_per_user) {
+        snprintf(why, whylen, "uid %u has reached the limit per user of %u attached processes "
+                              "(exited ones count until detached or expired)",
+                 c->peer.uid, server_cfg.max_targets_per_user);
+        return -EDQUOT;
+    }
+    return 0;
+}
+
+/* The one admission rule of attach and txn_start, for process pid (t: profd's target for it
+ * if that is this very process, else NULL): may client c have it profiled (may_access: the
+ * ptrace rule and Yama), and, when that makes profd follow a process it does not follow yet
+ * (new_target), do the limits allow one more? Returns 0, or -ESRCH / -EPERM / -EDQUOT with
+ * the reason in why. */
+static int admit(const struct client *c, const struct target *t, pid_t pid, bool new_target,
+                 char *why, size_t whylen)
+{
+    /* Not logged here: a refused transaction start may come thousands of times a second. */
+    int r = may_access(c, t, pid, why, whylen);
+    if (r < 0)
+        return r;
+    return new_target ? limits_check(c, why, whylen) : 0;
 }
 
 static cJSON *cmd_list(struct request *r)
@@ -288,28 +342,14 @@ static cJSON *cmd_attach(struct request *r)
                                  r->pid, r->t->state == T_EXITED ? "attached (and has exited)"
                                                                  : "attached");
     }
-    if (server_cfg.max_memory && targets_memory() >= server_cfg.max_memory)
-        return proto_error_reply(r->id, PE_LIMIT,
-                                 "profd's targets already use %zu MiB, its max_memory is "
-                                 "%" PRIu64 " MiB", targets_memory() >> 20,
-                                 server_cfg.max_memory >> 20);
-    if (targets_count() >= server_cfg.max_targets)
-        return proto_error_reply(r->id, PE_LIMIT, "profd already follows %u processes",
-                                 server_cfg.max_targets);
-    if (!peer_may_trace_any(&r->c->peer)) {
-        /* One user must not take every slot from the others. */
-        unsigned mine = 0;
-        for (struct target *k = targets_first(); k; k = k->next)
-            mine += k->owner_uid == r->c->peer.uid;
-        if (mine >= server_cfg.max_targets_per_user)
-            return proto_error_reply(r->id, PE_LIMIT,
-                                     "uid %u has reached the limit per user of %u "
-                                     "attached processes",
-                                     r->c->peer.uid, server_cfg.max_targets_per_user);
-    }
+    /* The access rule passed at dispatch; admit checks it again with the limits, as for a
+     * transaction's start (one /proc read more per attach, and one rule for both). */
     char why[256];
+    int e = admit(r->c, NULL, r->pid, true, why, sizeof(why));
+    if (e < 0)
+        return proto_error_reply(r->id, errno_code(-e), "%s", why);
     struct target *t;
-    int e = target_attach(r->pid, mode, (unsigned)hz, buffer_ns, &t, why, sizeof(why));
+    e = target_attach(r->pid, mode, (unsigned)hz, buffer_ns, &t, why, sizeof(why));
     if (e < 0)
         return proto_error_reply(r->id, errno_code(-e), "%s",
                                  why[0] ? why : strerror(-e));
@@ -716,18 +756,6 @@ static cJSON *submit_slice(struct client *c, struct target *t, struct slice_wait
 
 /* ---- transactions: always of the calling process (the socket's peer) ---- */
 
-/* May the peer profile itself? The rule of may_access, on its own process (a process is
- * not its own descendant: Yama does not apply). */
-static int self_access(const struct client *c, pid_t pid, char *why, size_t whylen)
-{
-    struct proc_creds cr;
-    if (pid <= 0 || proc_creds_read(pid, &cr) < 0) {
-        snprintf(why, whylen, "no such process: %d", pid);
-        return -ESRCH;
-    }
-    return perms_check(&c->peer, &cr, why, whylen);
-}
-
 /* A start refused: its error reply, or, for a start that asked for no reply, a record of
  * the refusal that its finish (or discard) reports. */
 static cJSON *start_refused(struct request *r, bool noreply, uint64_t id, enum proto_error code,
@@ -825,31 +853,14 @@ static cJSON *cmd_txn_start(struct request *r)
             return start_refused(r, noreply, id, PE_BAD_REQUEST,
                                  "thread %d is not a thread of your process %d", (int)tid, pid);
     }
+    /* A target of this pid that has exited was an earlier process (the pid was reused):
+     * the caller is checked as it is now. A new target unless an attach is already queued. */
+    struct target *t = target_find(pid);
+    const struct target *live = t && t->state != T_EXITED ? t : NULL;
     char why[256];
-    int e = self_access(r->c, pid, why, sizeof(why));
+    int e = admit(r->c, live, pid, !live && !(tp && tp->attaching), why, sizeof(why));
     if (e < 0)
         return start_refused(r, noreply, id, errno_code(-e), "%s", why);
-    struct target *t = target_find(pid);
-    if ((!t || t->state == T_EXITED) && !(tp && tp->open) &&
-        !peer_may_trace_any(&r->c->peer)) {
-        unsigned mine = 0;
-        for (struct target *k = targets_first(); k; k = k->next)
-            mine += k->owner_uid == r->c->peer.uid && k->state != T_EXITED;
-        if (mine >= server_cfg.max_targets_per_user)
-            return start_refused(r, noreply, id, PE_LIMIT,
-                                 "uid %u has reached the limit per user of %u "
-                                 "attached processes",
-                                 r->c->peer.uid, server_cfg.max_targets_per_user);
-    }
-    if ((!t || t->state == T_EXITED) && targets_count() >= server_cfg.max_targets)
-        return start_refused(r, noreply, id, PE_LIMIT, "profd already follows %u processes",
-                             server_cfg.max_targets);
-    if ((!t || t->state == T_EXITED) && server_cfg.max_memory &&
-        targets_memory() >= server_cfg.max_memory)
-        return start_refused(r, noreply, id, PE_LIMIT,
-                             "profd's targets already use %zu MiB, its max_memory is "
-                             "%" PRIu64 " MiB", targets_memory() >> 20,
-                             server_cfg.max_memory >> 20);
     /* Without a reply nobody waits for the attach: it happens now, before the
      * transaction's finish can be read. With one, right after the reply. */
     struct txn *x = txn_start(pid, (pid_t)tid, id, name->valuestring,

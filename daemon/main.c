@@ -160,6 +160,17 @@ static void apply_config(const struct profd_config *c, bool reloading)
         log_warn("reload: max_stack and cputime_source change when profd restarts");
 }
 
+/* What became of a notification of the service manager: a lost READY=1 makes a
+ * Type=notify start time out, so a failure is said (once: STATUS= goes every second). */
+static void notified(int r)
+{
+    static bool said;
+    if (r < 0 && !said) {
+        said = true;
+        log_warn("cannot notify the service manager ($NOTIFY_SOCKET): %s", strerror(-r));
+    }
+}
+
 /* STATUS= for the service manager, sent when it changes (at most once a second). */
 static void notify_status(void)
 {
@@ -178,7 +189,7 @@ static void notify_status(void)
              n > attached ? " (and exited ones kept)" : "");
     if (strcmp(now, last)) {
         snprintf(last, sizeof(last), "%s", now);
-        notify_send("STATUS=%s", now);
+        notified(notify_send("STATUS=%s", now));
     }
 }
 
@@ -194,14 +205,15 @@ static void on_terminate(struct ev_loop *l, ev_signal *w, int revents)
 {
     (void)revents;
     log_info("signal %d: detaching from every process and exiting", w->signum);
-    notify_send("STOPPING=1\nSTATUS=detaching from every process");
+    notified(notify_send("STOPPING=1\nSTATUS=detaching from every process"));
     ev_break(l, EVBREAK_ALL);
 }
 
 /* Re-read the configuration: SIGHUP, or a `reload` request (systemctl reload). */
 static int reload(char *err, size_t errlen)
 {
-    notify_send("RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)(now_ns() / 1000));
+    notified(notify_send("RELOADING=1\nMONOTONIC_USEC=%llu",
+                         (unsigned long long)(now_ns() / 1000)));
     struct profd_config c;
     int r = build_config(&c, err, errlen);
     if (r < 0) {
@@ -213,7 +225,7 @@ static int reload(char *err, size_t errlen)
         live = c;
         log_info("configuration reloaded from %s", config_path);
     }
-    notify_send("READY=1");
+    notified(notify_send("READY=1"));
     return r;
 }
 
@@ -312,15 +324,21 @@ int main(int argc, char **argv)
     server_cfg.max_buffer_ns = 3600 * NS_PER_SEC;
     const char *socket_opt = live.socket;
 
-    char *path = profd_socket_path(socket_opt);
+    /* Static: still reachable when one of the fatal() below exits (LeakSanitizer). */
+    static char *path;
+    path = profd_socket_path(socket_opt);
     if (!path)
         fatal("out of memory");
 
     /* Each traced thread keeps two /proc descriptors open: allow as many as we may. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rlim_t soft = rl.rlim_cur;
         rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            log_warn("cannot raise the limit on open files from %llu to %llu: %s",
+                     (unsigned long long)soft, (unsigned long long)rl.rlim_max,
+                     strerror(errno));
     }
     signal(SIGPIPE, SIG_IGN);
 
@@ -334,7 +352,9 @@ int main(int argc, char **argv)
     if (sampler_init((size_t)live.max_stack_kib * 1024) < 0)
         fatal("out of memory");
     targets_init(loop);
-    sched_global_init(loop, live.cputime_source, live.max_cpu);
+    int r = sched_global_init(loop, live.cputime_source, live.max_cpu);
+    if (r < 0)
+        fatal("cannot set up the sampling schedules: %s", strerror(-r));
     txn_init(loop, live.txn_linger_ns);
     ev_signal_init(&sigchld_w, on_sigchld, SIGCHLD);
     ev_signal_start(loop, &sigchld_w);
@@ -349,7 +369,7 @@ int main(int argc, char **argv)
     ev_check_init(&collect_w, on_collect);
     ev_check_start(loop, &collect_w);
 
-    int r = worker_start(loop);
+    r = worker_start(loop);
     if (r < 0)
         fatal("cannot start the worker thread: %s", strerror(-r));
     if (passed >= 0) {
@@ -377,7 +397,7 @@ int main(int argc, char **argv)
     server_cfg.socket_path = path;
     log_info("profd %s listening on %s%s", PROFD_VERSION, path,
              passed >= 0 ? " (passed by the service manager)" : "");
-    notify_send("READY=1\nSTATUS=listening on %s, no process sampled yet", path);
+    notified(notify_send("READY=1\nSTATUS=listening on %s, no process sampled yet", path));
 
     ev_run(loop, 0);
 

@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "procstatus.h"
 #include "util.h"
 
 #ifndef SO_PEERPIDFD
@@ -43,15 +44,10 @@ static uint64_t peer_caps(int fd, const struct ucred *uc)
     if (pidfd < 0)
         return 0;
     uint64_t caps = 0;
-    char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/status", uc->pid);
-    if (read_file(path, buf, sizeof(buf)) >= 0) {
-        const char *u = strstr(buf, "\nUid:"), *c = strstr(buf, "\nCapEff:");
-        unsigned long real, eff;
-        if (u && c && sscanf(u + 5, "%lu %lu", &real, &eff) == 2 && eff == uc->uid &&
-            same_userns(uc->pid))
-            caps = strtoull(c + 8, NULL, 16);
-    }
+    struct procstatus st;
+    if (procstatus_read(uc->pid, 0, NULL, &st) == 0 && procstatus_has(&st, PS_UID) &&
+        procstatus_has(&st, PS_CAPEFF) && st.uid[1] == uc->uid && same_userns(uc->pid))
+        caps = st.cap_eff;
     /* A pidfd polls readable once its process has exited: then what we read may be another
      * process's (poll rather than pidfd_send_signal, which valgrind does not know). */
     struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
@@ -110,32 +106,63 @@ void peer_check_groups(struct peer *p, const gid_t *allowed, size_t n)
             p->by_group |= p->groups[i] == allowed[j];
 }
 
-int proc_creds_read(pid_t pid, struct proc_creds *c)
+int proc_creds_from_status(const struct procstatus *st, struct proc_creds *c, char *why,
+                           size_t whylen)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/status", pid);
-    if (read_file(path, buf, sizeof(buf)) < 0)
-        return -ESRCH;
-    const char *u = strstr(buf, "\nUid:"), *g = strstr(buf, "\nGid:");
-    const char *cp = strstr(buf, "\nCapPrm:");
-    unsigned long a[3], b[3];
-    if (!u || !g || sscanf(u + 5, "%lu %lu %lu", &a[0], &a[1], &a[2]) != 3 ||
-        sscanf(g + 5, "%lu %lu %lu", &b[0], &b[1], &b[2]) != 3)
-        return -ESRCH;
-    for (int i = 0; i < 3; i++) {
-        c->uid[i] = (uid_t)a[i];
-        c->gid[i] = (gid_t)b[i];
+    /* Each of these decides the rule: one the text does not give for certain must not
+     * read as 0 (uid root, no capability), so the credentials are not known at all. */
+    static const enum procstatus_field need[] = {PS_UID, PS_GID, PS_CAPPRM};
+    for (size_t i = 0; i < ARRAY_SIZE(need); i++) {
+        if (!procstatus_has(st, need[i])) {
+            if (why)
+                snprintf(why, whylen, "its /proc status has %s %s line",
+                         st->bad & (1u << need[i]) ? "a malformed" : "no",
+                         procstatus_field_name(need[i]));
+            return -EPROTO;
+        }
     }
-    c->cap_prm = cp ? strtoull(cp + 8, NULL, 16) : 0;
+    memset(c, 0, sizeof(*c));
+    for (int i = 0; i < 3; i++) {
+        c->uid[i] = st->uid[i];
+        c->gid[i] = st->gid[i];
+    }
+    c->cap_prm = st->cap_prm;
+    return 0;
+}
+
+int proc_creds_read(pid_t pid, struct proc_creds *c, char *why, size_t whylen)
+{
+    char detail[128];
+    struct procstatus st;
+    int r = procstatus_read(pid, 0, NULL, &st);
+    if (r == 0)
+        r = proc_creds_from_status(&st, c, detail, sizeof(detail));
+    else if (r != -ESRCH)
+        snprintf(detail, sizeof(detail), "its /proc status cannot be read: %s", strerror(-r));
+    if (r == -ESRCH) {
+        if (why)
+            snprintf(why, whylen, "no such process: %d", pid);
+        return r;
+    }
+    if (r < 0) {
+        if (why)
+            snprintf(why, whylen, "permission denied: the credentials of process %d cannot be "
+                                  "checked (%s)", pid, detail);
+        return r;
+    }
     /* A non-dumpable process's /proc/PID files belong to root (proc(5), "/proc/pid";
      * task_dump_owner in fs/proc/base.c): the kernel's own signal of the dumpable flag,
      * which /proc does not print otherwise. The /proc/PID directory itself is exempt, so
      * look at a file in it. */
-    struct stat st;
+    struct stat sst;
+    char path[64];
     snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    if (stat(path, &st) < 0)
+    if (stat(path, &sst) < 0) {
+        if (why)
+            snprintf(why, whylen, "no such process: %d", pid);
         return -ESRCH;
-    c->dumpable = st.st_uid == c->uid[1] || c->uid[1] == 0; /* root: see perms_check */
+    }
+    c->dumpable = sst.st_uid == c->uid[1] || c->uid[1] == 0; /* root: see perms_check */
     return 0;
 }
 
@@ -148,18 +175,19 @@ static int yama_scope(void)
     return atoi(buf);
 }
 
-/* Is pid a descendant of ancestor? (walks PPid through /proc) */
+/* Is pid a descendant of ancestor, as Yama counts it? A process is its own: the kernel's
+ * task_is_descendant (security/yama/yama_lsm.c) compares the child itself before walking up
+ * to its parents, so at ptrace_scope 1 a process profiling itself (a transaction) passes.
+ * (walks PPid through /proc; an unreadable link: no) */
 static bool descends_from(pid_t pid, pid_t ancestor)
 {
+    if (pid == ancestor)
+        return true;
     for (int depth = 0; pid > 1 && depth < 4096; depth++) {
-        char path[64], buf[4096];
-        snprintf(path, sizeof(path), "/proc/%d/status", pid);
-        if (read_file(path, buf, sizeof(buf)) < 0)
+        struct procstatus st;
+        if (procstatus_read(pid, 0, NULL, &st) < 0 || !procstatus_has(&st, PS_PPID))
             return false;
-        const char *pp = strstr(buf, "\nPPid:");
-        if (!pp)
-            return false;
-        pid = (pid_t)strtol(pp + 7, NULL, 10);
+        pid = st.ppid;
         if (pid == ancestor)
             return true;
     }

@@ -41,8 +41,17 @@ struct proc_creds {
     uint64_t cap_prm;
 };
 
-/* Read a live process's credentials. Returns 0, -ESRCH. */
-int proc_creds_read(pid_t pid, struct proc_creds *c);
+struct procstatus;
+/* The credentials the rule needs from a parsed status (all but dumpable, which the status
+ * does not show). Returns 0, or -EPROTO if Uid, Gid or CapPrm is missing or malformed,
+ * with the field named in why (may be NULL): never credentials guessed as 0. */
+int proc_creds_from_status(const struct procstatus *st, struct proc_creds *c, char *why,
+                           size_t whylen);
+/* Read a live process's credentials. Returns 0, -ESRCH (no such process), or another
+ * -errno when they cannot be read for certain (-EPROTO: a field missing or malformed;
+ * -EFBIG...): then the caller must refuse. why (may be NULL) gets a message for the
+ * client in either case. */
+int proc_creds_read(pid_t pid, struct proc_creds *c, char *why, size_t whylen);
 
 /* The rule (ptrace(2), "Ptrace access mode checking"): a client with CAP_SYS_PTRACE (root)
  * may; otherwise the client's uid and gid must equal the target's real, effective and saved

@@ -108,34 +108,6 @@ int proc_read_syscall(int fd, struct sysc_info *out)
     return sysc_parse(buf, out);
 }
 
-int proc_read_sigdisp(int fd, uint64_t *ign, uint64_t *cgt)
-{
-    char buf[4096];
-    ssize_t n = pread_text(fd, buf, sizeof(buf));
-    if (n < 0)
-        return (int)n;
-    const char *i = strstr(buf, "\nSigIgn:");
-    const char *c = strstr(buf, "\nSigCgt:");
-    if (!i || !c)
-        return -EINVAL;
-    *ign = strtoull(i + 8, NULL, 16);
-    *cgt = strtoull(c + 8, NULL, 16);
-    return 0;
-}
-
-int proc_read_vcsw(int fd, uint64_t *vcsw)
-{
-    char buf[4096];
-    ssize_t n = pread_text(fd, buf, sizeof(buf));
-    if (n < 0)
-        return (int)n;
-    const char *v = strstr(buf, "\nvoluntary_ctxt_switches:");
-    if (!v)
-        return -EINVAL;
-    *vcsw = strtoull(v + 26, NULL, 10);
-    return 0;
-}
-
 bool sig_is_ignored(uint64_t ign, uint64_t cgt, int sig)
 {
     if (sig <= 0 || sig > 64)

@@ -29,13 +29,9 @@ int proc_read_syscall(int fd, struct sysc_info *out);
 /* Parse the text of that file (tests). */
 int sysc_parse(const char *text, struct sysc_info *out);
 
-/* Signal dispositions of the process from /proc/PID/status (SigIgn, SigCgt). */
-int proc_read_sigdisp(int fd, uint64_t *ign, uint64_t *cgt);
-/* A thread's voluntary context switches from /proc/PID/task/TID/status: it gave up the CPU
- * to wait (blocking, a ptrace stop), unlike a preemption. */
-int proc_read_vcsw(int fd, uint64_t *vcsw);
-/* Would the process ignore sig if it were not traced? (SIG_IGN, or default action ignore:
- * SIGCHLD, SIGCONT, SIGURG, SIGWINCH, with no handler.) */
+/* Would the process ignore sig if it were not traced, given SigIgn and SigCgt of its
+ * status (procstatus.h)? (SIG_IGN, or default action ignore: SIGCHLD, SIGCONT, SIGURG,
+ * SIGWINCH, with no handler.) */
 bool sig_is_ignored(uint64_t ign, uint64_t cgt, int sig);
 
 /* System calls that return a plain -EINTR (not a restart code) when a ptrace stop or an

@@ -42,13 +42,22 @@ int sampler_init(size_t max_stack)
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_stop_timer;
     sigemptyset(&sa.sa_mask);
-    sigaction(SAMPLER_TIMER_SIGNAL, &sa, NULL);
     struct sigevent sev;
     memset(&sev, 0, sizeof(sev));
     sev.sigev_notify = SIGEV_THREAD_ID;
     sev.sigev_signo = SAMPLER_TIMER_SIGNAL;
     sev._sigev_un._tid = gettid();
-    have_stop_timer = timer_create(CLOCK_MONOTONIC, &sev, &stop_timer) == 0;
+    /* Without the handler the timer's real-time signal would kill profd (its default
+     * action): no timer then. Without the timer, stops slow to come are never slept for
+     * (await_stops): they are handled as they arrive. */
+    const char *what = "sigaction";
+    if (sigaction(SAMPLER_TIMER_SIGNAL, &sa, NULL) == 0) {
+        what = "timer_create";
+        have_stop_timer = timer_create(CLOCK_MONOTONIC, &sev, &stop_timer) == 0;
+    }
+    if (!have_stop_timer)
+        log_warn("no timer to bound the wait for stops (%s: %s): a thread slow to stop is "
+                 "not waited for", what, strerror(errno));
     snap.cap = max_stack;
     snap.data = malloc(max_stack);
     return snap.data ? 0 : -ENOMEM;
@@ -364,13 +373,24 @@ static unsigned count_pending(const struct target *t)
     return n;
 }
 
-static void arm_stop_timer(uint64_t ns)
+static int arm_stop_timer(uint64_t ns)
 {
     struct itimerspec it = {
         .it_value = {(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)},
         .it_interval = {(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)},
     };
-    timer_settime(stop_timer, 0, &it, NULL);
+    return timer_settime(stop_timer, 0, &it, NULL) < 0 ? -errno : 0;
+}
+
+/* The stop timer failed (what, -errno): a waitpid it does not bound could block the loop
+ * for as long as a thread takes to stop (for ever in uninterruptible sleep), and one it
+ * does not stop firing interrupts the loop every period. Do without it from now on. */
+static void stop_timer_failed(const char *what, int err)
+{
+    log_err("the timer bounding the wait for stops failed (%s: %s): threads slow to stop "
+            "are no longer waited for", what, strerror(-err));
+    timer_delete(stop_timer);
+    have_stop_timer = false;
 }
 
 /* A short breather between polls: lets the other hyperthread or vCPU work. */
@@ -406,7 +426,11 @@ static unsigned spin_for_stops(struct target *t, unsigned pending, uint64_t unti
 static void sleep_for_stops(struct target *t, unsigned pending, uint64_t wait)
 {
     stop_timer_fired = 0;
-    arm_stop_timer(wait);
+    int r = arm_stop_timer(wait);
+    if (r < 0) {
+        stop_timer_failed("arming it", r);
+        return;
+    }
     while (pending && !stop_timer_fired && t->state == T_ATTACHED) {
         int status;
         pid_t tid = waitpid(-1, &status, __WALL);
@@ -418,7 +442,9 @@ static void sleep_for_stops(struct target *t, unsigned pending, uint64_t wait)
         targets_handle_wait(tid, status);
         pending = count_pending(t);
     }
-    arm_stop_timer(0);
+    r = arm_stop_timer(0);
+    if (r < 0)
+        stop_timer_failed("disarming it", r);
 }
 
 static void await_stops(struct target *t, unsigned pending)

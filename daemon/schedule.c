@@ -42,7 +42,8 @@ static struct {
     uint64_t win_loop_cpu_ns; /* the loop thread's CPU time when the window began */
     double overhead;          /* loop CPU / CPU measured in ticks (stops handled later...) */
     double avail;             /* CPU ns per second to share out */
-} g = {.sigfd = -1, .overhead = 1.0};
+    int sig_err;              /* why there is no sigfd (-errno) */
+} g = {.sigfd = -1, .overhead = 1.0, .sig_err = -ENOSYS};
 
 static const char *const mode_names[] = {"sleep", "event", "alarm", "cputime"};
 static const char *const source_names[] = {"auto", "perf", "timer", "poll"};
@@ -113,25 +114,55 @@ static struct timespec ts_of(uint64_t ns)
     return (struct timespec){(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)};
 }
 
+/* timerfd_settime, 0 or -errno. */
+static int tfd_set(struct sched *s, int flags, const struct itimerspec *it)
+{
+    return timerfd_settime(s->tfd, flags, it, NULL) < 0 ? -errno : 0;
+}
+
 /* Fire once, `after` ns from now. */
-static void arm(struct sched *s, uint64_t after)
+static int arm(struct sched *s, uint64_t after)
 {
     struct itimerspec it = {.it_value = ts_of(after ? after : 1)};
-    timerfd_settime(s->tfd, 0, &it, NULL);
+    return tfd_set(s, 0, &it);
 }
 
 /* Fire at `first` (CLOCK_MONOTONIC) and every `period` ns after it, on that grid. */
-static void arm_periodic(struct sched *s, uint64_t first, uint64_t period)
+static int arm_periodic(struct sched *s, uint64_t first, uint64_t period)
 {
     struct itimerspec it = {.it_value = ts_of(first), .it_interval = ts_of(period)};
-    timerfd_settime(s->tfd, TFD_TIMER_ABSTIME, &it, NULL);
+    return tfd_set(s, TFD_TIMER_ABSTIME, &it);
 }
 
 /* Fire once at `at` (CLOCK_MONOTONIC; at once if that has passed). */
-static void arm_at(struct sched *s, uint64_t at)
+static int arm_at(struct sched *s, uint64_t at)
 {
     struct itimerspec it = {.it_value = ts_of(at ? at : 1)};
-    timerfd_settime(s->tfd, TFD_TIMER_ABSTIME, &it, NULL);
+    return tfd_set(s, TFD_TIMER_ABSTIME, &it);
+}
+
+/* A timer that could not be set leaves the schedule without its next tick, for good: said
+ * once in the log and in status ("timer_error"), and tried again at every budget period
+ * (on_budget). */
+static void timer_failed(struct sched *s, int err)
+{
+    s->timer_failures++;
+    if (s->timer_err != err)
+        log_err("pid %d: cannot set the timer of its %s schedule: %s; trying again every "
+                "%.2f s", s->t->pid, sched_mode_name(s->mode), strerror(-err), BUDGET_PERIOD_S);
+    s->timer_err = err;
+}
+
+/* The result of setting s's timer: a failure recorded, or one recovered from. */
+static void timer_result(struct sched *s, int r)
+{
+    if (r < 0) {
+        timer_failed(s, r);
+    } else if (s->timer_err) {
+        log_info("pid %d: the timer of its %s schedule is set again", s->t->pid,
+                 sched_mode_name(s->mode));
+        s->timer_err = 0;
+    }
 }
 
 /* A random offset in [0, span): xorshift64*, seeded once from getrandom. */
@@ -152,16 +183,21 @@ static uint64_t jitter(uint64_t span)
  * 52/35/13); the offset keeps the rate exact and the grid anchored. */
 #define ALARM_JITTER_DIV 4
 
-static void arm_alarm(struct sched *s)
+static int arm_alarm(struct sched *s)
 {
-    arm_at(s, s->next_ns + jitter(s->eff_interval_ns / ALARM_JITTER_DIV));
+    return arm_at(s, s->next_ns + jitter(s->eff_interval_ns / ALARM_JITTER_DIV));
 }
 
+/* Stop the timerfd; one that cannot be stopped is closed by sched_stop or re-set by the next
+ * start, so it only costs a tick too many: logged. */
 static void disarm(struct sched *s)
 {
     struct itimerspec it;
     memset(&it, 0, sizeof(it));
-    timerfd_settime(s->tfd, 0, &it, NULL);
+    int r = tfd_set(s, 0, &it);
+    if (r < 0)
+        log_warn("pid %d: cannot stop the timer of its %s schedule: %s", s->t->pid,
+                 sched_mode_name(s->mode), strerror(-r));
 }
 
 /* ---- cputime: credit of CPU time per thread ---- */
@@ -333,13 +369,11 @@ static int timer_open(struct sched *s)
     return 0;
 }
 
-static void timer_set(struct sched *s, uint64_t ns)
+/* Set the CPU-clock timer to fire every ns of the process's CPU time. Returns 0 or -errno. */
+static int timer_set(struct sched *s, uint64_t ns)
 {
-    struct itimerspec it = {
-        .it_value = {(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)},
-        .it_interval = {(time_t)(ns / NS_PER_SEC), (long)(ns % NS_PER_SEC)},
-    };
-    timer_settime(s->cpu_timer, 0, &it, NULL);
+    struct itimerspec it = {.it_value = ts_of(ns), .it_interval = ts_of(ns)};
+    return timer_settime(s->cpu_timer, 0, &it, NULL) < 0 ? -errno : 0;
 }
 
 /* A CPU-clock timer fired: its process used one more interval of CPU. */
@@ -384,13 +418,13 @@ static void on_timer(struct ev_loop *loop, ev_io *w, int revents)
         if (!s->running)
             break;
         s->next_ns += s->eff_interval_ns;
-        arm_alarm(s);
+        timer_result(s, arm_alarm(s));
         break;
     case SCHED_SLEEP:
     case SCHED_EVENT:
         run_tick(s, now, false);
         if (s->running)
-            arm(s, s->eff_interval_ns);
+            timer_result(s, arm(s, s->eff_interval_ns));
         break;
     case SCHED_CPUTIME:
         cpu_credit_tick(s); /* the poll source */
@@ -434,10 +468,16 @@ static int start_cputime(struct sched *s)
         t->threads[i]->cpu_thresh_ns = 0;
     }
     if (want == CPU_SRC_AUTO || want == CPU_SRC_TIMER) {
-        int r = g.sigfd >= 0 ? timer_open(s) : -ENOSYS;
+        int r = g.sigfd >= 0 ? timer_open(s) : g.sig_err;
+        if (r == 0) {
+            r = timer_set(s, s->eff_interval_ns);
+            if (r < 0) {
+                timer_delete(s->cpu_timer);
+                s->have_cpu_timer = false;
+            }
+        }
         if (r == 0) {
             s->source = CPU_SRC_TIMER;
-            timer_set(s, s->eff_interval_ns);
             cpu_credit_tick(s); /* the starting point of every thread's CPU time */
             return 0;
         }
@@ -447,8 +487,10 @@ static int start_cputime(struct sched *s)
             return r;
     }
     s->source = CPU_SRC_POLL;
+    int r = arm_periodic(s, now_ns() + poll_period_ns(s), poll_period_ns(s));
+    if (r < 0)
+        return r;
     cpu_credit_tick(s);
-    arm_periodic(s, now_ns() + poll_period_ns(s), poll_period_ns(s));
     return 0;
 }
 
@@ -479,11 +521,9 @@ static int start_sources(struct sched *s)
     s->source = CPU_SRC_AUTO;
     if (s->mode == SCHED_ALARM) {
         s->next_ns = now + s->eff_interval_ns;
-        arm_alarm(s);
-    } else {
-        arm(s, s->eff_interval_ns);
+        return arm_alarm(s);
     }
-    return 0;
+    return arm(s, s->eff_interval_ns);
 }
 
 int sched_start(struct sched *s, struct ev_loop *loop, struct target *t, enum sched_mode mode,
@@ -537,6 +577,8 @@ int sched_reconfigure(struct sched *s, enum sched_mode mode, unsigned hz)
     s->hz = hz;
     set_interval(s);
     int r = start_sources(s);
+    if (r == 0)
+        timer_result(s, 0); /* a timer that had failed is set now */
     if (r < 0) {
         s->mode = old_mode;
         s->hz = old_hz;
@@ -547,7 +589,9 @@ int sched_reconfigure(struct sched *s, enum sched_mode mode, unsigned hz)
             log_warn("pid %d: cannot restart the %s schedule: sampling with alarm", s->t->pid,
                      sched_mode_name(s->mode));
             s->mode = SCHED_ALARM;
-            start_sources(s);
+            int a = start_sources(s);
+            if (a < 0)
+                timer_failed(s, a); /* no tick at all until the retry succeeds */
         }
     }
     return r;
@@ -567,7 +611,7 @@ bool sched_event(struct sched *s)
     s->events++;
     run_tick(s, now_ns(), false);
     if (s->running)
-        arm(s, s->eff_interval_ns);
+        timer_result(s, arm(s, s->eff_interval_ns));
     return true;
 }
 
@@ -610,10 +654,42 @@ struct cJSON *sched_describe(const struct sched *s)
                    (s->running && s->scale < 1.0 ? now_ns() - s->scale_since_ns : 0);
     cJSON_AddNumberToObject(o, "throttled_s", (double)thr / 1e9);
     cJSON_AddNumberToObject(o, "cpu_ms", (double)s->cost_ns / 1e6);
+    cJSON_AddNumberToObject(o, "timer_failures", (double)s->timer_failures);
+    if (s->timer_err)
+        cJSON_AddStringToObject(o, "timer_error", strerror(-s->timer_err));
     return o;
 }
 
 /* ---- the budget ---- */
+
+/* Set s's timer for its current interval from now: after a change of scale (a new grid),
+ * or to recover from a timer that could not be set. Returns 0 or -errno. */
+static int rearm(struct sched *s, uint64_t now)
+{
+    if (s->mode == SCHED_CPUTIME) {
+        if (s->source == CPU_SRC_PERF) {
+            uint64_t period = s->eff_interval_ns;
+            for (size_t i = 0; i < s->t->nthreads; i++) {
+                struct thread *th = s->t->threads[i];
+                /* The event keeps counting at its old period: a rate the budget did not
+                 * choose, for that thread. */
+                if (th->perf_fd >= 0 && ioctl(th->perf_fd, PERF_EVENT_IOC_PERIOD, &period) < 0)
+                    log_warn("pid %d: thread %d keeps its previous sampling period: "
+                             "PERF_EVENT_IOC_PERIOD: %s", s->t->pid, th->tid, strerror(errno));
+            }
+            return 0;
+        }
+        if (s->source == CPU_SRC_TIMER)
+            return timer_set(s, s->eff_interval_ns);
+        return arm_periodic(s, now + poll_period_ns(s), poll_period_ns(s));
+    }
+    if (s->mode == SCHED_ALARM) {
+        s->next_ns = now + s->eff_interval_ns;
+        return arm_alarm(s);
+    }
+    /* sleep, event: the wait under way is for the old interval. */
+    return arm(s, s->eff_interval_ns);
+}
 
 static void set_scale(struct sched *s, double scale, uint64_t now)
 {
@@ -623,29 +699,14 @@ static void set_scale(struct sched *s, double scale, uint64_t now)
     set_interval(s);
     if (old == s->eff_interval_ns)
         return;
-    if (s->mode == SCHED_CPUTIME) {
-        if (s->source == CPU_SRC_PERF) {
-            uint64_t period = s->eff_interval_ns;
-            for (size_t i = 0; i < s->t->nthreads; i++)
-                if (s->t->threads[i]->perf_fd >= 0)
-                    ioctl(s->t->threads[i]->perf_fd, PERF_EVENT_IOC_PERIOD, &period);
-        } else if (s->source == CPU_SRC_TIMER) {
-            timer_set(s, s->eff_interval_ns);
-        } else {
-            arm_periodic(s, now + poll_period_ns(s), poll_period_ns(s));
-        }
-    } else if (s->mode == SCHED_ALARM) {
+    if (s->mode == SCHED_ALARM) {
         /* A new grid from now; a tick of the old one due now is missed (re-arming forgets
          * it). */
         uint64_t due;
         if (read(s->tfd, &due, sizeof(due)) == sizeof(due))
             s->missed += due;
-        s->next_ns = now + s->eff_interval_ns;
-        arm_alarm(s);
-    } else {
-        /* sleep, event: the wait under way is for the old interval. */
-        arm(s, s->eff_interval_ns);
     }
+    timer_result(s, rearm(s, now));
 }
 
 static int by_demand(const void *a, const void *b)
@@ -673,6 +734,8 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
             continue;
         n++;
         ticks_cpu += t->sched.win_cost_ns;
+        if (t->sched.timer_err)
+            timer_result(&t->sched, rearm(&t->sched, now));
     }
     if (!n)
         return;
@@ -763,11 +826,20 @@ int sched_global_init(struct ev_loop *loop, enum cpu_source source, double max_c
     sigset_t ss;
     sigemptyset(&ss);
     sigaddset(&ss, CPU_TIMER_SIGNAL);
-    if (pthread_sigmask(SIG_BLOCK, &ss, NULL) == 0)
+    int e = pthread_sigmask(SIG_BLOCK, &ss, NULL);
+    if (e == 0)
         g.sigfd = signalfd(-1, &ss, SFD_NONBLOCK | SFD_CLOEXEC);
+    g.sig_err = e ? -e : g.sigfd < 0 ? -errno : 0;
     if (g.sigfd >= 0) {
         ev_io_init(&g.sig_w, on_cpu_signal, g.sigfd, EV_READ);
         ev_io_start(loop, &g.sig_w);
+    } else if (source == CPU_SRC_TIMER) {
+        log_err("cputime_source is timer, but the CPU-clock timers' signal cannot be "
+                "received (%s: %s)", e ? "pthread_sigmask" : "signalfd", strerror(-g.sig_err));
+        return g.sig_err;
+    } else {
+        log_warn("no CPU-clock timers (%s: %s): cputime uses perf events, else polls "
+                 "schedstat", e ? "pthread_sigmask" : "signalfd", strerror(-g.sig_err));
     }
     ev_timer_init(&g.budget_w, on_budget, BUDGET_PERIOD_S, BUDGET_PERIOD_S);
     ev_timer_start(loop, &g.budget_w);

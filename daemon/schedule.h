@@ -79,11 +79,17 @@ struct sched {
     double recent_hz;       /* ticks per second over the last budget window */
     double recent_sps;      /* samples (buffer entries) per second, same window */
     uint64_t scale_since_ns;
+    /* Its timer could not be set (timerfd_settime, timer_settime): the -errno, 0 once it is
+     * set again (retried every budget period), and how often that happened. */
+    int timer_err;
+    uint64_t timer_failures;
 };
 
 /* Set the daemon-wide state: the loop, the cputime source to use (CPU_SRC_AUTO: the best
  * available) and the sampling budget in percent of one CPU (0: none). Blocks the signal of
- * the CPU timers; call before starting other threads. Returns 0 or -errno. */
+ * the CPU timers and reads it through a signalfd; call before starting other threads.
+ * Returns 0, or -errno when source is CPU_SRC_TIMER and the CPU timers' signal cannot be
+ * received (with any other source that is logged and cputime does without the timers). */
 int sched_global_init(struct ev_loop *loop, enum cpu_source source, double max_cpu_pct);
 void sched_global_finish(void);
 double sched_budget_pct(void);

@@ -428,8 +428,10 @@ static void make_parent(const char *path)
             if (*p == '/' || !*p) {
                 char c = *p;
                 *p = '\0';
-                if (mkdir(dir, 0755) == 0)
-                    chmod(dir, 0755);
+                /* A directory users cannot search hides the socket from them: say so. */
+                if (mkdir(dir, 0755) == 0 && chmod(dir, 0755) < 0)
+                    log_warn("cannot make %s reachable by every user (chmod 0755): %s", dir,
+                             strerror(errno));
                 *p = c;
                 if (!c)
                     break;
@@ -519,7 +521,23 @@ int server_listen(struct ev_loop *l, const char *path)
     if (server_cfg.socket_gid != (gid_t)-1 && chown(path, (uid_t)-1, server_cfg.socket_gid) < 0)
         log_warn("cannot give %s to group %u: %s", path, server_cfg.socket_gid,
                  strerror(errno));
-    chmod(path, server_cfg.socket_mode);
+    /* bind made it with its mode already (the umask above): the chmod only confirms it.
+     * Should it fail, the socket is used only if its mode is the configured one, which is
+     * part of who may connect. */
+    if (chmod(path, server_cfg.socket_mode) < 0) {
+        int e = -errno;
+        struct stat st;
+        if (stat(path, &st) < 0 || (st.st_mode & 07777) != server_cfg.socket_mode) {
+            log_err("cannot give %s its mode %04o: %s", path, server_cfg.socket_mode,
+                    strerror(-e));
+            close(listen_fd);
+            listen_fd = -1;
+            unlink(path);
+            return e;
+        }
+        log_warn("chmod %04o %s: %s (its mode is %04o already)", server_cfg.socket_mode, path,
+                 strerror(-e), server_cfg.socket_mode);
+    }
     socket_path = xstrdup(path);
     start_accepting();
     return 0;

@@ -27,6 +27,7 @@
 
 #include "log.h"
 #include "modules.h"
+#include "procstatus.h"
 #include "symhelper.h"
 #include "ptrace_util.h"
 #include "sampler.h"
@@ -131,11 +132,15 @@ static void remember_name(struct target *t, int32_t tid, const char *name, uint6
     tn->last_seen_ns = now;
 }
 
-static int open_task_file(pid_t pid, pid_t tid, const char *what)
+/* Open /proc/PID/task/TID/what: a descriptor, or -1 with the errno in *err. */
+static int open_task_file(pid_t pid, pid_t tid, const char *what, int *err)
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/task/%d/%s", pid, tid, what);
-    return open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        *err = errno;
+    return fd;
 }
 
 /* Start following a thread that is now traced by us. */
@@ -147,10 +152,19 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->state = TH_RUNNING;
     th->last_stack = STACK_NONE;
     th->added_ns = now_ns();
-    th->schedstat_fd = open_task_file(t->pid, tid, "schedstat");
-    th->syscall_fd = open_task_file(t->pid, tid, "syscall");
-    th->status_fd = open_task_file(t->pid, tid, "status");
+    int err = 0;
+    th->schedstat_fd = open_task_file(t->pid, tid, "schedstat", &err);
+    th->syscall_fd = open_task_file(t->pid, tid, "syscall", &err);
+    th->status_fd = open_task_file(t->pid, tid, "status", &err);
     th->perf_fd = -1;
+    if (err && err != ENOENT && err != ESRCH && !t->warned_task_files) {
+        /* Not a thread that is gone already: profd itself is short of something (EMFILE:
+         * three descriptors per thread). Said once per process. */
+        t->warned_task_files = true;
+        log_warn("pid %d: cannot open the /proc files of thread %d (%s): such threads are "
+                 "stopped for every sample, and their interrupted waits may fail with EINTR",
+                 t->pid, tid, strerror(err));
+    }
     if (read_thread_stat(t->pid, tid, th->name, NULL) < 0)
         snprintf(th->name, sizeof(th->name), "%s", t->comm);
     if (t->nthreads == t->cap_threads) {
@@ -273,8 +287,18 @@ int target_refresh_maps(struct target *t)
     pid_t tid = mm_tid(t);
     unwinder_set_tid(&t->unw, tid);
     int r = maps_read(tid, true, &t->maps, &nm);
-    if (r < 0)
+    if (r < 0) {
+        /* The old maps stay (maps_dirty too: the next tick tries again). An exiting process
+         * (ESRCH) is no news; anything else is said once until it reads again. */
+        if (r != -ESRCH && r != t->maps_err)
+            log_warn("pid %d: cannot re-read /proc/%d/maps: %s; samples in code mapped since "
+                     "may not unwind", t->pid, tid, strerror(-r));
+        t->maps_err = r;
         return r;
+    }
+    if (t->maps_err && t->maps_err != -ESRCH)
+        log_info("pid %d: its maps read again", t->pid);
+    t->maps_err = 0;
     bool changed = nm.n != t->maps.n;
     bool code_gone = false;
     /* Both lists are sorted by start: a merge walk finds removed code mappings. */
@@ -316,26 +340,33 @@ int target_refresh_maps(struct target *t)
     return changed ? 1 : 0;
 }
 
+/* Every status file read on the loop thread goes through this one buffer, grown to the
+ * largest file seen and kept: the reads in a signal-delivery stop allocate nothing. */
+static struct strbuf status_buf;
+
+/* /proc/TID/status of any thread (a tid names its thread there too, unlisted). */
+static int tid_status(pid_t tid, struct procstatus *st)
+{
+    return procstatus_read(tid, 0, &status_buf, st);
+}
+
 /* The process a thread belongs to (Tgid in /proc/TID/status), or -errno. */
 static pid_t read_tgid(pid_t tid)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/status", tid);
-    ssize_t n = read_file(path, buf, sizeof(buf));
-    if (n < 0)
-        return n == -ENOENT ? -ESRCH : (int)n;
-    const char *tg = strstr(buf, "\nTgid:");
-    return tg ? (pid_t)strtol(tg + 6, NULL, 10) : -EINVAL;
+    struct procstatus st;
+    int r = tid_status(tid, &st);
+    if (r < 0)
+        return r;
+    return procstatus_has(&st, PS_TGID) ? st.tgid : -EPROTO;
 }
 
+/* Who traces a thread (TracerPid), 0 if nobody, -1 if that cannot be read. */
 static pid_t tracer_of(pid_t tid)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/status", tid);
-    if (read_file(path, buf, sizeof(buf)) < 0)
+    struct procstatus st;
+    if (tid_status(tid, &st) < 0 || !procstatus_has(&st, PS_TRACERPID))
         return -1;
-    const char *p = strstr(buf, "\nTracerPid:");
-    return p ? (pid_t)strtol(p + 11, NULL, 10) : -1;
+    return st.tracer_pid;
 }
 
 static void ring_evict(void *ctx, const struct ring_entry *e)
@@ -478,10 +509,17 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     t->status_fd = -1;
     t->pidfd = -1;
     pid_t tgid = read_tgid(pid);
-    if (tgid < 0 || proc_creds_read(pid, &t->creds) < 0) {
+    if (tgid < 0) {
         snprintf(why, whylen, "no such process: %d", pid);
         free(t);
         return -ESRCH;
+    }
+    /* Kept to check clients against once the process has exited: credentials that cannot
+     * be read for certain are no credentials to keep. */
+    int cr = proc_creds_read(pid, &t->creds, why, whylen);
+    if (cr < 0) {
+        free(t);
+        return cr == -ESRCH ? cr : -EPERM;
     }
     if (tgid != pid) {
         snprintf(why, whylen, "%d is a thread of process %d: attach to the process", pid, tgid);
@@ -525,21 +563,31 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     }
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     t->status_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (t->status_fd < 0 && errno != ENOENT)
+        log_warn("pid %d: cannot open %s (%s): signals it ignores may make its waits fail "
+                 "with EINTR", pid, path, strerror(errno));
     t->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    maps_read(mm_tid(t), true, NULL, &t->maps);
+    if (t->pidfd < 0 && errno != ESRCH)
+        log_warn("pid %d: pidfd_open: %s: socket timeouts of its interrupted calls are "
+                 "unknown (they restart with the whole timeout)", pid, strerror(errno));
+    /* Without its maps nothing unwinds (every sample would be one frame): no attach. */
+    r = maps_read(mm_tid(t), true, NULL, &t->maps);
+    if (r < 0) {
+        snprintf(why, whylen, "cannot read the memory maps of process %d: %s", pid,
+                 strerror(-r));
+        goto setup_failed;
+    }
     epoch_merge(t, &t->maps);
     r = unwinder_init(&t->unw, mm_tid(t), &t->maps);
     if (r < 0) {
         snprintf(why, whylen, "cannot set up unwinding: %s", strerror(-r));
-        target_detach(t, NULL, NULL);
-        return r;
+        goto setup_failed;
     }
     r = sched_start(&t->sched, loop, t, mode, hz);
     if (r < 0) {
         snprintf(why, whylen, "cannot start the %s schedule: %s", sched_mode_name(mode),
                  strerror(-r));
-        target_detach(t, NULL, NULL);
-        return r;
+        goto setup_failed;
     }
     log_info("attached to %d (%s), %zu threads, %s at %u Hz%s%s, %" PRIu64 " s buffer", pid,
              t->comm, t->nthreads, sched_mode_name(mode), hz,
@@ -548,6 +596,14 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
              buffer_ns / NS_PER_SEC);
     *out = t;
     return 0;
+
+setup_failed:
+    /* Seized, but profd cannot sample it: release it. The client did nothing wrong (an
+     * EINVAL or EACCES of profd's own is no bad request or refusal of theirs): -EIO, the
+     * reason in why, unless the process is gone. */
+    log_warn("pid %d: attach failed: %s", pid, why);
+    target_detach(t, NULL, NULL);
+    return r == -ESRCH ? r : -EIO;
 }
 
 void target_resume(struct thread *th, int sig)
@@ -661,7 +717,8 @@ static void target_execed(struct target *t, struct thread *th)
      * samples taken from now on are the privileged program's: mark the target so that only a
      * client with CAP_SYS_PTRACE may read any of it, even after it drops them or exits. */
     struct proc_creds now;
-    if (proc_creds_read(t->pid, &now) == 0) {
+    char why[256];
+    if (proc_creds_read(t->pid, &now, why, sizeof(why)) == 0) {
         if (memcmp(now.uid, t->creds.uid, sizeof(now.uid)) ||
             memcmp(now.gid, t->creds.gid, sizeof(now.gid)) || now.cap_prm != t->creds.cap_prm ||
             now.dumpable != t->creds.dumpable) {
@@ -670,6 +727,11 @@ static void target_execed(struct target *t, struct thread *th)
                      "CAP_SYS_PTRACE", t->pid);
         }
         t->creds = now;
+    } else if (!t->creds_changed) {
+        /* Whether the exec raised them is unknown: take it that it did. */
+        t->creds_changed = true;
+        log_warn("process %d exec'd and its new credentials cannot be read (%s): its "
+                 "samples now need CAP_SYS_PTRACE", t->pid, why);
     }
     while (t->nthreads)
         thread_remove(t->threads[0]);
@@ -688,7 +750,14 @@ static void target_execed(struct target *t, struct thread *th)
     t->epoch++;
     epoch_begin(t);
     maps_finish(&t->maps);
-    maps_read(t->pid, true, NULL, &t->maps);
+    int r = maps_read(t->pid, true, NULL, &t->maps);
+    if (r < 0) {
+        /* The old program's maps are gone with it: none until the next tick reads them. */
+        log_warn("process %d exec'd and its maps cannot be read (%s): reading them again at "
+                 "the next tick", t->pid, strerror(-r));
+        t->maps_err = r;
+        t->maps_dirty = true;
+    }
     epoch_merge(t, &t->maps);
     unwinder_flush(&t->unw);
     log_info("process %d exec'd %s", t->pid, t->exe);
@@ -709,7 +778,9 @@ static struct thread *adopt_unknown(pid_t tid, int status)
     /* Not one of our processes' threads: a clone() without CLONE_THREAD made a new process,
      * which the kernel attached to us. Release it, passing on a signal it stopped for. */
     int sig = (unsigned)status >> 16 == 0 ? WSTOPSIG(status) : 0;
-    ptrace(PTRACE_DETACH, tid, 0, (long)sig);
+    if (ptrace(PTRACE_DETACH, tid, 0, (long)sig) < 0 && errno != ESRCH)
+        log_warn("PTRACE_DETACH %d (a process we were not asked to trace): %s", tid,
+                 strerror(errno));
     return NULL;
 }
 
@@ -739,8 +810,10 @@ static void repair_ignored_signal(struct thread *th, int sig)
         return;
     if ((long)regs.rax != -EINTR || !sysc_restartable((long)regs.orig_rax))
         return;
-    uint64_t ign, cgt;
-    if (proc_read_sigdisp(t->status_fd, &ign, &cgt) < 0 || !sig_is_ignored(ign, cgt, sig))
+    struct procstatus st;
+    if (procstatus_read_fd(t->status_fd, &status_buf, &st) < 0 ||
+        !procstatus_has(&st, PS_SIGIGN) || !procstatus_has(&st, PS_SIGCGT) ||
+        !sig_is_ignored(st.sig_ign, st.sig_cgt, sig))
         return;
     /* How long has this call waited? Signals can keep coming, each restarting it: a chain
      * of repairs of the same call (same number and first arguments, and no other wake-up
@@ -752,7 +825,10 @@ static void repair_ignored_signal(struct thread *th, int sig)
     uint64_t now = now_ns(), run = 0, pcount = 0, vcsw = 0;
     long nr = (long)regs.orig_rax;
     bool have_sched = proc_read_schedstat(th->schedstat_fd, &run, &pcount) == 0;
-    bool have_vcsw = proc_read_vcsw(th->status_fd, &vcsw) == 0;
+    bool have_vcsw = procstatus_read_fd(th->status_fd, &status_buf, &st) == 0 &&
+                     procstatus_has(&st, PS_VCSW);
+    if (have_vcsw)
+        vcsw = st.vcsw;
     bool same = th->chain_valid && th->chain_nr == nr && th->chain_args[0] == regs.rdi &&
                 th->chain_args[1] == regs.rsi && th->chain_args[2] == regs.rdx && have_vcsw &&
                 vcsw == th->chain_vcsw + CHAIN_SWITCHES;
@@ -1022,6 +1098,7 @@ void targets_shutdown(uint64_t timeout_ns)
         log_warn("%zu processes not fully detached at exit: threads that never stopped "
                  "(uninterruptible sleep) are released by the kernel as profd exits",
                  targets_count());
+    strbuf_finish(&status_buf);
 }
 
 size_t targets_memory(void)

@@ -139,6 +139,9 @@ struct target {
     struct maps maps;       /* current maps */
     bool maps_dirty;
     uint64_t maps_read_ns;  /* when the maps were last read */
+    int maps_err;           /* -errno of the last read of the maps that failed, 0 after one
+                             * that worked (a failure is logged once) */
+    bool warned_task_files; /* a thread's /proc files could not be opened (logged once) */
     struct epoch_maps *epochs;
     size_t nepochs;
     struct unwinder unw;
@@ -165,7 +168,8 @@ void targets_shutdown(uint64_t timeout_ns);
 
 /* Attach to process pid: seize every thread. Returns 0 or -errno: -ESRCH (no such process),
  * -EPERM (not allowed, or already traced: why says by whom), -EEXIST (already attached),
- * -EINVAL (pid is a thread, not a process). */
+ * -EINVAL (pid is a thread, not a process), -EIO (seized, but it cannot be sampled: its
+ * maps, the unwinder or the schedule could not be set up; why says which and why). */
 int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
                   struct target **out, char *why, size_t whylen);
 /* Begin detaching; done() is called when every thread is released (possibly at once). */

@@ -498,8 +498,10 @@ int unwinder_init(struct unwinder *u, pid_t pid, const struct maps *maps)
         return -ENOMEM;
     /* One cache for all threads of the process: the register-state cache keyed by ip makes
      * a warm unwind skip the .eh_frame search entirely. */
-    unw_set_caching_policy(u->as, UNW_CACHE_GLOBAL);
-    unw_set_cache_size(u->as, 4096, 0);
+    if (unw_set_caching_policy(u->as, UNW_CACHE_GLOBAL) < 0 ||
+        unw_set_cache_size(u->as, 4096, 0) < 0)
+        log_warn("pid %d: libunwind's cache cannot be set up: each unwind searches .eh_frame "
+                 "again (several times slower)", pid);
     return 0;
 }
 

@@ -7,17 +7,96 @@
 # Not in the default suite: the first run downloads a Debian base system (debootstrap) and
 # takes a few minutes. As root, from the repository:
 #     tests/e2e/nspawn.sh            # ROOT=/var/tmp/profd-nspawn is kept for the next run
+#     tests/e2e/nspawn.sh --mirror   # only print the package mirror it would use
+# The packages come from the mirror this machine's own APT uses (MIRROR=URL overrides it):
+# no mirror is named here.
 set -eu
 cd "$(dirname "$0")/../.."
 root=${ROOT:-/var/tmp/profd-nspawn}
 bld=build-e2e
+suite=bookworm
+
+# URIs of the enabled "deb" sources in APT's configuration that carry suite $1, one a line,
+# in the order APT reads them: sources.list, then sources.list.d/*.list (one-line format:
+# deb [options] URI SUITE COMPONENTS...) and *.sources (deb822 stanzas: Types, URIs, Suites,
+# Enabled; field names in any case, values continued on indented lines). Other file names
+# are ignored, as APT ignores them. With $1 empty: sources of any release suite (one without
+# a dash: not -security, -updates or -backports), for a host of another release (a Debian
+# mirror carries every suite). APT_ETC (default /etc/apt) is for trying the parsing out.
+apt_uris() {
+    etc=${APT_ETC:-/etc/apt}
+    for f in "$etc/sources.list" "$etc"/sources.list.d/*.list "$etc"/sources.list.d/*.sources; do
+        [ -r "$f" ] || continue
+        case $f in
+        *.sources)
+            awk -v want="$1" '
+                function has(list, word,   w, n, i) {
+                    n = split(list, w, /[ \t]+/)
+                    for (i = 1; i <= n; i++)
+                        if (w[i] != "" && (w[i] == word || (word == "" && w[i] !~ /-/)))
+                            return 1
+                    return 0
+                }
+                function flush(   u, n, i) {
+                    if (tolower(v["enabled"]) !~ /^[ \t]*no[ \t]*$/ && has(v["types"], "deb") &&
+                        has(v["suites"], want)) {
+                        n = split(v["uris"], u, /[ \t]+/)
+                        for (i = 1; i <= n; i++)
+                            if (u[i] != "")
+                                print u[i]
+                    }
+                    split("", v)
+                }
+                /^#/ { next }
+                /^[ \t]*$/ { flush(); next }
+                /^[ \t]/ { v[key] = v[key] " " $0; next }
+                {
+                    key = tolower(substr($0, 1, index($0, ":") - 1))
+                    v[key] = substr($0, index($0, ":") + 1)
+                }
+                END { flush() }' "$f"
+            ;;
+        *)
+            awk -v want="$1" '
+                { sub(/#.*/, ""); gsub(/\[[^]]*\]/, "") }
+                $1 == "deb" && $3 != "" && ($3 == want || (want == "" && $3 !~ /-/)) { print $2 }
+            ' "$f"
+            ;;
+        esac
+    done
+}
+
+# The first URI debootstrap can use (a URL it fetches itself: not cdrom: or mirror+...),
+# for $suite, else for any release suite.
+host_mirror() {
+    for want in "$suite" ""; do
+        m=$(apt_uris "$want" | awk '/^(https?|ftp|file):/ { sub(/\/+$/, ""); print; exit }')
+        if [ -n "$m" ]; then
+            echo "$m"
+            return 0
+        fi
+    done
+    return 1
+}
+
+mirror=${MIRROR:-$(host_mirror || true)}
+if [ "${1:-}" = --mirror ]; then
+    echo "${mirror:-none}"
+    [ -n "$mirror" ]
+    exit
+fi
+if [ -z "$mirror" ]; then
+    echo "nspawn.sh: no Debian package mirror in /etc/apt/sources.list{,.d}: set MIRROR=URL" >&2
+    exit 1
+fi
 export DEBIAN_FRONTEND=noninteractive
 command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null ||
     apt-get install -y -qq systemd-container debootstrap >/dev/null
 if [ ! -x "$root/usr/bin/systemctl" ]; then
+    echo "debootstrap $suite from $mirror (this machine's APT source)"
     debootstrap --variant=minbase \
         --include=systemd,systemd-sysv,dbus,libunwind8,libev4,libcjson1,libdw1,libelf1,util-linux \
-        bookworm "$root" http://deb.debian.org/debian >/dev/null
+        "$suite" "$root" "$mirror" >/dev/null
 fi
 [ -f "$bld/build.ninja" ] || meson setup --prefix=/usr "$bld" >/dev/null
 ninja -C "$bld" >/dev/null

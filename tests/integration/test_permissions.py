@@ -266,6 +266,29 @@ with Daemon() as d, Program("busy", 1, user=NOBODY) as mine, Program("busy", 1) 
               % (r.returncode, r.stderr))
         check(not traced(t.pid), "  the process holding capabilities is not traced")
 
+    # The same process in 700 supplementary groups: its Groups line (8 bytes a group here)
+    # pushes CapPrm and everything after it past the first 4 KiB of /proc/PID/status. A
+    # reader that stops there saw no CapPrm, took it for 0, and let nobody attach a process
+    # holding every capability (the rule failed open).
+    many = list(range(1000000, 1000700))
+    with PyTarget("assert libc.prctl(%d, 1, 0, 0, 0) == 0\nos.setgroups(%r)\nos.setgid(%d)\n"
+                  "os.setuid(%d)\nassert libc.prctl(%d, 1, 0, 0, 0) == 0"
+                  % (PR_SET_KEEPCAPS, many, NOBODY, NOBODY, PR_SET_DUMPABLE)) as t:
+        with open("/proc/%d/status" % t.pid) as f:
+            st = f.read()
+        cap_at = st.find("\nCapPrm:\t")
+        check("\nUid:\t65534\t65534\t65534" in st and cap_at > 4096
+              and "\nCapPrm:\t0000000000000000" not in st and len(os.getgrouplist("root", 0)) < 700,
+              "(set-up) a process of uid 65534 in %d groups that holds capabilities, CapPrm at "
+              "byte %d of its status" % (len(many), cap_at))
+        r = d.ctl("attach", t.pid, user=NOBODY, check_rc=False)
+        expect(r.returncode == 5 and "capabilities" in r.stderr and one_line(r.stderr),
+               "nobody's attach of a process in 700 groups holding capabilities: exit 5 saying "
+               "so (%d: %r)" % (r.returncode, r.stderr))
+        expect(not traced(t.pid), "  the process in 700 groups is not traced")
+        if traced(t.pid):
+            d.ctl("detach", t.pid)
+
     # 5. The protocol itself, from a connection whose peer is uid 65534.
     def raw_as_nobody():
         drop_to(NOBODY)
@@ -368,6 +391,48 @@ with Daemon("--max-targets-per-user", "1") as d, Program("busy", 1, user=NOBODY)
     r = d.ctl("attach", b.pid, user=NOBODY, check_rc=False)
     expect(r.returncode == 0, "after nobody detaches one, its next attach succeeds (%d: %r)"
            % (r.returncode, r.stderr))
+
+# 6. attach and txn_start admit a process profd does not follow yet by one rule (the access
+# rule, then the limits, counted alike). With --max-targets-per-user 1, nobody's target that
+# has exited but is still kept (its samples, its slot) fills nobody's quota for both: the
+# attach of another process and the first transaction of another process are refused
+# alike (txn_start used to count only running targets); once nobody detaches the exited
+# one, each is admitted.
+def txn_start_as_nobody(sock):
+    def run():
+        drop_to(NOBODY)
+        # Changing uid cleared the dumpable flag (prctl(2)); an exec would have set it back.
+        assert ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == 0
+        c = RawClient(sock)
+        rep = c.call({"cmd": "txn_start", "name": "quota", "id": 1})
+        if "result" in rep:
+            c.call({"cmd": "txn_discard", "txn_id": rep["result"]["txn_id"], "id": 2})
+        c.close()
+        return rep
+    return in_child(run)
+
+
+with Daemon("--max-targets-per-user", "1") as d, Program("busy", 1, user=NOBODY) as a, \
+        Program("busy", 1, user=NOBODY) as b:
+    d.ctl("attach", a.pid, user=NOBODY)
+    a.kill()
+    wait_until(lambda: (d.target_status(a.pid) or {}).get("state") == "exited", 10,
+               "nobody's target to be listed as exited")
+    r = d.ctl("attach", b.pid, user=NOBODY, check_rc=False)
+    expect(r.returncode != 0 and "per user" in r.stderr and not traced(b.pid),
+           "quota 1, nobody's exited target kept: nobody's attach of another process is "
+           "refused (%d: %r)" % (r.returncode, r.stderr))
+    out = txn_start_as_nobody(d.socket)
+    e = out.get("error", {})
+    expect(e.get("code") == "limit" and "per user" in e.get("message", ""),
+           "... and so is the first transaction of another of nobody's processes (%r)" % out)
+    d.ctl("detach", a.pid, user=NOBODY)
+    r = d.ctl("attach", b.pid, user=NOBODY, check_rc=False)
+    expect(r.returncode == 0, "the exited target detached: nobody's attach is admitted (%d: %r)"
+           % (r.returncode, r.stderr))
+    d.ctl("detach", b.pid, user=NOBODY)
+    out = txn_start_as_nobody(d.socket)
+    expect("result" in out, "... and so is nobody's transaction (%r)" % out)
 
 if problems:
     fail("%d problem(s):\n  " % len(problems) + "\n  ".join(problems))

@@ -3,6 +3,7 @@
  * root to make children with other uids; as another user those cases are skipped. */
 #include "perms.h"
 #include "check.h"
+#include "procstatus.h"
 #include "util.h"
 
 #include <errno.h>
@@ -128,7 +129,7 @@ static void test_creds_of_self(void)
 {
     struct proc_creds c;
     memset(&c, 0xaa, sizeof(c));
-    CHECK_INT(proc_creds_read(getpid(), &c), 0);
+    CHECK_INT(proc_creds_read(getpid(), &c, NULL, 0), 0);
     uid_t r, e, s;
     gid_t gr, ge, gs;
     REQUIRE(getresuid(&r, &e, &s) == 0 && getresgid(&gr, &ge, &gs) == 0);
@@ -151,10 +152,10 @@ static void test_creds_of_dead_pid(void)
     int st;
     REQUIRE(waitpid(pid, &st, 0) == pid);
     struct proc_creds c;
-    CHECK_INT(proc_creds_read(pid, &c), -ESRCH);
-    CHECK_INT(proc_creds_read(0, &c), -ESRCH);
-    CHECK_INT(proc_creds_read(-1, &c), -ESRCH);
-    CHECK_INT(proc_creds_read(INT32_MAX, &c), -ESRCH);
+    CHECK_INT(proc_creds_read(pid, &c, NULL, 0), -ESRCH);
+    CHECK_INT(proc_creds_read(0, &c, NULL, 0), -ESRCH);
+    CHECK_INT(proc_creds_read(-1, &c, NULL, 0), -ESRCH);
+    CHECK_INT(proc_creds_read(INT32_MAX, &c, NULL, 0), -ESRCH);
 }
 
 /* A child that takes the ids given (unless NULL), says 'A' dumpable, and on a byte from
@@ -164,19 +165,31 @@ struct kid {
     int to, from;
 };
 
-/* Real, effective and saved ids for a child; NULL stays root. */
+/* Real, effective and saved ids for a child; NULL stays root. With ngroups, that many
+ * supplementary groups (1000000 and up); with keepcaps, its permitted capabilities kept
+ * across the change of uid (PR_SET_KEEPCAPS). */
 struct ids {
     uid_t uid[3];
     gid_t gid[3];
+    int ngroups;
+    bool keepcaps;
 };
 
-static const struct ids nobody_ids = {{NOBODY, NOBODY, NOBODY}, {NOBODY, NOBODY, NOBODY}};
+static const struct ids nobody_ids = {.uid = {NOBODY, NOBODY, NOBODY},
+                                      .gid = {NOBODY, NOBODY, NOBODY}};
 
 static int become(const struct ids *ids)
 {
     if (!ids)
         return 0;
-    if (setgroups(0, NULL) < 0 || setresgid(ids->gid[0], ids->gid[1], ids->gid[2]) < 0 ||
+    gid_t groups[1024];
+    if (ids->ngroups > (int)ARRAY_SIZE(groups))
+        return -1;
+    for (int i = 0; i < ids->ngroups; i++)
+        groups[i] = 1000000 + (gid_t)i;
+    if (setgroups((size_t)ids->ngroups, groups) < 0 ||
+        (ids->keepcaps && prctl(PR_SET_KEEPCAPS, 1) < 0) ||
+        setresgid(ids->gid[0], ids->gid[1], ids->gid[2]) < 0 ||
         setresuid(ids->uid[0], ids->uid[1], ids->uid[2]) < 0)
         return -1;
     return 0;
@@ -260,7 +273,7 @@ static void test_creds_of_non_dumpable_child(void)
     struct proc_creds c;
     CHECK_INT(kid_wait(&k), 'A');
     CHECK_INT(status_owner(k.pid), NOBODY);
-    CHECK_INT(proc_creds_read(k.pid, &c), 0);
+    CHECK_INT(proc_creds_read(k.pid, &c, NULL, 0), 0);
     CHECK(c.uid[0] == NOBODY && c.uid[1] == NOBODY && c.uid[2] == NOBODY);
     CHECK(c.gid[0] == NOBODY && c.gid[1] == NOBODY && c.gid[2] == NOBODY);
     CHECK(c.dumpable);
@@ -270,7 +283,7 @@ static void test_creds_of_non_dumpable_child(void)
     CHECK_INT(write(k.to, "g", 1), 1);
     CHECK_INT(kid_wait(&k), 'B');
     CHECK_INT(status_owner(k.pid), 0);
-    CHECK_INT(proc_creds_read(k.pid, &c), 0);
+    CHECK_INT(proc_creds_read(k.pid, &c, NULL, 0), 0);
     CHECK(c.uid[0] == NOBODY && c.uid[1] == NOBODY && c.uid[2] == NOBODY);
     CHECK(c.gid[0] == NOBODY && c.gid[1] == NOBODY && c.gid[2] == NOBODY);
     CHECK(!c.dumpable);
@@ -288,12 +301,12 @@ static void test_creds_of_child_with_distinct_ids(void)
         fprintf(stderr, "not root: skipped\n");
         return;
     }
-    static const struct ids ids = {{1001, 1002, 1003}, {2001, 2002, 2003}};
+    static const struct ids ids = {.uid = {1001, 1002, 1003}, .gid = {2001, 2002, 2003}};
     struct kid k;
     kid_start(&k, &ids);
     CHECK_INT(kid_wait(&k), 'A');
     struct proc_creds c;
-    CHECK_INT(proc_creds_read(k.pid, &c), 0);
+    CHECK_INT(proc_creds_read(k.pid, &c, NULL, 0), 0);
     CHECK(c.uid[0] == 1001 && c.uid[1] == 1002 && c.uid[2] == 1003);
     CHECK(c.gid[0] == 2001 && c.gid[1] == 2002 && c.gid[2] == 2003);
     struct peer p = {.pid = 1, .uid = 1001, .gid = 2001, .cap_eff = 0};
@@ -319,7 +332,7 @@ static void test_creds_of_root_non_dumpable_child(void)
     CHECK_INT(write(k.to, "g", 1), 1);
     CHECK_INT(kid_wait(&k), 'B');
     struct proc_creds c;
-    CHECK_INT(proc_creds_read(k.pid, &c), 0);
+    CHECK_INT(proc_creds_read(k.pid, &c, NULL, 0), 0);
     CHECK(c.uid[1] == 0);
     CHECK(c.dumpable);
     struct peer user = {.pid = 1, .uid = 1000, .gid = 1000, .cap_eff = 0};
@@ -334,6 +347,89 @@ static void test_creds_of_root_non_dumpable_child(void)
     CHECK_INT(perms_check(&weak_root, &c, why, sizeof(why)), -EPERM);
     CHECK_CONTAINS(why, "capabilities");
     CHECK_INT(kid_finish(&k), 0);
+}
+
+/* The defect of the 4 KiB readers: a process of nobody's in 700 supplementary groups that
+ * kept root's permitted capabilities. Its CapPrm lies past the first 4 KiB of its status;
+ * it must read as what the kernel holds, and nobody must be refused for it (it read as 0,
+ * and the rule let nobody profile a process holding every capability). */
+static void test_creds_of_child_in_many_groups(void)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "not root: skipped\n");
+        return;
+    }
+    static const struct ids ids = {.uid = {NOBODY, NOBODY, NOBODY},
+                                   .gid = {NOBODY, NOBODY, NOBODY},
+                                   .ngroups = 700,
+                                   .keepcaps = true};
+    struct kid k;
+    kid_start(&k, &ids);
+    CHECK_INT(kid_wait(&k), 'A');
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)k.pid);
+    CHECK(read_file(path, buf, sizeof(buf)) == sizeof(buf) - 1 && !strstr(buf, "\nCapPrm:"));
+    struct proc_creds c;
+    CHECK_INT(proc_creds_read(k.pid, &c, NULL, 0), 0);
+    CHECK(c.uid[0] == NOBODY && c.uid[1] == NOBODY && c.uid[2] == NOBODY);
+    CHECK(c.dumpable);
+    uint64_t prm, eff;
+    own_caps(&prm, &eff);
+    CHECK(prm != 0);
+    CHECK_U64(c.cap_prm, prm);
+    struct peer nobody = {.pid = 1, .uid = NOBODY, .gid = NOBODY, .cap_eff = 0};
+    char why[256] = "";
+    CHECK_INT(perms_check(&nobody, &c, why, sizeof(why)), -EPERM);
+    CHECK_CONTAINS(why, "holds capabilities you lack");
+    CHECK_INT(kid_finish(&k), 0);
+}
+
+/* Credentials from a status text: every field the rule needs, or none. A text cut before
+ * CapPrm (as a 4 KiB read cut it) or with a malformed Uid gives no credentials (-EPROTO,
+ * the field named), never a CapPrm of 0 that the rule would pass; proc_creds_read says the
+ * same in a refusal for the client. */
+static void test_creds_from_status_fail_closed(void)
+{
+    static const char full[] = "Name:\tx\nUid:\t65534\t65534\t65534\t65534\n"
+                               "Gid:\t65534\t65534\t65534\t65534\nGroups:\t1 2 3 \n"
+                               "CapPrm:\t000001ffffffffff\nCapEff:\t0000000000000000\n";
+    struct procstatus st;
+    struct proc_creds c;
+    char why[256] = "";
+    procstatus_parse(full, strlen(full), &st);
+    CHECK_INT(proc_creds_from_status(&st, &c, why, sizeof(why)), 0);
+    CHECK_U64(c.cap_prm, 0x1ffffffffffull);
+    CHECK(c.uid[0] == NOBODY && c.gid[2] == NOBODY);
+    struct peer nobody = {.pid = 1, .uid = NOBODY, .gid = NOBODY, .cap_eff = 0};
+    c.dumpable = true;
+    CHECK_INT(perms_check(&nobody, &c, why, sizeof(why)), -EPERM);
+
+    /* Cut inside the Groups line: CapPrm is not there. */
+    procstatus_parse(full, (size_t)(strstr(full, "Groups:") - full) + 9, &st);
+    memset(&c, 0, sizeof(c));
+    why[0] = '\0';
+    CHECK_INT(proc_creds_from_status(&st, &c, why, sizeof(why)), -EPROTO);
+    CHECK_CONTAINS(why, "no CapPrm line");
+    /* Cut inside CapPrm's value. */
+    procstatus_parse(full, (size_t)(strstr(full, "CapPrm:") - full) + 10, &st);
+    CHECK_INT(proc_creds_from_status(&st, &c, NULL, 0), -EPROTO);
+
+    static const char bad_uid[] = "Uid:\t65534\t65534\t65534\nGid:\t0\t0\t0\t0\n"
+                                  "CapPrm:\t0\n";
+    procstatus_parse(bad_uid, strlen(bad_uid), &st);
+    why[0] = '\0';
+    CHECK_INT(proc_creds_from_status(&st, &c, why, sizeof(why)), -EPROTO);
+    CHECK_CONTAINS(why, "a malformed Uid line");
+    static const char no_gid[] = "Uid:\t1\t1\t1\t1\nCapPrm:\t0\n";
+    procstatus_parse(no_gid, strlen(no_gid), &st);
+    why[0] = '\0';
+    CHECK_INT(proc_creds_from_status(&st, &c, why, sizeof(why)), -EPROTO);
+    CHECK_CONTAINS(why, "no Gid line");
+
+    /* A live process: a refusal that names the pid; a dead one: no such process. */
+    why[0] = '\0';
+    CHECK_INT(proc_creds_read(-1, &c, why, sizeof(why)), -ESRCH);
+    CHECK_CONTAINS(why, "no such process: -1");
 }
 
 /* SO_PEERCRED over a socketpair gives our own pid, uid and gid, and the effective
@@ -430,7 +526,7 @@ static void test_peer_from_connected_children(void)
     REQUIRE(bind(l, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(l, 1) == 0);
     REQUIRE(chmod(path, 0777) == 0);
 
-    static const struct ids user = {{NOBODY, NOBODY, NOBODY}, {1234, 1234, 1234}};
+    static const struct ids user = {.uid = {NOBODY, NOBODY, NOBODY}, .gid = {1234, 1234, 1234}};
     int a, go;
     pid_t pid = client_child(l, &sa, &user, -1, &a, &go);
     struct peer p = {0};
@@ -440,7 +536,7 @@ static void test_peer_from_connected_children(void)
     CHECK_INT(p.gid, 1234);
     CHECK_U64(p.cap_eff, 0);
     struct proc_creds mine;
-    REQUIRE(proc_creds_read(getpid(), &mine) == 0);
+    REQUIRE(proc_creds_read(getpid(), &mine, NULL, 0) == 0);
     char why[256];
     CHECK_INT(perms_check(&p, &mine, why, sizeof(why)), -EPERM);
     CHECK_CONTAINS(why, "you are uid 65534 gid 1234");
@@ -457,7 +553,7 @@ static void test_peer_from_connected_children(void)
     CHECK_INT(p.uid, 0);
     CHECK_U64(p.cap_eff, eff & ~PTRACE_CAP);
     struct proc_creds c;
-    CHECK_INT(proc_creds_read(pid, &c), 0);
+    CHECK_INT(proc_creds_read(pid, &c, NULL, 0), 0);
     CHECK_U64(c.cap_prm, prm);
     why[0] = '\0';
     CHECK_INT(perms_check(&p, &mine, why, sizeof(why)), -EPERM);
@@ -476,6 +572,8 @@ int main(void)
     RUN(test_creds_of_non_dumpable_child);
     RUN(test_creds_of_child_with_distinct_ids);
     RUN(test_creds_of_root_non_dumpable_child);
+    RUN(test_creds_of_child_in_many_groups);
+    RUN(test_creds_from_status_fail_closed);
     RUN(test_peer_from_socketpair);
     RUN(test_peer_from_connected_children);
     return check_status("test_perms");

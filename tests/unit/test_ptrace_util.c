@@ -302,34 +302,6 @@ static void test_readers_on_known_text(void)
     close(fd);
     CHECK_INT(proc_read_schedstat(-1, &run, &pc), -EBADF);
     CHECK_INT(proc_read_syscall(-1, &s), -EBADF);
-    uint64_t ign, cgt;
-    CHECK_INT(proc_read_sigdisp(-1, &ign, &cgt), -EBADF);
-}
-
-static void on_usr2(int sig)
-{
-    (void)sig;
-}
-
-/* SigIgn and SigCgt of this process after ignoring SIGUSR1 and catching SIGUSR2. */
-static void test_sigdisp_of_self(void)
-{
-    struct sigaction ign = {.sa_handler = SIG_IGN}, cgt = {.sa_handler = on_usr2}, o1, o2;
-    sigaction(SIGUSR1, &ign, &o1);
-    sigaction(SIGUSR2, &cgt, &o2);
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-    REQUIRE(fd >= 0);
-    uint64_t i = 0, c = 0;
-    CHECK_INT(proc_read_sigdisp(fd, &i, &c), 0);
-    CHECK(i & (1ull << (SIGUSR1 - 1)));
-    CHECK(!(c & (1ull << (SIGUSR1 - 1))));
-    CHECK(c & (1ull << (SIGUSR2 - 1)));
-    CHECK(!(i & (1ull << (SIGUSR2 - 1))));
-    CHECK(sig_is_ignored(i, c, SIGUSR1));
-    CHECK(!sig_is_ignored(i, c, SIGUSR2));
-    close(fd);
-    sigaction(SIGUSR1, &o1, NULL);
-    sigaction(SIGUSR2, &o2, NULL);
 }
 
 /* ---- live threads ---- */
@@ -543,7 +515,6 @@ int main(void)
     RUN(test_repair_ignored);
     RUN(test_timeout_of_own_socket);
     RUN(test_readers_on_known_text);
-    RUN(test_sigdisp_of_self);
     RUN(test_live_threads);
     return check_status("test_ptrace_util");
 }
