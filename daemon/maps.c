@@ -114,7 +114,7 @@ static int cmp_start(const void *a, const void *b)
 /* Parse maps text into out. The kernel prints sorted, non-overlapping entries, but a read of
  * a changing map is not atomic across pages: strict (tests) rejects overlaps, else the later
  * of two overlapping entries is dropped. */
-static int parse_text(const char *text, size_t len, bool strict, struct maps *out)
+int maps_parse_text(const char *text, size_t len, bool strict, struct maps *out)
 {
     out->v = NULL;
     out->n = 0;
@@ -163,7 +163,7 @@ static int parse_text(const char *text, size_t len, bool strict, struct maps *ou
 /* Parse maps text (tests); see maps.h. */
 int maps_parse(const char *text, struct maps *out)
 {
-    return parse_text(text, strlen(text), true, out);
+    return maps_parse_text(text, strlen(text), true, out);
 }
 
 /* Read a whole /proc file, which has no size to ask for. 0 or -errno. */
@@ -324,7 +324,7 @@ int maps_read(int pid, bool open_modules, const struct maps *prev, struct maps *
         return -ESRCH;
     if (r < 0)
         return r;
-    r = parse_text(buf, len, false, out);
+    r = maps_parse_text(buf, len, false, out);
     free(buf);
     if (r < 0)
         return r;
