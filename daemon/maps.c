@@ -64,6 +64,10 @@ static int parse_line(const char *p, const char *end, struct map_entry *e)
 {
     uint64_t maj, min;
     memset(e, 0, sizeof(*e));
+    /* The kernel never prints a NUL: a path holding one would be cut there (an empty path
+     * if it comes first, which is neither a file nor anonymous memory). */
+    if (memchr(p, '\0', (size_t)(end - p)))
+        return -EINVAL;
     p = parse_hex(p, end, &e->start);
     p = expect(p, end, '-');
     if (p)
