@@ -227,7 +227,8 @@ static const char *keep_str(struct modcache *st, const char *p, uint32_t len, bo
 
 /* Read one FRAMES message's entries into the cache: offs[first .. first + count). Only a
  * message read whole and found sound is kept: a helper that sends a malformed one may have
- * been subverted by what it parsed, so none of it is believed. Returns the count, or -EPROTO. */
+ * been subverted by what it parsed, so none of it is believed. Returns the count, or
+ * -EPROTO. */
 static int take_frames(struct modcache *st, struct symp_r *r, const uint64_t *offs, size_t n,
                        size_t expect_first, bool *final)
 {
@@ -534,6 +535,7 @@ static int take_names(struct jitcache *jc, const void *msg, size_t len, const ui
     return ret;
 }
 
+/* The JIT names of pid, an empty set made if there is none. */
 static struct jitcache *jit_get(struct symbolizer *s, int pid)
 {
     struct jitcache *jc = u64map_get(&s->jits, (uint64_t)(uint32_t)pid);

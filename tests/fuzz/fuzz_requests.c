@@ -87,7 +87,8 @@ static void check_reply(const cJSON *req, cJSON *reply, bool handshaken_before)
     } else {
         /* Only hello succeeds before the handshake. */
         const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd");
-        FUZZ_ASSERT(handshaken_before || (cJSON_IsString(cmd) && !strcmp(cmd->valuestring, "hello")));
+        FUZZ_ASSERT(handshaken_before ||
+                    (cJSON_IsString(cmd) && !strcmp(cmd->valuestring, "hello")));
         FUZZ_ASSERT(cJSON_IsObject(res));
     }
     /* The id comes back as it was sent, when it was a valid one. */
