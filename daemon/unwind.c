@@ -549,8 +549,17 @@ static int unwind_pass(struct unwinder *u, struct snapshot *s, uint64_t *ips, in
         goto out;
     for (;;) {
         unw_word_t ip;
-        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0)
+        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0)
             break;
+        if (ip == 0) {
+            /* A zero return address ends the chain (the x86-64 ABI's marker). libunwind's
+             * step says so itself (returns 0) when it works from its cache, but steps to ip 0
+             * and returns 1 when it parses the frame's CFI afresh: the same stack was
+             * complete or truncated depending on the cache (found by fuzz_unwind). */
+            if (n > 0)
+                *end = UNWIND_COMPLETE;
+            break;
+        }
         if (n == max) {
             *end = UNWIND_TOO_DEEP;
             break;
