@@ -300,10 +300,13 @@ static int deliver(struct profd *p)
         cJSON *reply = r > 0 ? cJSON_ParseWithLength(payload, len) : NULL;
         if (!reply)
             return -EPROTO;
-        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(reply, "id");
+        /* Our ids are integers: a reply whose id is none (negative, fractional, beyond
+         * 2^64, whose conversion would be undefined) answers no call of ours. */
+        uint64_t rid = 0;
+        bool has_id = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(reply, "id")) &&
+                      json_get_u64(reply, "id", &rid) == 1;
         struct waiter *w = p->waiters;
-        while (w && !(w->conn == p->conn && cJSON_IsNumber(rid) &&
-                      (uint64_t)rid->valuedouble == w->id))
+        while (w && !(w->conn == p->conn && has_id && rid == w->id))
             w = w->next;
         if (w && !w->done) {
             w->done = true;

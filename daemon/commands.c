@@ -3,6 +3,7 @@
  * a reply and never touch the socket. */
 #include <errno.h>
 #include <linux/capability.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1035,7 +1036,9 @@ static const struct command commands[] = {
 cJSON *commands_dispatch(struct client *c, const cJSON *req)
 {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(req, "id");
-    if (id && !cJSON_IsNumber(id) && !cJSON_IsString(id))
+    /* A number too large for a double (1e999) reads as infinity, which the reply would carry
+     * as null: the client could not match it. */
+    if (id && !(cJSON_IsNumber(id) && isfinite(id->valuedouble)) && !cJSON_IsString(id))
         return proto_error_reply(NULL, PE_BAD_REQUEST, "\"id\" must be a number or a string");
     const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(req, "cmd");
     if (!cJSON_IsString(cmd) || !cmd->valuestring)

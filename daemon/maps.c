@@ -40,6 +40,10 @@ static int parse_line(const char *p, const char *end, struct map_entry *e)
 {
     uint64_t maj, min;
     memset(e, 0, sizeof(*e));
+    /* The kernel never prints a NUL: a path holding one would be cut there (an empty path
+     * if it comes first, which is neither a file nor anonymous memory). */
+    if (memchr(p, '\0', (size_t)(end - p)))
+        return -EINVAL;
     p = parse_hex_span(p, end, &e->start);
     p = expect(p, end, '-');
     if (p)
@@ -90,7 +94,7 @@ static int cmp_start(const void *a, const void *b)
 /* Parse maps text into out. The kernel prints sorted, non-overlapping entries, but a read of
  * a changing map is not atomic across pages: strict (tests) rejects overlaps, else the later
  * of two overlapping entries is dropped. */
-static int parse_text(const char *text, size_t len, bool strict, struct maps *out)
+int maps_parse_text(const char *text, size_t len, bool strict, struct maps *out)
 {
     out->v = NULL;
     out->n = 0;
@@ -139,7 +143,7 @@ static int parse_text(const char *text, size_t len, bool strict, struct maps *ou
 /* Parse maps text (tests); see maps.h. */
 int maps_parse(const char *text, struct maps *out)
 {
-    return parse_text(text, strlen(text), true, out);
+    return maps_parse_text(text, strlen(text), true, out);
 }
 
 /* Read a whole /proc file, which has no size to ask for. 0 or -errno. */
@@ -300,7 +304,7 @@ int maps_read(int pid, bool open_modules, const struct maps *prev, struct maps *
         return -ESRCH;
     if (r < 0)
         return r;
-    r = parse_text(buf, len, false, out);
+    r = maps_parse_text(buf, len, false, out);
     free(buf);
     if (r < 0)
         return r;

@@ -37,6 +37,10 @@ struct maps {
 int maps_read(int pid, bool open_modules, const struct maps *prev, struct maps *out);
 /* Parse maps text (tests; no modules opened). Returns 0 or -EINVAL. */
 int maps_parse(const char *text, struct maps *out);
+/* The parser maps_read uses, on len bytes of text (any bytes; no modules opened): strict
+ * refuses overlapping entries, else the later of two overlapping entries is dropped (a read
+ * of a changing map is not atomic across pages). Returns 0 or -EINVAL. */
+int maps_parse_text(const char *text, size_t len, bool strict, struct maps *out);
 void maps_finish(struct maps *m);
 /* Entry containing addr, or NULL. Binary search. */
 const struct map_entry *maps_find(const struct maps *m, uint64_t addr);

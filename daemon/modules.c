@@ -118,6 +118,19 @@ static struct module *find_build_id(const struct elf_info *info)
     return m;
 }
 
+/* The helper's description of a file; see modules.h. */
+int module_read_description(const void *msg, size_t len, struct symp_elf_info *info)
+{
+    struct symp_r rd;
+    symp_r_init(&rd, msg, len);
+    if (symp_get_u32(&rd) != SYMP_DESCRIPTION || symp_get_elf_info(&rd, info) < 0 ||
+        (info->err != 0 && info->err != -ENOEXEC && info->err != -EIO) ||
+        (info->err == 0 &&
+         (!info->nloads || (info->e_type != ET_EXEC && info->e_type != ET_DYN))))
+        return -EPROTO;
+    return info->err;
+}
+
 /* Have the helper read the ELF headers of the file open on fd (the descriptor is passed, not
  * taken). Returns 0, -ENOEXEC if it is not a loadable ELF object, -EIO if it cannot be read,
  * or -EAGAIN if the helper failed (crashed, hung, or is resting after failures: the file may
@@ -140,19 +153,13 @@ static int describe(int fd, struct elf_info *info)
         ssize_t n = symhelper_recv(describer, buf, &rfd);
         if (rfd >= 0)
             close(rfd);
-        struct symp_r rd;
-        symp_r_init(&rd, buf, n > 0 ? (size_t)n : 0);
         if (n <= 0) {
             r = -EAGAIN;
-        } else if (symp_get_u32(&rd) != SYMP_DESCRIPTION || symp_get_elf_info(&rd, info) < 0 ||
-                   (info->err != 0 && info->err != -ENOEXEC && info->err != -EIO) ||
-                   (info->err == 0 && (!info->nloads || (info->e_type != ET_EXEC &&
-                                                         info->e_type != ET_DYN)))) {
+        } else if ((r = module_read_description(buf, (size_t)n, info)) == -EPROTO) {
             symhelper_fail(describer, "sent a malformed description of a file");
             r = -EAGAIN;
         } else {
             symhelper_ok(describer);
-            r = info->err;
         }
     } else {
         r = -EAGAIN;

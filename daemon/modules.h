@@ -56,6 +56,11 @@ struct module {
  * EFAULT if the vDSO mapping cannot be read, EAGAIN if the helper failed: try again later). */
 struct module *module_get(int pid, uint64_t start, uint64_t end, const char *path,
                           uint64_t inode);
+/* Check the helper's SYMP_DESCRIPTION of a file (msg, len: the whole message; the helper is
+ * untrusted) into info: 0 (a loadable ELF object), -ENOEXEC or -EIO as the helper found it,
+ * or -EPROTO for an answer that is malformed or out of range. For tests and fuzzers too. */
+struct symp_elf_info;
+int module_read_description(const void *msg, size_t len, struct symp_elf_info *info);
 /* Open a module from a file path (tests, tools). */
 struct module *module_open_path(const char *path);
 struct module *module_ref(struct module *m);

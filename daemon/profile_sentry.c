@@ -697,7 +697,7 @@ static cJSON *spans_json(const struct profile *p)
         e = e > p->start_ns ? e - p->start_ns : 0;
         cJSON *x = cJSON_CreateObject();
         ok = push(a, x);
-        ok = ok && cJSON_AddStringToObject(x, "name", sp->name) != NULL;
+        ok = ok && add_text(x, "name", sp->name); /* a client's bytes: UTF-8 for relay */
         ok = ok && cJSON_AddNumberToObject(x, "thread_id", sp->tid) != NULL;
         ok = ok && cJSON_AddNumberToObject(x, "relative_start_ns", (double)s) != NULL;
         ok = ok && cJSON_AddNumberToObject(x, "relative_end_ns", (double)e) != NULL;

@@ -226,8 +226,10 @@ static const char *keep_str(struct modcache *st, const char *p, uint32_t len, bo
     return present ? arena_strndup(&st->arena, p, len) : NULL;
 }
 
-/* Read one FRAMES message's entries into the cache: offs[first .. first + count). Returns
- * the count, or -EPROTO. */
+/* Read one FRAMES message's entries into the cache: offs[first .. first + count). Only a
+ * message read whole and found sound is kept: a helper that sends a malformed one may have
+ * been subverted by what it parsed, so none of it is believed. Returns the count, or
+ * -EPROTO. */
 static int take_frames(struct modcache *st, struct symp_r *r, const uint64_t *offs, size_t n,
                        size_t expect_first, bool *final)
 {
@@ -235,10 +237,12 @@ static int take_frames(struct modcache *st, struct symp_r *r, const uint64_t *of
     uint32_t first = symp_get_u32(r), count = symp_get_u32(r), fin = symp_get_u32(r);
     if (r->bad || id != st->mod->id || first != expect_first || count > n - first || fin > 1)
         return -EPROTO;
+    struct sym_entry **got = xmalloc((count ? count : 1) * sizeof(*got));
+    int ret = -EPROTO;
     for (uint32_t i = 0; i < count; i++) {
         uint32_t src = symp_get_u32(r), nf = symp_get_u32(r);
         if (r->bad || src > SYMP_SRC_NONE || nf == 0 || nf > SYMP_MAX_FRAMES)
-            return -EPROTO;
+            goto out;
         struct sym_entry *e =
             arena_alloc(&st->arena, sizeof(*e) + (size_t)nf * sizeof(struct sym_frame));
         e->n = (int)nf;
@@ -249,20 +253,35 @@ static int take_frames(struct modcache *st, struct symp_r *r, const uint64_t *of
             uint32_t fl, il;
             bool hf = symp_get_str(r, &fn, &fl), hi = symp_get_str(r, &file, &il);
             if (r->bad || inl > 1 || line > INT32_MAX)
-                return -EPROTO;
+                goto out;
             e->f[k] = (struct sym_frame){keep_str(st, fn, fl, hf), keep_str(st, file, il, hi),
                                          (int)line, inl == 1};
         }
         /* Only the outermost frame is the function containing the code; inlined frames come
          * first. Anything else is not an answer libdwfl gives. */
         if (e->f[nf - 1].inlined)
-            return -EPROTO;
-        u64map_put(&st->cache, offs[first + i], e);
+            goto out;
+        got[i] = e;
     }
     if (!symp_r_done(r))
-        return -EPROTO;
+        goto out;
+    for (uint32_t i = 0; i < count; i++)
+        u64map_put(&st->cache, offs[first + i], got[i]);
     *final = fin == 1;
-    return (int)count;
+    ret = (int)count;
+out:
+    free(got);
+    return ret;
+}
+
+int symbolizer_take_frames(struct symbolizer *s, struct module *m, const void *msg, size_t len,
+                           const uint64_t *offs, size_t n, size_t first, bool *final)
+{
+    struct symp_r r;
+    symp_r_init(&r, msg, len);
+    if (symp_get_u32(&r) != SYMP_FRAMES || first > n)
+        return -EPROTO;
+    return take_frames(state_get(s, m), &r, offs, n, first, final);
 }
 
 /* The helper failed while working on st's module (st NULL: on no module in particular). */
@@ -410,6 +429,19 @@ int symbolizer_lookup(struct symbolizer *s, struct module *m, uint64_t file_off,
     return e->n;
 }
 
+int symbolizer_lookup_cached(struct symbolizer *s, struct module *m, uint64_t file_off,
+                             const struct sym_frame **frames, enum sym_source *src)
+{
+    const struct modcache *st = s && m ? state_get(s, m) : NULL;
+    const struct sym_entry *e = st ? u64map_get(&st->cache, file_off) : NULL;
+    if (!e)
+        return -ENOENT;
+    *frames = e->f;
+    if (src)
+        *src = e->src;
+    return e->n;
+}
+
 /* ---- JIT code ---- */
 
 /* The pid a process has in its own pid namespace: the last field of NSpid in its status
@@ -460,6 +492,55 @@ static int open_perf_map(struct symbolizer *s, int pid)
     return fd;
 }
 
+/* Read one JIT_NAMES message (msg, len: the whole message) answering addrs[first .. first +
+ * count) of the n asked: kept only if the whole message is sound, as take_frames. Returns
+ * the count, or -EPROTO. */
+static int take_names(struct jitcache *jc, const void *msg, size_t len, const uint64_t *addrs,
+                      size_t n, size_t expect_first, bool *final)
+{
+    struct symp_r rd;
+    symp_r_init(&rd, msg, len);
+    uint32_t type = symp_get_u32(&rd), first = symp_get_u32(&rd), count = symp_get_u32(&rd),
+             fin = symp_get_u32(&rd);
+    if (type != SYMP_JIT_NAMES || rd.bad || first != expect_first || expect_first > n ||
+        count > n - first || fin > 1)
+        return -EPROTO;
+    const char **names = xmalloc((count ? count : 1) * sizeof(*names));
+    uint32_t *lens = xmalloc((count ? count : 1) * sizeof(*lens));
+    for (uint32_t i = 0; i < count && !rd.bad; i++)
+        if (!symp_get_str(&rd, &names[i], &lens[i]))
+            names[i] = NULL;
+    int ret = -EPROTO;
+    if (symp_r_done(&rd)) {
+        for (uint32_t i = 0; i < count; i++)
+            u64map_put(&jc->names, addrs[first + i],
+                       names[i] ? arena_strndup(&jc->arena, names[i], lens[i]) : JIT_NONE);
+        *final = fin == 1;
+        ret = (int)count;
+    }
+    free(names);
+    free(lens);
+    return ret;
+}
+
+/* The JIT names of pid, an empty set made if there is none. */
+static struct jitcache *jit_get(struct symbolizer *s, int pid)
+{
+    struct jitcache *jc = u64map_get(&s->jits, (uint64_t)(uint32_t)pid);
+    if (!jc) {
+        jc = xcalloc(1, sizeof(*jc));
+        jc->pid = pid;
+        u64map_put(&s->jits, (uint64_t)(uint32_t)pid, jc);
+    }
+    return jc;
+}
+
+int symbolizer_take_jit_names(struct symbolizer *s, int pid, const void *msg, size_t len,
+                              const uint64_t *addrs, size_t n, size_t first, bool *final)
+{
+    return take_names(jit_get(s, pid), msg, len, addrs, n, first, final);
+}
+
 static void jit_free(struct jitcache *jc)
 {
     u64map_finish(&jc->names);
@@ -469,12 +550,7 @@ static void jit_free(struct jitcache *jc)
 
 int symbolizer_jit_prefetch(struct symbolizer *s, int pid, const uint64_t *addrs, size_t n)
 {
-    struct jitcache *jc = u64map_get(&s->jits, (uint64_t)(uint32_t)pid);
-    if (!jc) {
-        jc = xcalloc(1, sizeof(*jc));
-        jc->pid = pid;
-        u64map_put(&s->jits, (uint64_t)(uint32_t)pid, jc);
-    }
+    struct jitcache *jc = jit_get(s, pid);
     u64map_finish(&jc->names);
     arena_free(&jc->arena);
     if (s->failed)
@@ -501,27 +577,12 @@ int symbolizer_jit_prefetch(struct symbolizer *s, int pid, const uint64_t *addrs
                 r = -EIO;
                 break;
             }
-            struct symp_r rd;
-            symp_r_init(&rd, s->buf, (size_t)len);
-            uint32_t type = symp_get_u32(&rd), first = symp_get_u32(&rd),
-                     count = symp_get_u32(&rd), fin = symp_get_u32(&rd);
-            if (type != SYMP_JIT_NAMES || rd.bad || first != got || count > k - got || fin > 1) {
+            int count = take_names(jc, s->buf, (size_t)len, addrs + at, k, got, &final);
+            if (count < 0) {
                 r = -EPROTO;
                 break;
             }
-            for (uint32_t i = 0; i < count && !rd.bad; i++) {
-                const char *name;
-                uint32_t len2;
-                bool has = symp_get_str(&rd, &name, &len2);
-                u64map_put(&jc->names, addrs[at + got + i],
-                           has ? arena_strndup(&jc->arena, name, len2) : JIT_NONE);
-            }
-            if (!symp_r_done(&rd)) {
-                r = -EPROTO;
-                break;
-            }
-            got += count;
-            final = fin == 1;
+            got += (size_t)count;
             if (final && got != k)
                 r = -EPROTO;
         }
@@ -553,6 +614,16 @@ const char *symbolizer_jit_lookup(struct symbolizer *s, int pid, uint64_t addr)
         name = jc ? u64map_get(&jc->names, addr) : NULL;
     }
     return name == JIT_NONE ? NULL : name;
+}
+
+int symbolizer_jit_cached(struct symbolizer *s, int pid, uint64_t addr, const char **name)
+{
+    struct jitcache *jc = u64map_get(&s->jits, (uint64_t)(uint32_t)pid);
+    const char *n = jc ? u64map_get(&jc->names, addr) : NULL;
+    if (!n)
+        return 0;
+    *name = n == JIT_NONE ? NULL : n;
+    return 1;
 }
 
 /* ---- housekeeping ---- */

@@ -78,6 +78,25 @@ const char *symbolizer_jit_lookup(struct symbolizer *s, int pid, uint64_t addr);
  * between slices so that a daemon running for months does not keep every library it saw. */
 void symbolizer_trim(struct symbolizer *s);
 
+/* The decoding of the helper's answers, for tests and fuzzers (the helper is untrusted: it
+ * parses what targets control). symbolizer_take_frames reads one SYMP_FRAMES message (msg,
+ * len: the whole message) answering the offsets offs[0..n) of module m asked in one LOOKUP,
+ * of which the first `first` are answered already; symbolizer_take_jit_names one
+ * SYMP_JIT_NAMES message for the addresses addrs[0..n) of process pid. What a message
+ * answers is cached only if the whole message is sound. Return how many it answered, with
+ * *final set if it is the last, or -EPROTO. */
+int symbolizer_take_frames(struct symbolizer *s, struct module *m, const void *msg, size_t len,
+                           const uint64_t *offs, size_t n, size_t first, bool *final);
+int symbolizer_take_jit_names(struct symbolizer *s, int pid, const void *msg, size_t len,
+                              const uint64_t *addrs, size_t n, size_t first, bool *final);
+
+/* What the cache holds, without asking the helper: symbolizer_lookup's answer for file_off
+ * of m, or -ENOENT; symbolizer_jit_cached: 1 with *name set (NULL: no name) if addr of pid
+ * was answered, else 0. */
+int symbolizer_lookup_cached(struct symbolizer *s, struct module *m, uint64_t file_off,
+                             const struct sym_frame **frames, enum sym_source *src);
+int symbolizer_jit_cached(struct symbolizer *s, int pid, uint64_t addr, const char **name);
+
 /* Statistics, for status and tests. */
 struct symbolizer_stats {
     uint64_t lookups, hits, modules;

@@ -53,6 +53,13 @@ static bool in_snapshot(const struct snapshot *s, uint64_t addr, uint64_t n)
     return addr >= s->base && s->len >= n && addr - s->base <= s->len - n;
 }
 
+/* The default read_mem: the target's memory. */
+static ssize_t read_remote(pid_t pid, void *dst, uint64_t addr, size_t len)
+{
+    struct iovec l = {dst, len}, r = {(void *)(uintptr_t)addr, len};
+    return process_vm_readv(pid, &l, 1, &r, 1, 0);
+}
+
 /* Read one word of file-backed memory through the page cache. */
 static int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val)
 {
@@ -74,15 +81,13 @@ static int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val)
     uint64_t off = addr - page;
     if (off + sizeof(*val) > 4096) {
         /* Unaligned word straddling two pages: read it directly. */
-        struct iovec l = {val, sizeof(*val)}, r = {(void *)(uintptr_t)addr, sizeof(*val)};
         u->page_reads++;
-        return process_vm_readv(u->pid, &l, 1, &r, 1, 0) == sizeof(*val) ? 0 : -UNW_EINVAL;
+        return u->read_mem(u->pid, val, addr, sizeof(*val)) == sizeof(*val) ? 0 : -UNW_EINVAL;
     }
     struct page_slot *slot = &u->pages[(page >> 12) % PAGE_CACHE_SLOTS];
     if (slot->addr != page) {
-        struct iovec l = {slot->data, 4096}, r = {(void *)(uintptr_t)page, 4096};
         u->page_reads++;
-        if (process_vm_readv(u->pid, &l, 1, &r, 1, 0) != 4096) {
+        if (u->read_mem(u->pid, slot->data, page, 4096) != 4096) {
             slot->addr = 0;
             return -UNW_EINVAL;
         }
@@ -493,6 +498,7 @@ int unwinder_init(struct unwinder *u, pid_t pid, const struct maps *maps)
     memset(u, 0, sizeof(*u));
     u->pid = pid;
     u->maps = maps;
+    u->read_mem = read_remote;
     u->as = unw_create_addr_space(&accessors, 0);
     if (!u->as)
         return -ENOMEM;
@@ -543,8 +549,17 @@ static int unwind_pass(struct unwinder *u, struct snapshot *s, uint64_t *ips, in
         goto out;
     for (;;) {
         unw_word_t ip;
-        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0)
+        if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0)
             break;
+        if (ip == 0) {
+            /* A zero return address ends the chain (the x86-64 ABI's marker). libunwind's
+             * step says so itself (returns 0) when it works from its cache, but steps to ip 0
+             * and returns 1 when it parses the frame's CFI afresh: the same stack was
+             * complete or truncated depending on the cache (found by fuzz_unwind). */
+            if (n > 0)
+                *end = UNWIND_COMPLETE;
+            break;
+        }
         if (n == max) {
             *end = UNWIND_TOO_DEEP;
             break;

@@ -59,6 +59,11 @@ struct unwinder {
     size_t ntables, cap_tables;
     bool maps_miss;          /* code outside every known mapping was asked for */
     uint64_t page_reads;     /* process_vm_readv calls for the page cache */
+    /* How the target's memory outside the snapshot is read: len bytes at addr into dst,
+     * returning the bytes read or -1 (errno set). process_vm_readv of pid (set by
+     * unwinder_init); tests/fuzz/fuzz_unwind.c gives the unwinder an address space of its
+     * own here. */
+    ssize_t (*read_mem)(pid_t pid, void *dst, uint64_t addr, size_t len);
 };
 
 int unwinder_init(struct unwinder *u, pid_t pid, const struct maps *maps);

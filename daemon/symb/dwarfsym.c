@@ -525,7 +525,8 @@ static void call_site(Dwarf_Die *inl, const char **file, int *line)
     Dwarf_Word v;
     *file = NULL;
     *line = 0;
-    if (dwarf_formudata(dwarf_attr(inl, DW_AT_call_line, &attr), &v) == 0)
+    /* A line that does not fit an int is none: profd takes 0 to INT32_MAX. */
+    if (dwarf_formudata(dwarf_attr(inl, DW_AT_call_line, &attr), &v) == 0 && v <= INT32_MAX)
         *line = (int)v;
     if (dwarf_formudata(dwarf_attr(inl, DW_AT_call_file, &attr), &v) == 0) {
         /* The index is into the line table of the unit holding the inlined instance. */
@@ -585,7 +586,8 @@ static const struct cu_index *cu_index(struct modsym *st, Dwarf_Die *cu)
     struct fn_range *v = NULL;
     size_t n = 0, cap = 0;
     index_children(cu, &v, &n, &cap, 0);
-    qsort(v, n, sizeof(*v), cmp_range);
+    if (n) /* v is NULL for a unit without functions: qsort's pointer must not be */
+        qsort(v, n, sizeof(*v), cmp_range);
     ix = arena_alloc(&st->arena, sizeof(*ix) + n * sizeof(*v));
     ix->n = n;
     if (n)
@@ -663,6 +665,10 @@ static int resolve_dwarf(struct modsym *st, uint64_t vaddr, struct dsym_frame *f
     Dwfl_Line *l = dwfl_module_getsrc(st->dmod, vaddr);
     if (l)
         file = absolute(st, cu, dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL));
+    /* libdw hands the line table's unsigned numbers over as int: a hostile table gives
+     * negative ones, which profd refuses (the whole answer with it). Unknown instead. */
+    if (line < 0)
+        line = 0;
     Dwarf_Die fn, chain[MAX_FRAMES];
     if (!find_function(cu_index(st, cu), vaddr - bias, &fn)) {
         f[0] = (struct dsym_frame){.file = file, .line = line};

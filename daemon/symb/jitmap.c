@@ -120,33 +120,97 @@ static int cmp_sym(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/* Order u64 values (the sweep's boundaries). */
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A max-heap of entry indices by line (seq): the latest line on top. */
+struct heap {
+    size_t *v, n;
+    const struct jit_sym *e;
+};
+
+static void heap_push(struct heap *h, size_t i)
+{
+    size_t k = h->n++;
+    while (k > 0 && h->e[h->v[(k - 1) / 2]].seq < h->e[i].seq) {
+        h->v[k] = h->v[(k - 1) / 2];
+        k = (k - 1) / 2;
+    }
+    h->v[k] = i;
+}
+
+static void heap_pop(struct heap *h)
+{
+    size_t last = h->v[--h->n], k = 0;
+    for (;;) {
+        size_t c = 2 * k + 1;
+        if (c >= h->n)
+            break;
+        if (c + 1 < h->n && h->e[h->v[c + 1]].seq > h->e[h->v[c]].seq)
+            c++;
+        if (h->e[h->v[c]].seq <= h->e[last].seq)
+            break;
+        h->v[k] = h->v[c];
+        k = c;
+    }
+    if (h->n)
+        h->v[k] = last;
+}
+
 /* Sort and make entries disjoint. A JIT reuses freed code memory and appends the new name,
- * so where entries overlap the later line wins: an earlier entry is cut short at the later
- * one's start, or dropped if it starts inside it. (An older entry overlapping the tail of a
- * newer one loses its tail too; perf maps do not have such partial overlaps in practice.) */
+ * so where entries overlap the later line wins: every address keeps the name of the last
+ * line that covers it, an earlier entry being cut where a later one starts, split around one
+ * inside it, or dropped where later ones cover it. The result depends only on the lines,
+ * not on how the file was read: a map read again as it grows (earlier entries already cut)
+ * ends as one read whole. (It used to cut an entry's whole tail at a later entry inside it,
+ * so that an older entry it had covered could come back, or not, depending on whether the
+ * two were read in the same update; found by fuzz_jitmap.) A sweep over the entries'
+ * boundaries with the latest covering line on a heap. */
 static void jitmap_sort(struct jitmap *jm)
 {
-    qsort(jm->v, jm->n, sizeof(jm->v[0]), cmp_sym);
-    size_t k = 0;
-    for (size_t i = 0; i < jm->n; i++) {
-        struct jit_sym e = jm->v[i];
-        bool keep = true;
-        while (k > 0 && jm->v[k - 1].end > e.start) {
-            struct jit_sym *p = &jm->v[k - 1];
-            if (e.seq < p->seq) {
-                keep = false; /* starts inside a newer entry */
-                break;
-            }
-            if (p->start < e.start) {
-                p->end = e.start;
-                break;
-            }
-            k--; /* same start, older: replaced */
-        }
-        if (keep)
-            jm->v[k++] = e;
+    size_t n = jm->n;
+    qsort(jm->v, n, sizeof(jm->v[0]), cmp_sym);
+    bool overlap = false;
+    for (size_t i = 1; i < n && !overlap; i++)
+        overlap = jm->v[i - 1].end > jm->v[i].start;
+    if (!overlap)
+        return; /* the usual case: append-only maps of fresh code */
+    uint64_t *b = xmalloc(2 * n * sizeof(*b));
+    for (size_t i = 0; i < n; i++) {
+        b[2 * i] = jm->v[i].start;
+        b[2 * i + 1] = jm->v[i].end;
     }
+    qsort(b, 2 * n, sizeof(*b), cmp_u64);
+    size_t nb = 0;
+    for (size_t i = 0; i < 2 * n; i++)
+        if (!nb || b[nb - 1] != b[i])
+            b[nb++] = b[i];
+    struct heap h = {.v = xmalloc(n * sizeof(size_t)), .e = jm->v};
+    struct jit_sym *out = xmalloc(2 * n * sizeof(*out));
+    size_t k = 0, next = 0;
+    for (size_t i = 0; i + 1 < nb; i++) {
+        while (next < n && jm->v[next].start == b[i])
+            heap_push(&h, next++);
+        while (h.n && jm->v[h.v[0]].end <= b[i])
+            heap_pop(&h);
+        if (!h.n)
+            continue;
+        const struct jit_sym *w = &jm->v[h.v[0]];
+        if (k && out[k - 1].seq == w->seq && out[k - 1].end == b[i])
+            out[k - 1].end = b[i + 1];
+        else
+            out[k++] = (struct jit_sym){b[i], b[i + 1], w->seq, w->name};
+    }
+    free(b);
+    free(h.v);
+    free(jm->v);
+    jm->v = out;
     jm->n = k;
+    jm->cap = 2 * n;
 }
 
 /* Add the complete lines of [buf, buf + len); returns the bytes they take. A last line

@@ -21,13 +21,13 @@
 #include "jitmap.h"
 #include "log.h"
 #include "sandbox.h"
+#include "serve.h"
 #include "symproto.h"
 #include "util.h"
 
 #define SOCK 3
 
 static uint8_t inbuf[SYMP_MAX_MSG];
-static struct symp_w out;
 
 /* Protocol violations by profd: it is the trusted side, so this is a bug; give up. */
 static void __attribute__((noreturn)) die(const char *what)
@@ -75,187 +75,11 @@ static int open_debug(void *arg, uint64_t id, enum symp_open_kind kind, const vo
     return fd;
 }
 
-static void do_describe(int fd)
+/* serve.c's way to send an answer. */
+static int send_answer(void *arg, const struct symp_w *w)
 {
-    struct symp_elf_info info;
-    if (fd < 0)
-        die("describe without a descriptor");
-    elfinfo_read(fd, &info);
-    close(fd);
-    symp_w_init(&out, SYMP_DESCRIPTION);
-    symp_put_elf_info(&out, &info);
-    send_or_die(&out);
-}
-
-/* One address's frames; with each string cut at cap bytes. */
-static void put_entry(struct symp_w *w, int n, const struct dsym_frame *f, enum symp_source src,
-                      size_t cap)
-{
-    symp_put_u32(w, src);
-    symp_put_u32(w, (uint32_t)n);
-    for (int i = 0; i < n; i++) {
-        symp_put_u32(w, (uint32_t)f[i].line);
-        symp_put_u32(w, f[i].inlined);
-        const char *s[2] = {f[i].function, f[i].file};
-        for (int k = 0; k < 2; k++) {
-            if (!s[k]) {
-                symp_put_u32(w, UINT32_MAX);
-                continue;
-            }
-            size_t len = strnlen(s[k], cap);
-            symp_put_bytes(w, s[k], (uint32_t)len);
-        }
-    }
-}
-
-/* Where the count and final flag of the message being built are (written when it is sent). */
-static size_t count_at;
-
-static void begin_frames(uint64_t id, uint32_t first)
-{
-    symp_w_init(&out, SYMP_FRAMES);
-    symp_put_u64(&out, id);
-    symp_put_u32(&out, first);
-    count_at = out.len;
-    symp_put_u32(&out, 0);
-    symp_put_u32(&out, 0);
-}
-
-static void begin_names(uint32_t first)
-{
-    symp_w_init(&out, SYMP_JIT_NAMES);
-    symp_put_u32(&out, first);
-    count_at = out.len;
-    symp_put_u32(&out, 0);
-    symp_put_u32(&out, 0);
-}
-
-/* Fill in the count and final flag, and send. */
-static void finish_and_send(uint32_t count, bool final)
-{
-    uint32_t fin = final;
-    memcpy(out.buf + count_at, &count, 4);
-    memcpy(out.buf + count_at + 4, &fin, 4);
-    send_or_die(&out);
-}
-
-/* FRAMES messages: u64 module, u32 first, u32 count, u32 final, then count entries: u32
- * source, u32 n, n x (u32 line, u32 inlined, str function, str file). */
-static void do_lookup(struct dsym *d, struct symp_r *r, int fd)
-{
-    uint64_t id = symp_get_u64(r);
-    uint32_t flags = symp_get_u32(r);
-    const char *path = NULL;
-    uint32_t plen = 0;
-    char pathbuf[SYMP_MAX_STR + 1];
-    if (flags & SYMP_LOOKUP_NEW) {
-        if (!symp_get_str(r, &path, &plen))
-            path = NULL;
-        if (path) {
-            memcpy(pathbuf, path, plen);
-            pathbuf[plen] = '\0';
-        }
-    }
-    uint32_t n = symp_get_u32(r);
-    if (r->bad || n > SYMP_MAX_BATCH || r->len - r->off != (size_t)n * 8) {
-        if (fd >= 0)
-            close(fd);
-        die("malformed lookup request");
-    }
-    const uint8_t *offs = r->p + r->off;
-    if (flags & SYMP_LOOKUP_NEW) {
-        if (fd < 0)
-            die("new module without a descriptor");
-        dsym_add(d, id, fd, path ? pathbuf : NULL); /* takes fd; failures look up as unknown */
-    } else if (fd >= 0) {
-        close(fd);
-    }
-    if (!dsym_has(d, id))
-        die("lookup in a module profd never sent"); /* profd would cache empty answers */
-    begin_frames(id, 0);
-    uint32_t count = 0, first = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t off;
-        memcpy(&off, offs + (size_t)i * 8, 8);
-        const struct dsym_frame *f;
-        enum symp_source src = SYMP_SRC_NONE;
-        static const struct dsym_frame unknown;
-        int nf = dsym_lookup(d, id, off, &f, &src);
-        if (nf <= 0) {
-            f = &unknown;
-            nf = 1;
-            src = SYMP_SRC_NONE;
-        }
-        /* Fit the entry in this message, else in the next; a single entry too large for
-         * an empty message has its names cut shorter until it fits. */
-        for (size_t cap = SYMP_MAX_STR;; cap /= 2) {
-            size_t at = out.len;
-            put_entry(&out, nf, f, src, cap);
-            if (!out.overflow)
-                break;
-            out.overflow = false;
-            out.len = at;
-            if (count > 0) {
-                finish_and_send(count, false);
-                first += count;
-                count = 0;
-                begin_frames(id, first);
-                cap *= 2; /* try again at full length in the empty message */
-            } else if (cap < 16) {
-                die("an entry does not fit in a message");
-            }
-        }
-        count++;
-    }
-    finish_and_send(count, true);
-}
-
-/* JIT_NAMES messages: u32 first, u32 count, u32 final, then count names (str, NULL if
- * none). */
-static void do_jit(struct jitmaps *j, struct symp_r *r, int fd)
-{
-    uint32_t pid = symp_get_u32(r);
-    uint32_t flags = symp_get_u32(r);
-    uint32_t n = symp_get_u32(r);
-    if (r->bad || n > SYMP_MAX_BATCH || r->len - r->off != (size_t)n * 8) {
-        if (fd >= 0)
-            close(fd);
-        die("malformed JIT request");
-    }
-    const uint8_t *addrs = r->p + r->off;
-    if (flags & SYMP_JIT_FILE) {
-        if (fd < 0)
-            die("JIT request without its file");
-        int e = jitmaps_update(j, pid, fd);
-        if (e < 0)
-            log_debug("perf map of %u: %s", pid, strerror(-e));
-        close(fd);
-    } else {
-        if (fd >= 0)
-            close(fd);
-        if (flags & SYMP_JIT_GONE)
-            jitmaps_update(j, pid, -1);
-    }
-    begin_names(0);
-    uint32_t count = 0, first = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t a;
-        memcpy(&a, addrs + (size_t)i * 8, 8);
-        const char *name = jitmaps_lookup(j, pid, a);
-        size_t at = out.len;
-        symp_put_str(&out, name);
-        if (out.overflow) {
-            out.overflow = false;
-            out.len = at;
-            finish_and_send(count, false);
-            first += count;
-            count = 0;
-            begin_names(first);
-            symp_put_str(&out, name);
-        }
-        count++;
-    }
-    finish_and_send(count, true);
+    (void)arg;
+    return symp_send(SOCK, w, -1);
 }
 
 int main(int argc, char **argv)
@@ -300,11 +124,13 @@ int main(int argc, char **argv)
     }
     if (sandbox_enter(&so) < 0)
         return 1;
-    struct dsym *d = dsym_create(open_debug, NULL);
-    struct jitmaps *j = jitmaps_create();
-    symp_w_init(&out, SYMP_HELLO);
-    symp_put_u32(&out, SYMP_VERSION);
-    send_or_die(&out);
+    static struct symb_server srv;
+    srv.dsym = dsym_create(open_debug, NULL);
+    srv.jit = jitmaps_create();
+    srv.send = send_answer;
+    symp_w_init(&srv.out, SYMP_HELLO);
+    symp_put_u32(&srv.out, SYMP_VERSION);
+    send_or_die(&srv.out);
     for (;;) {
         int fd;
         ssize_t n = symp_recv(SOCK, inbuf, &fd, -1);
@@ -316,34 +142,13 @@ int main(int argc, char **argv)
             log_err("receive: %s", strerror((int)-n));
             return 2;
         }
-        struct symp_r r;
-        symp_r_init(&r, inbuf, (size_t)n);
-        uint32_t type = symp_get_u32(&r);
-        switch (type) {
-        case SYMP_DESCRIBE:
-            do_describe(fd);
-            break;
-        case SYMP_LOOKUP:
-            do_lookup(d, &r, fd);
-            break;
-        case SYMP_FORGET:
-            dsym_forget(d, symp_get_u64(&r));
-            if (fd >= 0)
-                close(fd);
-            break;
-        case SYMP_JIT:
-            do_jit(j, &r, fd);
-            break;
-        case SYMP_JIT_FORGET:
-            jitmaps_forget(j, symp_get_u32(&r));
-            if (fd >= 0)
-                close(fd);
-            break;
-        default:
-            die("unknown request");
+        int r = symb_serve(&srv, inbuf, (size_t)n, fd);
+        if (r < 0) {
+            /* profd went away (EPIPE), or sent what it never sends (a bug): give up. */
+            return r == -EPIPE || r == -ECONNRESET ? 0 : 2;
         }
     }
-    dsym_destroy(d);
-    jitmaps_destroy(j);
+    dsym_destroy(srv.dsym);
+    jitmaps_destroy(srv.jit);
     return 0;
 }

@@ -13,7 +13,7 @@
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
  *       -DPROFD_LIBFUZZER -D_GNU_SOURCE -Icommon \
- *       tests/fuzz/fuzz_frames.c common/proto.c common/util.c -lcjson -lm \
+ *       tests/fuzz/fuzz_frames.c tests/fuzz/replay.c common/proto.c common/util.c -lcjson -lm \
  *       -o /tmp/fuzz_frames
  *   mkdir -p /tmp/frames-new
  *   /tmp/fuzz_frames -max_total_time=120 -max_len=4096 /tmp/frames-new tests/fuzz/corpus/frames
@@ -23,12 +23,10 @@
  * -dict=tests/fuzz/frames.dict (JSON tokens, protocol keys, boundary numbers) finds number
  * bugs much sooner: cJSON comes from the system, uninstrumented.
  *
- * Until json_get_u64 stops converting doubles in [2^63, 1.8e19] to int64_t, the corpus
- * inputs found_ub_u64_number_1e19 and u64_boundaries stop the fuzzer at once with a UBSan
- * float-cast-overflow report; add -fno-sanitize=float-cast-overflow to fuzz past it.
- *
- * Built without PROFD_LIBFUZZER (as meson does), main() replays the files and directories
- * named on the command line: `meson test --suite fuzz` replays the corpus. */
+ * Built without PROFD_LIBFUZZER (as meson does), replay.c's main() replays the files and
+ * directories named on the command line: `meson test --suite fuzz` replays the corpus. With
+ * clang, meson also builds fuzz_frames-libfuzzer (see tests/fuzz/meson.build and the README's
+ * "Fuzzing"). */
 #include <ctype.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -37,15 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "proto.h"
-
-#define FUZZ_ASSERT(cond)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__, #cond);           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static const size_t limits[4] = {PROTO_MAX_REQUEST, 64, 4096, 1};
 
@@ -176,8 +167,6 @@ static void check_payload(const char *p, size_t n, size_t max)
     strbuf_finish(&sb);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2 || size > MAX_INPUT)
@@ -244,78 +233,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     frame_reader_finish(&r);
     return 0;
 }
-
-#ifndef PROFD_LIBFUZZER
-#include <dirent.h>
-#include <sys/stat.h>
-
-static int run_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        perror(path);
-        return -1;
-    }
-    uint8_t *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 4096;
-            uint8_t *nb = realloc(buf, cap);
-            if (!nb)
-                abort();
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        if (got == 0)
-            break;
-        len += got;
-    }
-    fclose(f);
-    LLVMFuzzerTestOneInput(buf, len);
-    free(buf);
-    return 0;
-}
-
-static int only_files(const struct dirent *e)
-{
-    return e->d_name[0] != '.';
-}
-
-/* Replay every file named, and every file in every directory named. */
-int main(int argc, char **argv)
-{
-    int runs = 0, errors = 0;
-    for (int i = 1; i < argc; i++) {
-        struct stat st;
-        if (stat(argv[i], &st) < 0) {
-            perror(argv[i]);
-            errors++;
-            continue;
-        }
-        if (!S_ISDIR(st.st_mode)) {
-            errors += run_file(argv[i]) < 0;
-            runs++;
-            continue;
-        }
-        struct dirent **names;
-        int n = scandir(argv[i], &names, only_files, alphasort);
-        if (n < 0) {
-            perror(argv[i]);
-            errors++;
-            continue;
-        }
-        for (int k = 0; k < n; k++) {
-            char path[4096];
-            snprintf(path, sizeof(path), "%s/%s", argv[i], names[k]->d_name);
-            errors += run_file(path) < 0;
-            runs++;
-            free(names[k]);
-        }
-        free(names);
-    }
-    fprintf(stderr, "replayed %d input(s), %d unreadable\n", runs, errors);
-    /* An empty or missing corpus would otherwise pass without testing anything. */
-    return runs > 0 && errors == 0 ? 0 : 1;
-}
-#endif
