@@ -3,9 +3,10 @@
  *
  * Invariant: outside a callback, every traced thread is either running (maybe with one
  * PTRACE_INTERRUPT outstanding) or parked in a group-stop with PTRACE_LISTEN. Every other
- * stop is resolved in the callback that reaps it: a signal-delivery-stop re-injects its
- * signal at once (a signal held by the tracer is lost if the tracer dies), an interrupt stop
- * is sampled and resumed. */
+ * stop is resolved in the callback that sees it: a signal-delivery-stop re-injects its
+ * signal at once, an interrupt stop is sampled and resumed. Stops are seen without being
+ * reaped (targets_wait_event): a signal reaped by the tracer and not yet re-injected is lost
+ * if the tracer dies, one that was never reaped is delivered. */
 #include "target.h"
 
 #include <dirent.h>
@@ -375,6 +376,19 @@ static void ring_evict(void *ctx, const struct ring_entry *e)
     stacks_unref(&t->stacks, e->stack);
 }
 
+/* The thread whose stop is being handled without having been reaped (targets_wait_event),
+ * 0 if none, and whether a ptrace request has ended that stop. */
+static pid_t peeked_tid;
+static bool peeked_released;
+
+/* r (0 or -errno) of the ptrace request that resumes, parks or releases tid from a stop.
+ * Only a success counts: ESRCH may also mean that the kernel wants the stop reaped first. */
+static void note_released(pid_t tid, int r)
+{
+    if (tid == peeked_tid && r == 0)
+        peeked_released = true;
+}
+
 static struct target *graveyard; /* freed by targets_collect, after the current callback */
 static void target_destroy(struct target *t);
 
@@ -617,8 +631,10 @@ void target_resume(struct thread *th, int sig)
         th->interrupt_pending = false;
         th->t->stats.skipped_pending++;
     }
-    if (ptrace(PTRACE_CONT, th->tid, 0, (long)sig) < 0 && errno != ESRCH)
-        log_warn("PTRACE_CONT %d: %s", th->tid, strerror(errno));
+    int r = ptrace(PTRACE_CONT, th->tid, 0, (long)sig) < 0 ? -errno : 0;
+    note_released(th->tid, r);
+    if (r < 0 && r != -ESRCH)
+        log_warn("PTRACE_CONT %d: %s", th->tid, strerror(-r));
 }
 
 /* All threads released: report and free. */
@@ -634,8 +650,10 @@ static void detach_finished(struct target *t)
 static void detach_thread(struct thread *th, int sig)
 {
     struct target *t = th->t;
-    if (ptrace(PTRACE_DETACH, th->tid, 0, (long)sig) < 0 && errno != ESRCH)
-        log_warn("PTRACE_DETACH %d: %s", th->tid, strerror(errno));
+    int r = ptrace(PTRACE_DETACH, th->tid, 0, (long)sig) < 0 ? -errno : 0;
+    note_released(th->tid, r);
+    if (r < 0 && r != -ESRCH)
+        log_warn("PTRACE_DETACH %d: %s", th->tid, strerror(-r));
     thread_remove(th);
     if (t->state == T_DETACHING && t->nthreads == 0)
         detach_finished(t);
@@ -778,9 +796,11 @@ static struct thread *adopt_unknown(pid_t tid, int status)
     /* Not one of our processes' threads: a clone() without CLONE_THREAD made a new process,
      * which the kernel attached to us. Release it, passing on a signal it stopped for. */
     int sig = (unsigned)status >> 16 == 0 ? WSTOPSIG(status) : 0;
-    if (ptrace(PTRACE_DETACH, tid, 0, (long)sig) < 0 && errno != ESRCH)
+    int r = ptrace(PTRACE_DETACH, tid, 0, (long)sig) < 0 ? -errno : 0;
+    note_released(tid, r);
+    if (r < 0 && r != -ESRCH)
         log_warn("PTRACE_DETACH %d (a process we were not asked to trace): %s", tid,
-                 strerror(errno));
+                 strerror(-r));
     return NULL;
 }
 
@@ -867,7 +887,8 @@ static void repair_interrupted_syscall(struct thread *th)
         th->t->stats.eintr_repaired++;
 }
 
-void targets_handle_wait(pid_t tid, int status)
+/* Handle one wait status of a traced thread (or of a child that exited). */
+static void targets_handle_wait(pid_t tid, int status)
 {
     struct thread *th = thread_find(tid);
     if (!th) {
@@ -916,8 +937,13 @@ void targets_handle_wait(pid_t tid, int status)
                 th->stop_eintr_run_ns = 0;
             if (detaching) {
                 detach_thread(th, 0);
-            } else if (ptrace(PTRACE_LISTEN, tid, 0, 0) == 0) {
-                th->state = TH_GROUP_STOP;
+            } else {
+                int r = ptrace(PTRACE_LISTEN, tid, 0, 0) < 0 ? -errno : 0;
+                note_released(tid, r);
+                if (r == 0)
+                    th->state = TH_GROUP_STOP;
+                else if (r != -ESRCH)
+                    log_warn("PTRACE_LISTEN %d: %s", tid, strerror(-r));
             }
             return;
         }
@@ -987,15 +1013,59 @@ void targets_handle_wait(pid_t tid, int status)
     }
 }
 
+int targets_wait_event(bool block)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    /* WNOWAIT: see the event without reaping it. Reaping a stop (waitpid) takes its signal
+     * out of the kernel's hands: the tracer's wait clears the thread's exit_code
+     * (kernel/exit.c, wait_task_stopped), so a tracer that dies before its PTRACE_CONT(sig)
+     * loses that signal (measured: a SIGUSR1 caught this way and never re-injected was
+     * gone after the tracer's exit). A stop left unreaped keeps it: the kernel delivers it
+     * when the dead tracer's threads are released (ptrace_stop returns the exit_code). The
+     * ptrace request that resumes the thread ends the stop as well as a wait would. */
+    if (waitid(P_ALL, 0, &si, WEXITED | WSTOPPED | __WALL | WNOWAIT | (block ? 0 : WNOHANG)) < 0)
+        return -errno;
+    pid_t tid = si.si_pid;
+    if (tid == 0)
+        return 0;
+    int status;
+    /* The wait status waitpid would give: the stop signal and the ptrace event. */
+    int peek = ((si.si_status & 0xffff) << 8) | 0x7f;
+    if (si.si_code == CLD_TRAPPED && (unsigned)peek >> 16 != PTRACE_EVENT_EXEC) {
+        /* (An exec stop must be reaped first: the kernel refuses every request on it with
+         * ESRCH until it is, when the exec moved the thread to the leader's tid,
+         * kernel/ptrace.c looks_like_a_spurious_pid.) */
+        peeked_tid = tid;
+        peeked_released = false;
+        targets_handle_wait(tid, peek);
+        peeked_tid = 0;
+        if (peeked_released)
+            return tid;
+        /* The request that should have ended the stop failed: reap the stop so that it is
+         * not seen again, and handle what was reaped as any reaped stop (or the exit of a
+         * thread killed meanwhile). */
+        if (waitpid(tid, &status, __WALL | WNOHANG) == tid)
+            targets_handle_wait(tid, status);
+        return tid;
+    }
+    if (si.si_code == CLD_STOPPED) {
+        /* A child that is not traced (a symbolizer helper) stopped by job control: none of
+         * ours to resume. Reap the notification, or it would be seen again at once. */
+        memset(&si, 0, sizeof(si));
+        waitid(P_PID, (id_t)tid, &si, WSTOPPED | WNOHANG);
+        return tid;
+    }
+    /* An exit: reaped, then handled. (ECHILD: the symbolizer's owner reaped it first.) */
+    if (waitpid(tid, &status, __WALL | WNOHANG) == tid)
+        targets_handle_wait(tid, status);
+    return tid;
+}
+
 void targets_reap(void)
 {
-    for (;;) {
-        int status;
-        pid_t tid = waitpid(-1, &status, __WALL | WNOHANG);
-        if (tid <= 0)
-            return;
-        targets_handle_wait(tid, status);
-    }
+    while (targets_wait_event(false) > 0)
+        ;
 }
 
 void target_sample_boundary(struct target *t, pid_t tid, uint64_t now)

@@ -180,10 +180,15 @@ size_t targets_count(void);
 
 /* Free forgotten targets: call when no callback holds one (an ev_check). */
 void targets_collect(void);
-/* Reap and handle every pending ptrace event (waitpid(-1, __WALL|WNOHANG) until empty). */
+/* Handle every pending ptrace event and child exit (targets_wait_event until none). */
 void targets_reap(void);
-/* Handle one wait status of a traced thread. */
-void targets_handle_wait(pid_t tid, int status);
+/* Wait for one ptrace event or child exit (block: until there is one, or a signal
+ * interrupts the wait) and handle it. A stop is seen without being reaped (waitid WNOWAIT)
+ * and ended by the ptrace request that resumes, parks or releases the thread: a signal it
+ * stopped for stays in the kernel, not in profd, until it is re-injected, so that a daemon
+ * killed meanwhile loses nothing. Returns the thread id handled, 0 if none was waiting
+ * (without block), or -errno (-ECHILD: no child or tracee; -EINTR). */
+int targets_wait_event(bool block);
 /* Periodic housekeeping (1 Hz): thread names, maps changes, expiry of exited targets. */
 void targets_housekeeping(uint64_t now);
 
