@@ -442,7 +442,10 @@ static void target_destroy(struct target *t)
 
 /* Seize every thread, rescanning /proc/PID/task until a pass finds none new: threads
  * created by seized threads are attached by the kernel (PTRACE_O_TRACECLONE), and ones
- * created by not-yet-seized threads are caught by the next pass. */
+ * created by not-yet-seized threads are caught by the next pass. In each pass the leader
+ * is seized last: once it is traced, signals sent to the process that it ignores are
+ * queued instead of dropped (kernel/signal.c sig_ignored), and one taken by a thread not
+ * seized yet would end its epoll_wait with an EINTR nobody repairs (see target_detach). */
 static int seize_all(struct target *t, char *why, size_t whylen)
 {
     char path[64];
@@ -452,11 +455,25 @@ static int seize_all(struct target *t, char *why, size_t whylen)
         if (!d)
             return -ESRCH;
         int added = 0;
+        bool leader_seen = false;
         struct dirent *de;
-        while ((de = readdir(d))) {
-            if (de->d_name[0] < '0' || de->d_name[0] > '9')
+        for (;;) {
+            pid_t tid;
+            de = readdir(d);
+            if (de && (de->d_name[0] < '0' || de->d_name[0] > '9'))
                 continue;
-            pid_t tid = (pid_t)atoi(de->d_name);
+            if (de) {
+                tid = (pid_t)atoi(de->d_name);
+                if (tid == t->pid) {
+                    leader_seen = true;
+                    continue;
+                }
+            } else if (leader_seen) {
+                leader_seen = false;
+                tid = t->pid;
+            } else {
+                break;
+            }
             if (thread_find(tid))
                 continue;
             bool seized = true;
@@ -646,17 +663,79 @@ static void detach_finished(struct target *t)
     target_free(t);
 }
 
+/* Ask th to stop so that it can be released; false if it cannot be (gone, or a zombie
+ * leader: it never stops, and the kernel releases it when the process is reaped), and then
+ * it is forgotten at once. */
+static bool interrupt_for_detach(struct target *t, struct thread *th)
+{
+    bool zombie = false;
+    char name[16];
+    if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0 ||
+        (read_thread_stat(t->pid, th->tid, name, &zombie) == 0 && zombie)) {
+        thread_remove(th);
+        return false;
+    }
+    th->interrupt_pending = true;
+    th->interrupt_sent_ns = now_ns();
+    return true;
+}
+
+/* The leader of t, still followed and not a zombie: while it is traced, t's other threads
+ * are not released (see target_detach). */
+static struct thread *live_leader(const struct target *t)
+{
+    struct thread *leader = thread_find(t->pid);
+    return leader && leader->t == t && !leader->zombie ? leader : NULL;
+}
+
+/* Interrupt every thread of t for its release (the leader has gone first). */
+static void interrupt_the_rest(struct target *t)
+{
+    for (size_t i = t->nthreads; i-- > 0;)
+        if (i < t->nthreads)
+            interrupt_for_detach(t, t->threads[i]);
+}
+
 /* Detach one thread from a ptrace stop, passing sig (a signal it was about to receive). */
 static void detach_thread(struct thread *th, int sig)
 {
     struct target *t = th->t;
+    bool leader = th->tid == t->pid;
     int r = ptrace(PTRACE_DETACH, th->tid, 0, (long)sig) < 0 ? -errno : 0;
     note_released(th->tid, r);
     if (r < 0 && r != -ESRCH)
         log_warn("PTRACE_DETACH %d: %s", th->tid, strerror(-r));
     thread_remove(th);
+    if (t->state == T_DETACHING && leader)
+        interrupt_the_rest(t);
     if (t->state == T_DETACHING && t->nthreads == 0)
         detach_finished(t);
+}
+
+/* A leader that calls pthread_exit while its process is being detached never stops (a
+ * zombie until the whole process exits): go on without it. */
+static void detach_check_leader(struct target *t)
+{
+    struct thread *leader = thread_find(t->pid);
+    bool zombie = false;
+    char name[16];
+    if (!leader || leader->t != t || read_thread_stat(t->pid, t->pid, name, &zombie) < 0 ||
+        !zombie)
+        return;
+    thread_remove(leader);
+    interrupt_the_rest(t);
+    if (t->nthreads == 0)
+        detach_finished(t);
+}
+
+/* A stop of th while t is being detached, to be ended passing sig: th is released, unless
+ * the leader still is to go first; then th runs on, traced, until its turn. */
+static void detach_or_resume(struct thread *th, int sig)
+{
+    if (th->tid != th->t->pid && live_leader(th->t))
+        target_resume(th, sig);
+    else
+        detach_thread(th, sig);
 }
 
 void target_detach(struct target *t, void (*done)(struct target *, void *, int), void *ctx)
@@ -677,23 +756,19 @@ void target_detach(struct target *t, void (*done)(struct target *, void *, int),
      * and it re-traps at once with PTRACE_EVENT_STOP and its stop signal; the kernel then
      * puts it back into the group-stop on detach. Running threads are interrupted and
      * detached at their stop, passing on any signal they stop for meanwhile. An interrupt
-     * is sent even if one is pending (a stop for something else may have cleared it). A
-     * thread that is gone (ESRCH) or a zombie leader (it never stops; the kernel releases
-     * it when the process is reaped) is dropped at once. */
-    for (size_t i = t->nthreads; i-- > 0;) {
-        if (i >= t->nthreads)
-            continue;
-        struct thread *th = t->threads[i];
-        bool zombie = false;
-        char name[16];
-        if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0 ||
-            (read_thread_stat(t->pid, th->tid, name, &zombie) == 0 && zombie)) {
-            thread_remove(th);
-            continue;
-        }
-        th->interrupt_pending = true;
-        th->interrupt_sent_ns = now_ns();
-    }
+     * is sent even if one is pending (a stop for something else may have cleared it).
+     *
+     * The leader goes first, the others once it is released. A signal sent to the process
+     * that it ignores (SIGWINCH...) is dropped by the kernel at once, unless the leader is
+     * traced (kernel/signal.c sig_ignored looks at the task the pid names): then it is
+     * queued, and may be taken by any thread. A thread already released that takes it
+     * wakes from its wait for nothing: an epoll_wait returns EINTR, which it never does
+     * without a tracer (seen when a detach of 22 threads was held up 400 ms: 6 EINTRs in
+     * released threads). With the leader released first, such signals are dropped as they
+     * would be without profd, and threads still traced are repaired at their stop. */
+    struct thread *leader = live_leader(t);
+    if (!leader || !interrupt_for_detach(t, leader))
+        interrupt_the_rest(t);
     if (t->nthreads == 0)
         detach_finished(t);
 }
@@ -935,9 +1010,10 @@ static void targets_handle_wait(pid_t tid, int status)
             if (th->stop_eintr &&
                 proc_read_schedstat(th->schedstat_fd, &th->stop_eintr_run_ns, &pcount) < 0)
                 th->stop_eintr_run_ns = 0;
-            if (detaching) {
+            if (detaching && !(tid != t->pid && live_leader(t))) {
                 detach_thread(th, 0);
             } else {
+                /* (Detaching: parked until the leader is released.) */
                 int r = ptrace(PTRACE_LISTEN, tid, 0, 0) < 0 ? -errno : 0;
                 note_released(tid, r);
                 if (r == 0)
@@ -956,17 +1032,18 @@ static void targets_handle_wait(pid_t tid, int status)
             th->born = true;
             if (detaching) {
                 th->interrupt_pending = false;
-                detach_thread(th, 0);
+                detach_or_resume(th, 0);
             } else {
                 target_resume(th, 0);
             }
             return;
         }
         if (detaching) {
-            /* Interrupted to be detached: a wait it was in must not fail because of it. */
+            /* Interrupted to be detached (or, before that, to be sampled): a wait it was in
+             * must not fail because of it. */
             if (th->interrupt_pending && !th->stop_eintr)
                 repair_interrupted_syscall(th);
-            detach_thread(th, 0);
+            detach_or_resume(th, 0);
         }
         else if (th->interrupt_pending)
             sampler_on_stop(th);
@@ -983,7 +1060,7 @@ static void targets_handle_wait(pid_t tid, int status)
             thread_add(t, (pid_t)msg);
         t->maps_dirty = true; /* its stack was mapped: re-read at the next tick */
         if (detaching)
-            detach_thread(th, 0);
+            detach_or_resume(th, 0);
         else
             target_resume(th, 0);
         return;
@@ -1000,13 +1077,13 @@ static void targets_handle_wait(pid_t tid, int status)
         t->stats.signals_forwarded++;
         repair_ignored_signal(th, sig);
         if (detaching)
-            detach_thread(th, sig);
+            detach_or_resume(th, sig);
         else
             target_resume(th, sig);
         return;
     default:
         if (detaching)
-            detach_thread(th, 0);
+            detach_or_resume(th, 0);
         else
             target_resume(th, 0);
         return;
@@ -1140,6 +1217,8 @@ void targets_housekeeping(uint64_t now)
             }
             continue;
         }
+        if (t->state == T_DETACHING)
+            detach_check_leader(t);
         if (t->state != T_ATTACHED)
             continue;
         refresh_threads(t, now);
@@ -1156,8 +1235,15 @@ void targets_shutdown(uint64_t timeout_ns)
             target_detach(t, NULL, NULL);
     }
     uint64_t deadline = now_ns() + timeout_ns;
-    while (targets && now_ns() < deadline) {
+    for (unsigned round = 0; targets && now_ns() < deadline; round++) {
         targets_reap();
+        if (round % 100 == 99) {
+            for (struct target *t = targets, *next; t; t = next) {
+                next = t->next;
+                if (t->state == T_DETACHING)
+                    detach_check_leader(t);
+            }
+        }
         if (!targets)
             break;
         targets_collect();
