@@ -40,6 +40,7 @@
 #define RING_MAX_ENTRIES (4u << 20)
 
 static struct ev_loop *loop;
+static pid_t self_pid;
 static struct target *targets;
 static struct thread *tid_hash[TID_BUCKETS];
 
@@ -50,6 +51,7 @@ static const long SEIZE_OPTIONS = PTRACE_O_TRACECLONE | PTRACE_O_TRACEEXEC;
 void targets_init(struct ev_loop *l)
 {
     loop = l;
+    self_pid = getpid();
 }
 
 struct target *targets_first(void)
@@ -1052,11 +1054,15 @@ static void targets_handle_wait(pid_t tid, int status)
         return;
     case PTRACE_EVENT_CLONE: {
         unsigned long msg = 0;
-        /* Only a thread of this process that still exists: clone() without CLONE_THREAD
-         * makes a new process (released at its first stop, in adopt_unknown), and a new
-         * thread whose first stop and exit were both handled already must not come back. */
+        /* Only a thread of this process that still exists and that we still trace: clone()
+         * without CLONE_THREAD makes a new process (released at its first stop, in
+         * adopt_unknown); a new thread whose first stop and exit were both handled already
+         * must not come back; nor one whose first stop came first and released it (a
+         * detach): it would be waited for in vain. */
+        struct procstatus st;
         if (ptrace(PTRACE_GETEVENTMSG, tid, 0, &msg) == 0 && !thread_find((pid_t)msg) &&
-            read_tgid((pid_t)msg) == t->pid)
+            tid_status((pid_t)msg, &st) == 0 && procstatus_has(&st, PS_TGID) &&
+            st.tgid == t->pid && procstatus_has(&st, PS_TRACERPID) && st.tracer_pid == self_pid)
             thread_add(t, (pid_t)msg);
         t->maps_dirty = true; /* its stack was mapped: re-read at the next tick */
         if (detaching)
