@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "fds.h"
 #include "log.h"
 #include "modules.h"
 #include "perms.h"
@@ -55,6 +56,9 @@ static enum proto_error errno_code(int e)
     case EINVAL:
         return PE_BAD_REQUEST;
     case EDQUOT:
+    case EMFILE: /* profd's own descriptors or memory are used up */
+    case ENFILE:
+    case ENOMEM:
         return PE_LIMIT;
     default:
         return PE_ATTACH_FAILED;
@@ -145,6 +149,8 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(o, "signals_forwarded", (double)s->signals_forwarded);
     cJSON_AddNumberToObject(o, "group_stops", (double)s->group_stops);
     cJSON_AddNumberToObject(o, "threads_seen", (double)s->threads_seen);
+    /* Threads that went without their /proc files (profd's descriptors, fds.h). */
+    cJSON_AddNumberToObject(o, "threads_without_files", (double)t->nthreads_nofiles);
     cJSON_AddNumberToObject(o, "stacks", t->stacks.used);
     cJSON_AddNumberToObject(o, "memory_bytes", (double)target_memory(t));
     cJSON_AddNumberToObject(o, "ring_dropped_full", (double)t->ring.dropped);
@@ -160,6 +166,8 @@ static int may_access(const struct client *c, const struct target *t, pid_t pid,
     int r = -ESRCH;
     if (!(t && t->state == T_EXITED))
         r = proc_creds_read(pid, &cr, why, whylen);
+    if (r == -EMFILE || r == -ENFILE || r == -ENOMEM)
+        return r; /* refused too, as profd's own shortage (a limit, not a permission) */
     if (r < 0 && r != -ESRCH)
         return -EPERM; /* it lives, but its credentials cannot be known: refuse */
     bool live = r == 0;
@@ -260,6 +268,16 @@ static cJSON *cmd_status(struct request *r)
     cJSON_AddNumberToObject(d, "system_s", (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6);
     cJSON_AddNumberToObject(d, "max_rss_kib", (double)ru.ru_maxrss);
     cJSON_AddNumberToObject(d, "clients", (double)server_client_count());
+    struct fds_stats fs;
+    fds_get_stats(&fs);
+    cJSON *fo = cJSON_AddObjectToObject(d, "descriptors");
+    if (fs.open != (uint64_t)-1)
+        cJSON_AddNumberToObject(fo, "open", (double)fs.open);
+    cJSON_AddNumberToObject(fo, "limit", (double)fs.limit);
+    cJSON_AddNumberToObject(fo, "reserved", (double)fs.reserve);
+    cJSON_AddNumberToObject(fo, "threads", (double)fs.per_thread);
+    cJSON_AddNumberToObject(fo, "threads_refused", (double)fs.refused);
+    cJSON_AddNumberToObject(fo, "clients_refused", (double)server_refused_count());
     char why[256];
     size_t visible = 0;
     uint64_t samples = 0;

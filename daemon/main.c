@@ -15,6 +15,7 @@
 #include <ev.h>
 
 #include "config.h"
+#include "fds.h"
 #include "log.h"
 #include "modules.h"
 #include "sampler.h"
@@ -340,6 +341,7 @@ int main(int argc, char **argv)
                      (unsigned long long)soft, (unsigned long long)rl.rlim_max,
                      strerror(errno));
     }
+    fds_init();
     signal(SIGPIPE, SIG_IGN);
 
     /* Never the default loop: it installs a SIGCHLD handler that reaps with

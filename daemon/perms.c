@@ -144,6 +144,13 @@ int proc_creds_read(pid_t pid, struct proc_creds *c, char *why, size_t whylen)
             snprintf(why, whylen, "no such process: %d", pid);
         return r;
     }
+    if (r == -EMFILE || r == -ENFILE || r == -ENOMEM) {
+        /* profd's own shortage, not the process's doing: said as such (still refused). */
+        if (why)
+            snprintf(why, whylen, "profd cannot check process %d now: it is out of %s (%s)",
+                     pid, r == -ENOMEM ? "memory" : "file descriptors", strerror(-r));
+        return r;
+    }
     if (r < 0) {
         if (why)
             snprintf(why, whylen, "permission denied: the credentials of process %d cannot be "

@@ -243,6 +243,13 @@ static bool push_last(struct target *t, struct thread *th)
 static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns, bool cpu_only)
 {
     uint64_t run, pcount;
+    if (th->schedstat_fd < 0 || th->syscall_fd < 0) {
+        /* Without its /proc files (profd's descriptors for threads are used up, fds.h)
+         * whether it ran or waits cannot be seen: stop it for its stack. */
+        sampler_thread_reset(th);
+        th->blk_valid = false;
+        return interrupt(t, th, tick_ns);
+    }
     if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0) {
         t->stats.failed_vanished++;
         return false;

@@ -26,6 +26,7 @@
 
 #include <ev.h>
 
+#include "fds.h"
 #include "log.h"
 #include "modules.h"
 #include "procstatus.h"
@@ -156,17 +157,29 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->last_stack = STACK_NONE;
     th->added_ns = now_ns();
     int err = 0;
-    th->schedstat_fd = open_task_file(t->pid, tid, "schedstat", &err);
-    th->syscall_fd = open_task_file(t->pid, tid, "syscall", &err);
-    th->status_fd = open_task_file(t->pid, tid, "status", &err);
+    th->schedstat_fd = th->syscall_fd = th->status_fd = -1;
+    if (fds_take(3)) {
+        th->schedstat_fd = open_task_file(t->pid, tid, "schedstat", &err);
+        th->syscall_fd = open_task_file(t->pid, tid, "syscall", &err);
+        th->status_fd = open_task_file(t->pid, tid, "status", &err);
+        fds_give((th->schedstat_fd < 0) + (th->syscall_fd < 0) + (th->status_fd < 0));
+    } else {
+        err = EMFILE;
+    }
     th->perf_fd = -1;
+    if (th->schedstat_fd < 0 || th->syscall_fd < 0)
+        t->nthreads_nofiles++;
     if (err && err != ENOENT && err != ESRCH && !t->warned_task_files) {
-        /* Not a thread that is gone already: profd itself is short of something (EMFILE:
-         * three descriptors per thread). Said once per process. */
+        /* Not a thread that is gone already: profd itself is short of something. Said once
+         * per process (status counts them: threads_without_files). */
+        struct fds_stats fs;
+        fds_get_stats(&fs);
         t->warned_task_files = true;
-        log_warn("pid %d: cannot open the /proc files of thread %d (%s): such threads are "
-                 "stopped for every sample, and their interrupted waits may fail with EINTR",
-                 t->pid, tid, strerror(err));
+        log_warn("pid %d: thread %d goes without its /proc files (%s; profd's threads hold "
+                 "%" PRIu64 " descriptors, %" PRIu64 " of its limit of %" PRIu64 " are kept "
+                 "for clients and targets): such threads are sampled by stopping them (in "
+                 "cputime mode not at all)",
+                 t->pid, tid, strerror(err), fs.per_thread, fs.reserve, fs.limit);
     }
     if (read_thread_stat(t->pid, tid, th->name, NULL) < 0)
         snprintf(th->name, sizeof(th->name), "%s", t->comm);
@@ -202,6 +215,9 @@ static void thread_remove(struct thread *th)
             break;
         }
     }
+    if (th->schedstat_fd < 0 || th->syscall_fd < 0)
+        t->nthreads_nofiles--;
+    fds_give((th->schedstat_fd >= 0) + (th->syscall_fd >= 0) + (th->status_fd >= 0));
     if (th->schedstat_fd >= 0)
         close(th->schedstat_fd);
     if (th->syscall_fd >= 0)
@@ -542,6 +558,12 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     t->status_fd = -1;
     t->pidfd = -1;
     pid_t tgid = read_tgid(pid);
+    if (tgid == -EMFILE || tgid == -ENFILE || tgid == -ENOMEM) {
+        snprintf(why, whylen, "profd cannot read /proc/%d/status now: %s", pid,
+                 strerror(-tgid));
+        free(t);
+        return tgid;
+    }
     if (tgid < 0) {
         snprintf(why, whylen, "no such process: %d", pid);
         free(t);
@@ -552,7 +574,7 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     int cr = proc_creds_read(pid, &t->creds, why, whylen);
     if (cr < 0) {
         free(t);
-        return cr == -ESRCH ? cr : -EPERM;
+        return cr == -ESRCH || cr == -EMFILE || cr == -ENFILE || cr == -ENOMEM ? cr : -EPERM;
     }
     if (tgid != pid) {
         snprintf(why, whylen, "%d is a thread of process %d: attach to the process", pid, tgid);

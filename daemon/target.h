@@ -142,6 +142,7 @@ struct target {
     int maps_err;           /* -errno of the last read of the maps that failed, 0 after one
                              * that worked (a failure is logged once) */
     bool warned_task_files; /* a thread's /proc files could not be opened (logged once) */
+    size_t nthreads_nofiles; /* threads without their /proc files (sampled by stopping) */
     struct epoch_maps *epochs;
     size_t nepochs;
     struct unwinder unw;
@@ -168,7 +169,8 @@ void targets_shutdown(uint64_t timeout_ns);
 
 /* Attach to process pid: seize every thread. Returns 0 or -errno: -ESRCH (no such process),
  * -EPERM (not allowed, or already traced: why says by whom), -EEXIST (already attached),
- * -EINVAL (pid is a thread, not a process), -EIO (seized, but it cannot be sampled: its
+ * -EINVAL (pid is a thread, not a process), -EMFILE/-ENFILE/-ENOMEM (profd is out of
+ * descriptors or memory to even look at it), -EIO (seized, but it cannot be sampled: its
  * maps, the unwinder or the schedule could not be set up; why says which and why). */
 int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
                   struct target **out, char *why, size_t whylen);
