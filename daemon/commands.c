@@ -12,6 +12,7 @@
 
 #include "fds.h"
 #include "log.h"
+#include "memory.h"
 #include "modules.h"
 #include "perms.h"
 #include "proto.h"
@@ -154,6 +155,10 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(o, "stacks", t->stacks.used);
     cJSON_AddNumberToObject(o, "memory_bytes", (double)target_memory(t));
     cJSON_AddNumberToObject(o, "ring_dropped_full", (double)t->ring.dropped);
+    /* Samples lost to the bound on every target's samples (memory.h): the oldest
+     * overwritten by a ring kept at its size, or new stacks not recorded. */
+    cJSON_AddNumberToObject(o, "dropped_max_memory",
+                            (double)(t->ring.dropped_mem + t->stacks.refused));
     return o;
 }
 
@@ -197,12 +202,8 @@ static int may_access(const struct client *c, const struct target *t, pid_t pid,
  * processes that ran briefly. Returns 0 or -EDQUOT, the reason in why. */
 static int limits_check(const struct client *c, char *why, size_t whylen)
 {
-    if (server_cfg.max_memory && targets_memory() >= server_cfg.max_memory) {
-        snprintf(why, whylen, "profd's targets already use %zu MiB, its max_memory is "
-                              "%" PRIu64 " MiB", targets_memory() >> 20,
-                 server_cfg.max_memory >> 20);
+    if (memory_admit_target(why, whylen) < 0)
         return -EDQUOT;
-    }
     if (targets_count() >= server_cfg.max_targets) {
         snprintf(why, whylen, "profd already follows %u processes", server_cfg.max_targets);
         return -EDQUOT;
@@ -291,6 +292,7 @@ static cJSON *cmd_status(struct request *r)
     cJSON_AddNumberToObject(d, "targets", (double)visible);
     cJSON_AddNumberToObject(d, "modules", (double)modules_count());
     cJSON_AddNumberToObject(d, "slices_queued", worker_queue_length());
+    cJSON_AddItemToObject(d, "memory", memory_describe());
     /* The unprivileged helpers that parse what targets control. */
     struct symhelper_stats hs[4];
     size_t nh = symhelper_list(hs, ARRAY_SIZE(hs));
@@ -757,6 +759,16 @@ static struct slice_wait *new_slice_wait(struct request *r, pid_t pid, uint64_t 
 static cJSON *submit_slice(struct client *c, struct target *t, struct slice_wait *w)
 {
     uint64_t to = w->to;
+    size_t nsamples;
+    size_t need = slice_estimate(t, w->from, w->to, w->format, &nsamples);
+    char why[320];
+    if (memory_admit_slice(need, nsamples, why, sizeof(why)) < 0) {
+        cJSON *reply = proto_error_reply(w->p->id, PE_LIMIT, "%s", why);
+        cJSON_Delete(w->p->id);
+        free(w->p);
+        slice_wait_free(w);
+        return reply;
+    }
     c->pending = w->p;
     if (stops_in_flight(t, to)) {
         /* Samples of ticks inside the window are still being taken (their threads have not

@@ -16,12 +16,15 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "memory.h"
 #include "util.h"
 
 #define MAX_CLIENTS 1024
 /* A client with this much unread output gets no more requests processed until it reads:
  * a client that never reads cannot grow the daemon's memory. */
 #define OUT_HIGH_WATER (1u << 20)
+/* ... and past profd's max_memory (memory.h), already with this much. */
+#define OUT_SOFT_WATER (64u << 10)
 /* A client that leaves output unread this long is dropped (it may have stopped reading). */
 #define STALL_TIMEOUT 30.0
 
@@ -61,6 +64,17 @@ size_t server_client_count(void)
 uint64_t server_refused_count(void)
 {
     return nrefused;
+}
+
+/* A request set aside is kept parsed: counted at a nominal size (its text is gone). */
+#define DEFERRED_BYTES 1024
+
+size_t server_memory(void)
+{
+    size_t m = 0;
+    for (const struct client *c = clients; c; c = c->next)
+        m += sizeof(*c) + c->in.in.cap + c->out.cap + c->ndeferred * DEFERRED_BYTES;
+    return m;
 }
 
 /* Tell a connection we will not serve why, in one error frame (best effort: a socket just
@@ -201,6 +215,17 @@ static void handle(struct client *c, cJSON *req)
         client_send(c, reply);
 }
 
+/* Has c so much unread output that its next requests must wait (resuming: may they be read
+ * again, with some hysteresis)? */
+static bool output_full(const struct client *c, bool resuming)
+{
+    size_t pending = c->out.len - c->out_off, div = resuming ? 2 : 1;
+    if (pending >= OUT_HIGH_WATER / div)
+        return true;
+    /* Past max_memory a client that does not read gets much less room. */
+    return pending >= OUT_SOFT_WATER / div && memory_over();
+}
+
 /* Most requests with replies held back while one is pending; past them, reading stops. */
 #define MAX_DEFERRED 16
 
@@ -211,7 +236,7 @@ static void handle(struct client *c, cJSON *req)
 static void process(struct client *c)
 {
     while (!c->closing && !c->dead) {
-        if (c->out.len - c->out_off >= OUT_HIGH_WATER) {
+        if (output_full(c, false)) {
             c->throttled = true;
             ev_io_stop(loop, &c->rio);
             return;
@@ -301,10 +326,13 @@ static void on_read(struct ev_loop *l, ev_io *w, int revents)
             finish_at_eof(c);
         return;
     }
+    bool drained = false;
     for (;;) {
         ssize_t n = frame_reader_fill(&c->in, c->fd);
-        if (n == -EAGAIN || n == -EWOULDBLOCK || n == -ENOBUFS)
+        if (n == -EAGAIN || n == -EWOULDBLOCK || n == -ENOBUFS) {
+            drained = true;
             break;
+        }
         if (n < 0) {
             log_debug("client %" PRIu64 ": read: %s", c->id, strerror((int)-n));
             client_close(c);
@@ -322,9 +350,13 @@ static void on_read(struct ev_loop *l, ev_io *w, int revents)
         }
         process(c);
         if (c->closing || c->dead || !ev_is_active(&c->rio))
-            return;
+            break;
     }
-    process(c);
+    if (drained)
+        process(c);
+    /* Nothing left unread: give back the read buffer (an idle client holds none). */
+    if (!c->dead)
+        frame_reader_trim(&c->in);
 }
 
 static void on_write(struct ev_loop *l, ev_io *w, int revents)
@@ -332,7 +364,7 @@ static void on_write(struct ev_loop *l, ev_io *w, int revents)
     (void)l, (void)revents;
     struct client *c = w->data;
     flush(c);
-    if (!c->dead && c->throttled && c->out.len - c->out_off < OUT_HIGH_WATER / 2) {
+    if (!c->dead && c->throttled && !output_full(c, true)) {
         c->throttled = false;
         if (!c->pending && !c->closing) {
             ev_io_start(loop, &c->rio);

@@ -78,6 +78,9 @@ const char *symbolizer_jit_lookup(struct symbolizer *s, int pid, uint64_t addr);
  * between slices so that a daemon running for months does not keep every library it saw. */
 void symbolizer_trim(struct symbolizer *s);
 
+/* Bytes the symbolizer keeps (its caches, the answers' arenas, its buffers). */
+size_t symbolizer_memory(const struct symbolizer *s);
+
 /* Statistics, for status and tests. */
 struct symbolizer_stats {
     uint64_t lookups, hits, modules;

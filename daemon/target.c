@@ -28,6 +28,7 @@
 
 #include "fds.h"
 #include "log.h"
+#include "memory.h"
 #include "modules.h"
 #include "procstatus.h"
 #include "ptrace_util.h"
@@ -599,6 +600,8 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     t->state = T_ATTACHED;
     stacks_init(&t->stacks);
     ring_init(&t->ring, buffer_ns, ring_max_entries(hz, buffer_ns), ring_evict, t);
+    /* Every target's samples share one bound (memory.h). */
+    t->stacks.acct = t->ring.acct = memory_samples();
     epoch_begin(t);
     t->next = targets;
     targets = t;

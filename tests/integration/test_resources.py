@@ -137,3 +137,119 @@ with Daemon(preexec_fn=low_nofile) as d, Program("idlers", 25, 100) as big, \
     out = big.proc.stdout.read()
     check("report eintr=0" in out, "the threads sampled by stopping saw no EINTR (%s)"
           % out.strip())
+
+
+# ---- memory ----
+# A process of our own with transactions of the Python client (client/python): one is
+# started before profd's memory fills and finished after, with a look-back over all of it.
+TXN = r'''
+import sys
+sys.path.insert(0, sys.argv[2])
+import profd
+p = profd.Profd(sys.argv[1], timeout=10, finish_timeout=60)
+print("ready", flush=True)
+txn = None
+for line in sys.stdin:
+    if line.startswith("start"):
+        txn = p.start("resources")
+        print("started", flush=True)
+    elif line.startswith("finish"):
+        try:
+            prof = p.finish(txn, lookback_s=3600)
+            print("ok", len(prof), flush=True)
+        except profd.ProfdError as e:
+            print("err", e.code, e, flush=True)
+'''
+MAX = 2 << 20
+
+
+def parts_sum(m):
+    return sum(m[k] for k in ("samples_bytes", "targets_bytes", "slices_bytes", "clients_bytes",
+                              "transactions_bytes", "symbolizer_bytes"))
+
+
+with Daemon("--max-memory", "2M") as d, Program("busy", 1) as other:
+    app = subprocess.Popen([sys.executable, "-c", TXN, d.socket,
+                            os.path.join(SOURCE, "client", "python")],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    try:
+        check(app.stdout.readline().strip() == "ready", "(set-up) a process with transactions")
+        app.stdin.write("start\n")
+        check(app.stdout.readline().strip() == "started", "its transaction started")
+        wait_until(lambda: any(t["pid"] == app.pid for t in d.status()["targets"]), 10,
+                   "profd to attach it for its transaction")
+        with Program("idlers", 60, 200) as big:
+            c = RawClient(d.socket)
+            r = c.call({"cmd": "attach", "pid": big.pid, "hz": 199})
+            check("result" in r, "a process of 201 threads attaches at 199 Hz (%r)" % err(r))
+            m = d.status()["daemon"]["memory"]
+            check(m["max_bytes"] == MAX and m["samples_grow_below_bytes"] == MAX // 4 * 3
+                  and m["total_bytes"] == parts_sum(m),
+                  "status gives max_memory, the total and its parts (%r)" % m)
+            wait_until(lambda: d.target_status(big.pid)["dropped_max_memory"] > 0, 60,
+                       "the samples to reach their share of max_memory")
+            st, m = d.target_status(big.pid), d.status()["daemon"]["memory"]
+            log("memory: %s" % m)
+            check(m["samples_growth_refused"] > 0 and m["total_bytes"] <= MAX,
+                  "the samples stop growing at three quarters of max_memory (samples %d, total "
+                  "%d of %d bytes), the oldest overwritten (%d so far)"
+                  % (m["samples_bytes"], m["total_bytes"], MAX, st["dropped_max_memory"]))
+            time.sleep(1.0)
+            st2, m = d.target_status(big.pid), d.status()["daemon"]["memory"]
+            check(st2["samples"] > st["samples"] and m["total_bytes"] <= MAX,
+                  "sampling goes on within the bound (%d new samples; total %d of %d bytes)"
+                  % (st2["samples"] - st["samples"], m["total_bytes"], MAX))
+            r = c.call({"cmd": "attach", "pid": other.pid})
+            check(err(r).get("code") == "limit" and "max_memory" in err(r).get("message", ""),
+                  "another attach is refused, naming max_memory (%r)" % err(r).get("message"))
+            r = c.call({"cmd": "slice", "pid": big.pid, "last_ns": 60 * 10**9, "format": "sentry"})
+            check(err(r).get("code") == "limit" and "max_memory" in err(r).get("message", ""),
+                  "a slice of everything, as a Sentry profile, is refused naming max_memory (%r)"
+                  % err(r).get("message"))
+            r = c.call({"cmd": "slice", "pid": big.pid, "last_ns": 50 * 10**6})
+            check(r.get("result", {}).get("samples", 0) > 0,
+                  "a slice of the last 50 ms is built (%r)" % (err(r) or r["result"]["samples"]))
+            # A client that never reads: its replies pile up in profd (up to 1 MiB before
+            # it stops reading it), and count.
+            hog = RawClient(d.socket)
+            hog.s.setblocking(False)
+            body = json.dumps({"cmd": "status"}).encode()
+            frame = struct.pack(">I", len(body)) + body
+            sent = 0
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 5 * SLOW and sent < 3000:
+                try:
+                    hog.s.send(frame)
+                    sent += 1
+                except BlockingIOError:
+                    time.sleep(0.01)
+            def clients_heavy():
+                m = d.status()["daemon"]["memory"]
+                return m if m["clients_bytes"] > MAX // 3 else None
+            m = wait_until(clients_heavy, 20, "the unread replies to be counted")
+            log("memory with a client that does not read: %s" % m)
+            r = c.call({"cmd": "slice", "pid": big.pid, "last_ns": 50 * 10**6})
+            check(err(r).get("code") == "limit" and "max_memory" in err(r).get("message", ""),
+                  "with those counted, even that small slice is refused (%r)"
+                  % err(r).get("message"))
+            app.stdin.write("finish\n")
+            out = app.stdout.readline().strip()
+            check(out.startswith("err limit") and "max_memory" in out,
+                  "and so is the transaction's profile, naming max_memory (%s)" % out)
+            hog.close()
+            wait_until(lambda: d.status()["daemon"]["memory"]["clients_bytes"] < MAX // 8, 20,
+                       "the client's buffers to be freed")
+            r = c.call({"cmd": "slice", "pid": big.pid, "last_ns": 50 * 10**6})
+            check(r.get("result", {}).get("samples", 0) > 0,
+                  "once it has gone, small slices are built again (%r)" % err(r))
+            app.stdin.write("start\n")
+            app.stdout.readline()
+            time.sleep(0.1)
+            app.stdin.write("finish\n")
+            out = app.stdout.readline().strip()
+            check(out.startswith("ok "), "and transactions' profiles too (%s)" % out)
+            c.close()
+        check(d.proc.poll() is None, "profd ran through it all")
+    finally:
+        app.kill()
+        app.wait()

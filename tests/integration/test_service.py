@@ -398,7 +398,7 @@ if have("setpriv"):
                                                   r2.returncode, r2.stderr.strip()))
 else:
     log("skipped: allow_groups (no setpriv)")
-# (A target at 19 999 Hz with 3 busy threads passes 1 MiB of samples in a few seconds; under
+# (A target at 19 999 Hz with 3 busy threads reaches 1 MiB's bound in a few seconds; under
 # valgrind it would take minutes: checked in the other runs.)
 if WRAPPED:
     log("skipped under the wrapper: max_memory")
@@ -406,11 +406,11 @@ else:
     with Daemon("--max-memory", "1M", "--max-hz", "20000", "--max-cpu", "0") as dd, \
             Program("busy", 3) as b, Program("busy", 1) as c:
         dd.ctl("attach", b.pid, "--hz", "19999", "--buffer", "60")
-        wait_until(lambda: dd.target_status(b.pid)["memory_bytes"] >= 1 << 20, 60 * SLOW,
-                   "the first target to use 1 MiB")
+        wait_until(lambda: dd.target_status(b.pid)["dropped_max_memory"] > 0, 60 * SLOW,
+                   "the first target's samples to reach max_memory's bound")
         r = dd.ctl("attach", c.pid, check_rc=False)
         check(r.returncode == 1 and "max_memory" in r.stderr,
-              "max_memory: once the targets use it, an attach is refused (%s)"
+              "max_memory: once the samples reach it, an attach is refused (%s)"
               % r.stderr.strip())
 
 # 8. SIGTERM with many attached processes: detached and exited well within the unit's
