@@ -357,7 +357,7 @@ static cJSON *cmd_attach(struct request *r)
         txn_target_changed(r->pid);
         return result_reply(r->id, target_summary(r->t, now_ns()));
     }
-    if (r->t) {
+    if (r->t && !target_is_previous(r->t)) {
         return proto_error_reply(r->id, PE_ALREADY_ATTACHED, "process %d is already %s",
                                  r->pid, r->t->state == T_EXITED ? "attached (and has exited)"
                                                                  : "attached");
@@ -969,6 +969,8 @@ static cJSON *cmd_txn_finish(struct request *r)
         return err;
     pid_t pid = r->c->peer.pid;
     struct target *t = target_find(pid);
+    if (t && t->state == T_EXITED)
+        t = NULL; /* a previous process of this pid (the caller lives): not its samples */
     if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
         target_sample_boundary(t, x->tid, now_ns()); /* its boundary, as at the start */
     txn_end(tp, x, now_ns());
@@ -1086,6 +1088,10 @@ cJSON *commands_dispatch(struct client *c, const cJSON *req)
         if (got) {
             r.pid = (pid_t)pid;
             r.t = target_find(r.pid);
+            /* An attach of a pid reused since its target exited is about the process that
+             * has it now: checked against its credentials, not the old one's. */
+            if (k->fn == cmd_attach && target_is_previous(r.t))
+                r.t = NULL;
             char why[256];
             int e = may_access(c, r.t, r.pid, why, sizeof(why));
             if (e < 0) {

@@ -77,6 +77,35 @@ struct target *target_find(pid_t pid)
     return NULL;
 }
 
+/* When process pid started (/proc/PID/stat, field 22, clock ticks since boot): with the
+ * pid, what tells a process from a later one that got the same pid. */
+static int read_start_time(pid_t pid, uint64_t *out)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    ssize_t n = read_file(path, buf, sizeof(buf));
+    if (n < 0)
+        return (int)n;
+    const char *p = strrchr(buf, ')');
+    /* After ") ": state is field 3; starttime is field 22, 19 fields further. */
+    for (int field = 2; p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    if (!p)
+        return -EINVAL;
+    char *end;
+    *out = strtoull(p + 1, &end, 10);
+    return end == p + 1 ? -EINVAL : 0;
+}
+
+bool target_is_previous(const struct target *t)
+{
+    uint64_t start;
+    /* A zombie of the process itself (its parent has not reaped it) still has its start
+     * time: only another process has another. */
+    return t && t->state == T_EXITED && t->start_time &&
+           read_start_time(t->pid, &start) == 0 && start != t->start_time;
+}
+
 const char *target_state_name(enum target_state s)
 {
     switch (s) {
@@ -546,7 +575,13 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     why[0] = '\0';
     if (pid <= 0)
         return -ESRCH;
-    if (target_find(pid)) {
+    struct target *old = target_find(pid);
+    if (old && target_is_previous(old)) {
+        /* Its samples were of another process: forgotten, as they would be at expiry. */
+        log_info("forgetting exited process %d (%s): the pid is another process's now", pid,
+                 old->comm);
+        target_detach(old, NULL, NULL);
+    } else if (old) {
         snprintf(why, whylen, "process %d is already attached", pid);
         return -EEXIST;
     }
@@ -589,6 +624,8 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
         free(t);
         return -ESRCH;
     }
+    if (read_start_time(pid, &t->start_time) < 0)
+        t->start_time = 0; /* unknown: never taken for a previous process */
     /* A leader that called pthread_exit is a zombie while its other threads run: still a
      * process to profile. */
     snprintf(path, sizeof(path), "/proc/%d/exe", pid);

@@ -125,6 +125,7 @@ struct target {
     unsigned hz;
     uint64_t buffer_ns;
     uint64_t attach_ns;
+    uint64_t start_time;    /* the process's start (/proc/PID/stat): with pid, its identity */
     uid_t owner_uid;        /* uid of the client that attached it */
     bool explicit_attach;   /* attached by an attach request (not only for transactions) */
     uint64_t exit_ns;
@@ -169,7 +170,8 @@ void targets_shutdown(uint64_t timeout_ns);
 
 /* Attach to process pid: seize every thread. Returns 0 or -errno: -ESRCH (no such process),
  * -EPERM (not allowed, or already traced: why says by whom), -EEXIST (already attached),
- * -EINVAL (pid is a thread, not a process), -EMFILE/-ENFILE/-ENOMEM (profd is out of
+ * -EINVAL (pid is a thread, not a process; an exited target of that pid is replaced when
+ * another process has the pid now, see target_is_previous), -EMFILE/-ENFILE/-ENOMEM (profd is out of
  * descriptors or memory to even look at it), -EIO (seized, but it cannot be sampled: its
  * maps, the unwinder or the schedule could not be set up; why says which and why). */
 int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
@@ -177,6 +179,12 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
 /* Begin detaching; done() is called when every thread is released (possibly at once). */
 void target_detach(struct target *t, void (*done)(struct target *, void *, int), void *ctx);
 struct target *target_find(pid_t pid);
+/* Has t exited, and its pid been given to another process since (the kernel reuses pids)?
+ * Such a target is not that process: attaching the pid (an attach, a transaction's start)
+ * replaces it, and a transaction of the new process never reads its samples. (While a
+ * target is attached its pid cannot be reused: a traced process's pid is freed only once
+ * profd has reaped it.) */
+bool target_is_previous(const struct target *t);
 struct target *targets_first(void);
 size_t targets_count(void);
 

@@ -98,10 +98,21 @@ static void attach_now(struct txn_proc *tp)
 {
     tp->attaching = false;
     struct target *t = target_find(tp->pid);
-    if (t)
+    if (t && !target_is_previous(t))
         return; /* attached meanwhile; or it exited: its samples stay until forgotten */
     if (!tp->open)
         return; /* every transaction ended before we got to it */
+    if (t) {
+        /* The pid is another process's now (target_attach forgets the old target): so are
+         * its transactions from here on; the ended ones of the old process go with it. */
+        while (tp->done) {
+            struct txn *x = tp->done;
+            tp->done = x->next;
+            txn_free(x);
+        }
+        tp->done_tail = NULL;
+        tp->ndone = 0;
+    }
     char why[256] = "";
     int r = target_attach(tp->pid, server_cfg.default_mode, server_cfg.default_hz,
                           server_cfg.default_buffer_ns, &t, why, sizeof(why));
@@ -163,8 +174,10 @@ struct txn *txn_start(pid_t pid, pid_t tid, uint64_t id, const char *name,
     ev_timer_stop(g.loop, &tp->linger);
     struct target *t = target_find(pid);
     if (!t || t->state == T_EXITED) {
+        /* (An exited target of this pid is a previous process: the caller lives.) */
         tp->attaching = true;
         tp->attach_err = 0;
+        tp->uid = uid; /* the attach is this caller's */
         if (attach_sync) {
             attach_now(tp);
             return x;
