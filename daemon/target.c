@@ -530,9 +530,11 @@ static int seize_all(struct target *t, char *why, size_t whylen)
                 bool zombie = false;
                 if (e == ESRCH)
                     continue; /* exited meanwhile */
-                if (e == EPERM && read_thread_stat(t->pid, tid, (char[16]){0}, &zombie) == 0 &&
-                    zombie)
-                    continue; /* a leader that called pthread_exit: nothing to trace */
+                int st = e == EPERM ? read_thread_stat(t->pid, tid, (char[16]){0}, &zombie) : 0;
+                if (e == EPERM && ((st == 0 && zombie) || st == -ENOENT || st == -ESRCH))
+                    continue; /* exiting or gone (the kernel refuses a task that has an exit
+                               * state with EPERM), or a leader that called pthread_exit:
+                               * nothing to trace */
                 if (e == EPERM && tracer_of(tid) == getpid()) {
                     /* Auto-attached through a seized thread's clone: it starts in a stop
                      * we have not reaped yet. */
