@@ -500,9 +500,14 @@ static void on_accept(struct ev_loop *l, ev_io *w, int revents)
         c->fd = fd;
         c->id = next_id++;
         c->accept_ns = now_ns();
-        if (peer_from_socket(fd, &c->peer) < 0) {
-            close(fd);
+        int pr = peer_from_socket(fd, &c->peer);
+        if (pr < 0) {
             free(c);
+            if (pr == -EMFILE || pr == -ENFILE || pr == -ENOMEM)
+                refuse(fd, "profd cannot check who is connecting now: %s: try again later",
+                       strerror(-pr));
+            else
+                close(fd); /* not a peer to answer (gone already) */
             continue;
         }
         peer_read_groups(fd, &c->peer);

@@ -57,7 +57,8 @@ with Daemon(preexec_fn=low_nofile) as d, Program("idlers", 25, 100) as big, \
     dd = d.status()["daemon"]["descriptors"]
     log("descriptors: %s; threads without files: %d" % (dd, st["threads_without_files"]))
     check(st["threads"] == 101 and 0 < st["threads_without_files"] < 101
-          and dd["limit"] == NOFILE and dd["threads"] <= NOFILE - dd["reserved"]
+          # (valgrind keeps a few descriptors of the limit for itself)
+          and NOFILE - 32 < dd["limit"] <= NOFILE and dd["threads"] <= dd["limit"] - dd["reserved"]
           and dd["threads_refused"] >= st["threads_without_files"],
           "threads beyond the budget go without their /proc files (%d of 101; %d descriptors "
           "for threads, %d kept for the rest)" % (st["threads_without_files"], dd["threads"],
@@ -80,8 +81,13 @@ with Daemon(preexec_fn=low_nofile) as d, Program("idlers", 25, 100) as big, \
             s.sendall(struct.pack(">I", len(hello)) + hello)
         except OSError:
             pass  # refused and closed already: its error is waiting to be read
+    resets = 0
     for s in socks:
-        hdr = s.recv(4)
+        try:
+            hdr = s.recv(4)
+        except ConnectionResetError:
+            resets += 1  # closed without a word
+            continue
         if len(hdr) < 4:
             continue
         body = b""
@@ -93,30 +99,56 @@ with Daemon(preexec_fn=low_nofile) as d, Program("idlers", 25, 100) as big, \
             body += chunk
         e = json.loads(body).get("error")
         (refused if e else served).append(e or s)
-    check(refused and all(e["code"] == "limit" and "out of file descriptors" in e["message"]
-                          for e in refused),
+    check(refused and not resets and
+          all(e["code"] == "limit" and ("out of file descriptors" in e["message"] or
+                                        "Too many open files" in e["message"])
+              for e in refused),
           "%d of %d connections refused with an error saying profd is out of file "
-          "descriptors (%r)" % (len(refused), len(socks), refused[0] if refused else None))
+          "descriptors (%r), none closed without a word (%d)"
+          % (len(refused), len(socks), refused[0] if refused else None, resets))
     c0 = cpu_s(d.pid)
     time.sleep(1.0)
     used = cpu_s(d.pid) - c0
     check_timing(used < 0.5, "the daemon does not spin meanwhile (%.2f s of CPU in 1 s)" % used)
-    r = c.call({"cmd": "attach", "pid": third.pid})
-    check(err(r).get("code") == "limit" and "out of file descriptors" in err(r).get("message", ""),
-          "an attach meanwhile fails as a limit naming the shortage (%r)" % err(r))
-    # One descriptor free: a request is read and answered, but the symbolizer's socketpair
-    # (two) cannot be made.
+    # Exactly one descriptor free (counted below the limit: valgrind keeps its own above
+    # it): a request is read and answered, but the symbolizer's socketpair (two) cannot be
+    # made.
+    limit = dd["limit"]
+    def free_fds():
+        return limit - sum(1 for f in os.listdir("/proc/%d/fd" % d.pid) if int(f) < limit)
     full = nfds(d.pid)
-    served.pop().close()
-    wait_until(lambda: nfds(d.pid) < full, 10, "profd to close that client")
+    for i in range(20):
+        n = free_fds()
+        if n == 1:
+            break
+        if n == 0:
+            served.pop().close()
+            wait_until(lambda: free_fds() > 0, 10, "profd to close that client")
+        else:  # a client served takes one more
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(d.socket)
+            s.sendall(struct.pack(">I", len(hello)) + hello)
+            s.recv(4096)
+            served.append(s)
+            socks.append(s)
+    check(free_fds() == 1, "(set-up) exactly one descriptor free in profd")
     r = c.call({"cmd": "slice", "pid": small.pid, "last_ns": 10**9})
     res = r.get("result") or {}
     log("slice with one descriptor free: %s" % ({k: v for k, v in res.items() if k != "data"}
                                                 or err(r)))
-    check(res.get("samples", 0) > 0 and "socketpair: Too many open files"
-          in res.get("symbols_error", ""),
+    # (Under valgrind, whose descriptors are its own, the socketpair may be made; the helper
+    # then cannot start, which the reply says too.)
+    want = "socketpair: Too many open files" if not os.environ.get("PROFD_WRAPPER") else "symbolizer"
+    check(res.get("samples", 0) > 0 and want in res.get("symbols_error", ""),
           "a slice then comes back, its frames unsymbolized, saying why (%r)"
           % res.get("symbols_error"))
+    r = c.call({"cmd": "attach", "pid": third.pid})
+    msg = err(r).get("message", "")
+    check(err(r).get("code") in ("limit", "attach_failed") and
+          ("out of file descriptors" in msg or "Too many open files" in msg),
+          "an attach then fails, naming the shortage (%r)" % err(r))
+    wait_until(lambda: all(v == 0 for v in tracer_pids(third.pid).values()), 10,
+               "profd to release what it seized of it")
     for s in socks:
         s.close()
     wait_until(lambda: nfds(d.pid) < full - len(served) + 4, 10,
@@ -217,7 +249,8 @@ with Daemon("--max-memory", "2M") as d, Program("busy", 1) as other:
             frame = struct.pack(">I", len(body)) + body
             sent = 0
             t0 = time.monotonic()
-            while time.monotonic() - t0 < 5 * SLOW and sent < 3000:
+            # (Not for long: profd drops a client that leaves its output unread for 30 s.)
+            while time.monotonic() - t0 < 5 and sent < 3000:
                 try:
                     hog.s.send(frame)
                     sent += 1
