@@ -56,7 +56,8 @@ class Slicer:
             t0 = time.monotonic()
             r = c.call({"cmd": "slice", "pid": self.pid, "last_ns": 10**9})
             dt = time.monotonic() - t0
-            if not r or r.get("result", {}).get("samples", 0) <= 0:
+            # (Under a slow wrapper a second may go by without a sample of a busy daemon.)
+            if not r or "result" not in r or (TIMING and r["result"]["samples"] <= 0):
                 self.failures.append(r)
             self.lat.append(dt)
             time.sleep(0.2)
@@ -203,8 +204,8 @@ with Daemon() as d, Program("busy", 1) as other:
           "it followed the self-exec storm through every generation (%d threads seen)"
           % st[se.pid]["threads_seen"])
     lat, failures = sl.finish()
-    check(lat and not failures, "another client's slices of another target: %d, all with samples "
-          "(%d failed)" % (len(lat), len(failures)))
+    check(lat and not failures, "another client's slices of another target: %d, all answered "
+          "(%d failed: %r)" % (len(lat), len(failures), failures[:2]))
     check_timing(max(lat) < 10.0, "... the slowest in %.2f s" % max(lat))
     check(d.target_status(other.pid)["state"] == "attached", "the other target is still sampled")
 
@@ -278,8 +279,8 @@ with Daemon() as d, Program("busy", 1) as other:
     for s in many + floods:
         s.close()
     lat, failures = sl.finish()
-    check(not failures, "another client's slices meanwhile: %d, all with samples"
-          % (len(lat) - n0))
+    check(not failures, "another client's slices meanwhile: %d, all answered (%r)"
+          % (len(lat) - n0, failures[:2]))
     check_timing(max(lat) < 10.0, "... the slowest in %.2f s" % max(lat))
     r = RawClient(d.socket).call({"cmd": "status"})
     check("result" in r, "profd answers a new client after the flood")
