@@ -239,8 +239,9 @@ with Daemon("--max-memory", "2M") as d, Program("busy", 1) as other:
                   "a slice of everything, as a Sentry profile, is refused naming max_memory (%r)"
                   % err(r).get("message"))
             r = c.call({"cmd": "slice", "pid": big.pid, "last_ns": 50 * 10**6})
-            check(r.get("result", {}).get("samples", 0) > 0,
-                  "a slice of the last 50 ms is built (%r)" % (err(r) or r["result"]["samples"]))
+            # (Built, not refused: on a busy machine 50 ms may hold no sample.)
+            check("result" in r, "a slice of the last 50 ms is built (%r)"
+                  % (err(r) or r["result"]["samples"]))
             # A client that never reads: its replies pile up in profd (up to 1 MiB before
             # it stops reading it), and count.
             hog = RawClient(d.socket)
@@ -273,8 +274,7 @@ with Daemon("--max-memory", "2M") as d, Program("busy", 1) as other:
             wait_until(lambda: d.status()["daemon"]["memory"]["clients_bytes"] < MAX // 8, 20,
                        "the client's buffers to be freed")
             r = c.call({"cmd": "slice", "pid": big.pid, "last_ns": 50 * 10**6})
-            check(r.get("result", {}).get("samples", 0) > 0,
-                  "once it has gone, small slices are built again (%r)" % err(r))
+            check("result" in r, "once it has gone, small slices are built again (%r)" % err(r))
             app.stdin.write("start\n")
             app.stdout.readline()
             time.sleep(0.1)
