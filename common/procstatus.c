@@ -21,6 +21,7 @@ static const char *const field_names[PS_NFIELDS] = {
     [PS_NSPID] = "NSpid",
     [PS_SIGIGN] = "SigIgn",
     [PS_SIGCGT] = "SigCgt",
+    [PS_SHDPND] = "ShdPnd",
     [PS_CAPPRM] = "CapPrm",
     [PS_CAPEFF] = "CapEff",
     [PS_VCSW] = "voluntary_ctxt_switches",
@@ -188,6 +189,8 @@ static bool parse_value(enum procstatus_field f, struct cur *c, struct procstatu
         st->nspid_depth = n;
         return true;
     }
+    case PS_SHDPND:
+        return one_hex(c, &st->sig_shd);
     case PS_SIGIGN:
         return one_hex(c, &st->sig_ign);
     case PS_SIGCGT:

@@ -32,6 +32,7 @@ enum procstatus_field {
     PS_GID,
     PS_NGROUPS, /* the Groups line (its count; the ids themselves are not kept) */
     PS_NSPID,
+    PS_SHDPND, /* signals pending for the whole process (kill), not one thread (tgkill) */
     PS_SIGIGN,
     PS_SIGCGT,
     PS_CAPPRM,
@@ -52,7 +53,7 @@ struct procstatus {
     uint32_t ngroups;
     pid_t nspid;          /* NSpid: its last field, the pid in the innermost namespace */
     uint32_t nspid_depth; /* how many fields NSpid had */
-    uint64_t sig_ign, sig_cgt;
+    uint64_t sig_shd, sig_ign, sig_cgt;
     uint64_t cap_prm, cap_eff;
     uint64_t vcsw, nvcsw; /* voluntary_ctxt_switches, nonvoluntary_ctxt_switches */
 };

@@ -147,6 +147,7 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(o, "stop_latency_us_avg",
                             s->interrupts ? (double)s->stop_latency_ns / (double)s->interrupts / 1e3 : 0);
     cJSON_AddNumberToObject(o, "syscalls_restarted", (double)s->eintr_repaired);
+    cJSON_AddNumberToObject(o, "wakeups_rescued", (double)s->wakeups_rescued);
     cJSON_AddNumberToObject(o, "signals_forwarded", (double)s->signals_forwarded);
     cJSON_AddNumberToObject(o, "group_stops", (double)s->group_stops);
     cJSON_AddNumberToObject(o, "threads_seen", (double)s->threads_seen);
@@ -901,7 +902,7 @@ static cJSON *cmd_txn_start(struct request *r)
      * than the interval can have the two samples Sentry needs. */
     t = target_find(pid);
     if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
-        target_sample_boundary(t, (pid_t)tid, now_ns());
+        target_sample_boundary(t, (pid_t)tid, now_ns(), 0);
     if (noreply)
         return NULL;
     cJSON *res = cJSON_CreateObject();
@@ -972,7 +973,12 @@ static cJSON *cmd_txn_finish(struct request *r)
     if (t && t->state == T_EXITED)
         t = NULL; /* a previous process of this pid (the caller lives): not its samples */
     if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
-        target_sample_boundary(t, x->tid, now_ns()); /* its boundary, as at the start */
+        target_sample_boundary(t, x->tid, now_ns(), x->start_ns); /* as at the start */
+    /* The profile names its thread: as it is called now. A thread that named itself just
+     * after profd first read its name would otherwise keep the name it was born with until
+     * the next refresh (housekeeping, once a second). */
+    if (t && t->state == T_ATTACHED)
+        target_refresh_name(t, x->tid);
     txn_end(tp, x, now_ns());
     if (!t) {
         if (tp->attach_err)

@@ -188,7 +188,10 @@ static void set_last(struct thread *th, uint32_t stack, uint64_t run_ns, uint64_
 }
 
 /* Track how long a thread has been blocked in the same call: the first time we saw it
- * there, with the same arguments, and not having run since (pcount unchanged). */
+ * there, with the same arguments, and not having run since (pcount unchanged). "Saw" is a
+ * time taken after the read of its syscall file, never the tick's: the call began before
+ * that read, but maybe after the tick began (on a busy machine the tick can take
+ * milliseconds), and a start taken too early would end a repaired wait early. */
 static void observe_blocked(struct thread *th, const struct sysc_info *si, uint64_t pcount,
                             uint64_t now)
 {
@@ -307,7 +310,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             pcount = pcount2;
             continue;
         }
-        observe_blocked(th, &si, pcount, tick_ns);
+        observe_blocked(th, &si, pcount, now_ns());
         if (th->stop_eintr && run - th->stop_eintr_run_ns >= PAST_STOP_EINTR_NS)
             th->stop_eintr = false; /* blocked again since: past the job-control EINTR */
         enum unwind_end end;
@@ -482,7 +485,7 @@ static bool sample_wall(struct target *t, struct thread *th, uint64_t tick_ns)
             t->stats.skipped_stopped++;
         return false;
     }
-    if (th->interrupt_pending) {
+    if (th->interrupt_pending || th->rescue_pending) {
         t->stats.skipped_pending++;
         return false;
     }
@@ -517,9 +520,9 @@ void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
             if (!th->cpu_due)
                 continue;
             th->cpu_due = false;
-            if (th->state == TH_GROUP_STOP || th->interrupt_pending) {
+            if (th->state == TH_GROUP_STOP || th->interrupt_pending || th->rescue_pending) {
                 t->stats.skipped_off_cpu += th->state == TH_GROUP_STOP;
-                t->stats.skipped_pending += th->interrupt_pending;
+                t->stats.skipped_pending += th->interrupt_pending || th->rescue_pending;
                 continue;
             }
             interrupted += sample_thread(t, th, tick_ns, true);

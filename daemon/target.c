@@ -488,6 +488,24 @@ static void target_destroy(struct target *t)
     free(t);
 }
 
+/* Read the process's signal dispositions, and the signals pending for the whole process
+ * (shd, may be NULL). The dispositions are kept: guard_shared_signals looks at them first. */
+static int read_sigstate(struct target *t, uint64_t *shd)
+{
+    struct procstatus st;
+    int r = procstatus_read_fd(t->status_fd, &status_buf, &st);
+    if (r < 0)
+        return r;
+    if (!procstatus_has(&st, PS_SHDPND) || !procstatus_has(&st, PS_SIGIGN) ||
+        !procstatus_has(&st, PS_SIGCGT))
+        return -EPROTO;
+    t->sig_ign = st.sig_ign;
+    t->sig_cgt = st.sig_cgt;
+    if (shd)
+        *shd = st.sig_shd;
+    return 0;
+}
+
 /* Seize every thread, rescanning /proc/PID/task until a pass finds none new: threads
  * created by seized threads are attached by the kernel (PTRACE_O_TRACECLONE), and ones
  * created by not-yet-seized threads are caught by the next pass. In each pass the leader
@@ -663,6 +681,7 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     if (t->status_fd < 0 && errno != ENOENT)
         log_warn("pid %d: cannot open %s (%s): signals it ignores may make its waits fail "
                  "with EINTR", pid, path, strerror(errno));
+    read_sigstate(t, NULL);
     t->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (t->pidfd < 0 && errno != ESRCH)
         log_warn("pid %d: pidfd_open: %s: socket timeouts of its interrupted calls are "
@@ -703,6 +722,121 @@ setup_failed:
     return r == -ESRCH ? r : -EIO;
 }
 
+/* Stolen wake-ups. A signal sent to the process rather than to one thread (kill(2), even
+ * when given a thread's id; a terminal's SIGWINCH; SIGCHLD; SIGURG) waits in the process's
+ * shared queue, and the kernel wakes one thread that does not block it to take it
+ * (kernel/signal.c complete_signal(): the thread named if it "wants" it, else the next one
+ * that is neither in a stop nor has a signal pending already). But any thread that passes
+ * through get_signal() dequeues from that queue, not only the one woken, which may then find
+ * nothing: it returns without a signal-delivery-stop, so profd never sees it, and a call
+ * that reports an interruption as a plain -EINTR (epoll waits, socket calls with
+ * SO_RCVTIMEO: sysc_restartable) fails with EINTR. Untraced, an ignored signal is discarded
+ * when it is sent and wakes nobody (sig_ignored()); traced, it is queued for the tracer to
+ * see ("Tracers may want to know about even ignored signal"), and its wake-up is real. And
+ * the tracer makes thieves: a thread leaving any ptrace stop makes a pass through
+ * get_signal()'s dequeue on its way out (it stopped there, or ptrace_stop() set
+ * TIF_SIGPENDING for the shared queue: "Queued signals ignored us while we were stopped for
+ * tracing"), and complete_signal() passes over a thread in a ptrace stop, so a signal aimed
+ * at it wakes another thread while it takes the signal itself once resumed. (So do threads
+ * that recompute their pending state for their own reasons: sigprocmask, the mask restored
+ * at the end of epoll_pwait or ppoll.) None of this happens with tgkill(2), whose signal
+ * only its thread can take.
+ *
+ * Closed here: a thread is not resumed while an ignored signal that it could take waits in
+ * the shared queue before every thread that may have been woken for it is interrupted. A
+ * woken thread that has not reached get_signal() then stops there (job-control traps are
+ * handled before the dequeue) and its -EINTR is repaired in that stop (rescue_stop); one
+ * that has reached it finds the signal still queued (its would-be thief is held in its stop)
+ * and takes it, unless a thread profd does not hold takes it first (below). Measured with
+ * blocker (its computing thread idle), bursts of 30 SIGWINCH+SIGURG pairs sent with kill(2)
+ * to one thread, 1 to 10 ms apart: 40 EINTR in 18 of 40 bursts before, 1 in 40 after (with a
+ * CPU-bound process beside it: 154 in 38 of 80 bursts before, 1 in 80 after).
+ *
+ * Not closed, and not closable by a tracer that stays attached: a signal sent in the 20-50 us
+ * between PTRACE_CONT and the resumed thread's first moment on a CPU (a halted vCPU's
+ * wake-up here), when it makes its pass, or taken by a thread profd does not hold at all (one
+ * ending its epoll_pwait restores its mask and recomputes). profd learns of such a theft only
+ * afterwards, from the thief's signal-delivery-stop, when the woken thread is usually back
+ * in user mode already (interrupting threads then was measured to catch few, and its stops
+ * made more thieves). A busy thread sampled at 999 Hz is in that window 2-5% of the time:
+ * the case reported, a thread in epoll_wait of such a process sent 30 SIGWINCH with
+ * kill(2), still sees an EINTR in about one burst in four (16 EINTR in 11 of 48 bursts; 13
+ * in 11 without this): there the busy thread, resumed from its sample, takes the signal
+ * while the thread it woke waits for a CPU. No ptrace request prevents that pass: the last
+ * one before user mode always uses the thread's own mask (PTRACE_SETSIGMASK would have to
+ * stay in force while it runs, visible to it and inherited by a fork). Only not being
+ * attached would: the kernel queues an ignored signal only when the thread it names is
+ * traced, so threads sampled from /proc need not be attached between samples. */
+static void rescue_stolen_wakeups(struct target *t, struct thread *thief)
+{
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *o = t->threads[i];
+        if (o == thief || o->zombie || !o->born || o->state != TH_RUNNING ||
+            o->interrupt_pending || o->rescue_pending)
+            continue;
+        /* The thread woken is runnable, "running" in the syscall file, or waking and not
+         * yet on a run queue (TASK_WAKING), which the syscall file still shows in its
+         * call. So: every thread shown running (busy ones get a stop they did not need)
+         * and every one shown in a call that EINTR would break (one asleep there gets an
+         * interruption of ours, repaired as any other). A thread in any other call restarts
+         * it itself when woken for nothing (read on a pipe, select, futex), and a thread in
+         * a ptrace stop is not woken at all (complete_signal() passes it over). */
+        struct sysc_info si;
+        if (proc_read_syscall(o->syscall_fd, &si) < 0 ||
+            !(si.state == SYSC_RUNNING ||
+              (si.state == SYSC_IN_SYSCALL && sysc_restartable(si.nr))))
+            continue;
+        if (ptrace(PTRACE_INTERRUPT, o->tid, 0, 0) == 0) {
+            o->rescue_pending = true;
+            t->stats.wakeups_rescued++;
+        }
+    }
+}
+
+/* th is in a ptrace stop, about to be resumed: if an ignored signal that it does not block
+ * waits in the shared queue, rescue the thread woken for it first (see above). The queue is
+ * peeked with PTRACE_PEEKSIGINFO, one system call (~1 us; it is nearly always empty). Only
+ * when it holds a signal that th does not block and that the process ignored or did not
+ * handle at the last look is /proc/PID/status read (10-20 us, more on a busy machine) for
+ * the pending set and the dispositions: a program whose shared queue keeps signals it
+ * handles (blocked in all threads but one, say) must not pay that at every sample. (So a
+ * handler replaced by SIG_IGN is seen at the next read: a repair, or housekeeping, within a
+ * second. A legacy signal queued with RLIMIT_SIGPENDING exhausted has no entry to peek at.) */
+static void guard_shared_signals(struct thread *th)
+{
+    struct target *t = th->t;
+    if (t->state != T_ATTACHED)
+        return;
+    /* Zeroed although the kernel fills what it returns: valgrind (3.19) does not know that
+     * PTRACE_PEEKSIGINFO writes here. */
+    siginfo_t si[8];
+    memset(si, 0, sizeof(si));
+    struct __ptrace_peeksiginfo_args a = {.off = 0, .flags = PTRACE_PEEKSIGINFO_SHARED,
+                                          .nr = 8};
+    long n = ptrace(PTRACE_PEEKSIGINFO, th->tid, &a, si);
+    if (n <= 0)
+        return;
+    uint64_t blocked = 0;
+    if (ptrace(PTRACE_GETSIGMASK, th->tid, sizeof(blocked), &blocked) < 0)
+        blocked = 0;
+    bool look = n == (long)(sizeof(si) / sizeof(si[0])); /* maybe more than peeked */
+    for (long i = 0; i < n && !look; i++) {
+        int sig = si[i].si_signo;
+        look = sig >= 1 && sig <= 64 && !(blocked & (1ull << (sig - 1))) &&
+               !(t->sig_cgt & (1ull << (sig - 1)) && !(t->sig_ign & (1ull << (sig - 1))));
+    }
+    uint64_t shd;
+    if (!look || read_sigstate(t, &shd) < 0)
+        return;
+    for (int sig = 1; sig <= 64; sig++) {
+        uint64_t bit = 1ull << (sig - 1);
+        if ((shd & bit) && !(blocked & bit) && sig_is_ignored(t->sig_ign, t->sig_cgt, sig)) {
+            rescue_stolen_wakeups(t, th);
+            return;
+        }
+    }
+}
+
 void target_resume(struct thread *th, int sig)
 {
     /* Any ptrace stop clears a pending PTRACE_INTERRUPT (kernel/signal.c ptrace_stop: "any
@@ -714,6 +848,8 @@ void target_resume(struct thread *th, int sig)
         th->interrupt_pending = false;
         th->t->stats.skipped_pending++;
     }
+    th->rescue_pending = false;
+    guard_shared_signals(th);
     int r = ptrace(PTRACE_CONT, th->tid, 0, (long)sig) < 0 ? -errno : 0;
     note_released(th->tid, r);
     if (r < 0 && r != -ESRCH)
@@ -950,13 +1086,114 @@ static struct thread *adopt_unknown(pid_t tid, int status)
  * stop. A call that ended in between (its timeout, an event) and a new call that blocked
  * make it three or more. (A signal already pending when the call restarts makes it one:
  * the chain then looks new and its wait starts over; accepting one would join a new call
- * that returned at once to the old one, and end it early, which is worse.) Counted in voluntary context switches, which a preemption (a busy
- * machine) does not add to, unlike schedstat's count of times scheduled in. */
+ * that returned at once to the old one, and end it early, which is worse.) Counted in
+ * voluntary context switches, which a preemption (a busy machine) does not add to, unlike
+ * schedstat's count of times scheduled in. Two is also what a call that timed out and a
+ * new one that met a signal already pending at its start make: such a new call is told
+ * apart by time (the restarted one could not have timed out yet: chain_limit_ns) and, for
+ * the epoll waits, by its timeout argument (a new call has the program's, not the one the
+ * repair wrote). Seen with a SIGWINCH every 1-2 ms: about one wait in 150 ended at once. */
 #define CHAIN_SWITCHES 2
+
+/* A thread's voluntary context switches (its status): it gave up the CPU to wait (blocking,
+ * a ptrace stop), unlike a preemption. Returns 0 or -errno. */
+static int thread_vcsw(struct thread *th, uint64_t *vcsw)
+{
+    struct procstatus st;
+    int r = procstatus_read_fd(th->status_fd, &status_buf, &st);
+    if (r < 0)
+        return r;
+    if (!procstatus_has(&st, PS_VCSW))
+        return -EPROTO;
+    *vcsw = st.vcsw;
+    return 0;
+}
+
+/* th stopped again in the exit from a call whose repair is already done (rax is
+ * -ERESTARTNOHAND: a further signal dequeued, or a rescue, before the restart): that stop is
+ * one more voluntary switch, which the chain must not take for a wake-up of its own. */
+static void chain_note_stop(struct thread *th, const struct user_regs_struct *regs)
+{
+    uint64_t vcsw;
+    if (th->chain_valid && th->chain_nr == (long)regs->orig_rax &&
+        th->chain_args[0] == regs->rdi && th->chain_args[1] == regs->rsi &&
+        th->chain_args[2] == regs->rdx && thread_vcsw(th, &vcsw) == 0)
+        th->chain_vcsw = vcsw;
+}
 
 /* The kernel can rewrite an ignored signal's interruption into a restart: the program
  * would never have been woken without the tracer (traced threads get even ignored
- * signals, which interrupt their system calls). */
+ * signals, which interrupt their system calls). th is stopped with regs, woken by an
+ * ignored signal (its own, or one another thread took: rescue_stolen_wakeups). */
+static void repair_ignored_wakeup(struct thread *th, struct user_regs_struct *regs)
+{
+    struct target *t = th->t;
+    if ((long)regs->rax == -KERNEL_ERESTARTNOHAND) {
+        chain_note_stop(th, regs);
+        return;
+    }
+    if ((long)regs->rax != -EINTR || !sysc_restartable((long)regs->orig_rax))
+        return;
+    /* How long has this call waited? Signals can keep coming, each restarting it: a chain
+     * of repairs of the same call (same number and first arguments, and no other wake-up
+     * of the thread in between: CHAIN_SWITCHES) is measured from its first start, so the
+     * call still ends when its timeout is up instead of being postponed for as long as the
+     * signals come. The first start is known at least from our own observation of the
+     * thread blocked there (and it having woken once since, for this signal); else the
+     * signal's arrival is taken, and the call may end late by what it waited before. */
+    uint64_t now = now_ns(), run = 0, pcount = 0, vcsw = 0;
+    long nr = (long)regs->orig_rax;
+    bool have_sched = proc_read_schedstat(th->schedstat_fd, &run, &pcount) == 0;
+    bool have_vcsw = thread_vcsw(th, &vcsw) == 0;
+    bool epoll_ms = nr == SYS_epoll_wait || nr == SYS_epoll_pwait;
+    bool in_time = th->chain_limit_ns < 0 ||
+                   now - th->chain_repair_ns < (uint64_t)th->chain_limit_ns;
+    bool same = th->chain_valid && th->chain_nr == nr && th->chain_args[0] == regs->rdi &&
+                th->chain_args[1] == regs->rsi && th->chain_args[2] == regs->rdx && have_vcsw &&
+                vcsw == th->chain_vcsw + CHAIN_SWITCHES && in_time &&
+                (!epoll_ms || regs->r10 == th->chain_r10);
+    int64_t timeout;
+    if (!same) {
+        /* The call seen blocked, woken once since (for this signal) and the same arguments
+         * (its timeout too): this one, unless it has waited its whole timeout since, which
+         * it cannot have without timing out: then it did, and this is a new call that met
+         * the signal at its start. */
+        uint64_t elapsed = 0;
+        th->chain_epoll_ms = (int)regs->r10;
+        int64_t whole = sysc_timeout_ns(th->tid, t->pidfd, regs, th->chain_epoll_ms);
+        if (th->blk_valid && th->blk_nr == nr && have_sched && pcount == th->blk_pcount + 1 &&
+            th->blk_args[0] == regs->rdi && th->blk_args[1] == regs->rsi &&
+            th->blk_args[2] == regs->rdx && th->blk_args[3] == regs->r10 &&
+            (whole < 0 || now - th->blk_since_ns < (uint64_t)whole))
+            elapsed = now - th->blk_since_ns;
+        th->chain_valid = true;
+        th->chain_nr = nr;
+        th->chain_args[0] = regs->rdi;
+        th->chain_args[1] = regs->rsi;
+        th->chain_args[2] = regs->rdx;
+        th->chain_start_ns = now - elapsed;
+        timeout = whole;
+    } else {
+        timeout = sysc_timeout_ns(th->tid, t->pidfd, regs, th->chain_epoll_ms);
+    }
+    th->chain_run_ns = run;
+    th->chain_vcsw = vcsw;
+    if (sysc_repair_ignored(regs, now - th->chain_start_ns, timeout) &&
+        ptrace(PTRACE_SETREGS, th->tid, 0, regs) == 0)
+        t->stats.eintr_repaired++;
+    if ((long)regs->rax != -KERNEL_ERESTARTNOHAND) {
+        th->chain_valid = false; /* completed: the next call is a new one */
+        return;
+    }
+    /* Restarted: the earliest it can time out by itself is its (lowered) epoll timeout, or
+     * for the other calls their whole timeout, which the kernel starts over. */
+    th->chain_repair_ns = now;
+    th->chain_r10 = regs->r10;
+    th->chain_limit_ns = epoll_ms && timeout >= 0 ? (int64_t)regs->r10 * 1000000 : timeout;
+}
+
+/* In a signal-delivery-stop for sig: if the process ignores it, repair the call it
+ * interrupted. */
 static void repair_ignored_signal(struct thread *th, int sig)
 {
     struct target *t = th->t;
@@ -969,52 +1206,29 @@ static void repair_ignored_signal(struct thread *th, int sig)
     }
     if (ptrace(PTRACE_GETREGS, th->tid, 0, &regs) < 0)
         return;
+    if ((long)regs.rax == -KERNEL_ERESTARTNOHAND) {
+        chain_note_stop(th, &regs);
+        return;
+    }
     if ((long)regs.rax != -EINTR || !sysc_restartable((long)regs.orig_rax))
         return;
-    struct procstatus st;
-    if (procstatus_read_fd(t->status_fd, &status_buf, &st) < 0 ||
-        !procstatus_has(&st, PS_SIGIGN) || !procstatus_has(&st, PS_SIGCGT) ||
-        !sig_is_ignored(st.sig_ign, st.sig_cgt, sig))
+    if (read_sigstate(t, NULL) < 0 || !sig_is_ignored(t->sig_ign, t->sig_cgt, sig))
         return;
-    /* How long has this call waited? Signals can keep coming, each restarting it: a chain
-     * of repairs of the same call (same number and first arguments, and no other wake-up
-     * of the thread in between: CHAIN_SWITCHES) is measured from its first start, so the
-     * call still ends when its timeout is up instead of being postponed for as long as the
-     * signals come. The first start is known at least from our own observation of the
-     * thread blocked there (and it having woken once since, for this signal); else the
-     * signal's arrival is taken, and the call may end late by what it waited before. */
-    uint64_t now = now_ns(), run = 0, pcount = 0, vcsw = 0;
-    long nr = (long)regs.orig_rax;
-    bool have_sched = proc_read_schedstat(th->schedstat_fd, &run, &pcount) == 0;
-    bool have_vcsw = procstatus_read_fd(th->status_fd, &status_buf, &st) == 0 &&
-                     procstatus_has(&st, PS_VCSW);
-    if (have_vcsw)
-        vcsw = st.vcsw;
-    bool same = th->chain_valid && th->chain_nr == nr && th->chain_args[0] == regs.rdi &&
-                th->chain_args[1] == regs.rsi && th->chain_args[2] == regs.rdx && have_vcsw &&
-                vcsw == th->chain_vcsw + CHAIN_SWITCHES;
-    if (!same) {
-        uint64_t elapsed = 0;
-        if (th->blk_valid && th->blk_nr == nr && have_sched && pcount == th->blk_pcount + 1 &&
-            th->blk_args[0] == regs.rdi && th->blk_args[1] == regs.rsi &&
-            th->blk_args[2] == regs.rdx)
-            elapsed = now - th->blk_since_ns;
-        th->chain_valid = true;
-        th->chain_nr = nr;
-        th->chain_args[0] = regs.rdi;
-        th->chain_args[1] = regs.rsi;
-        th->chain_args[2] = regs.rdx;
-        th->chain_start_ns = now - elapsed;
-        th->chain_epoll_ms = (int)regs.r10;
+    repair_ignored_wakeup(th, &regs);
+}
+
+/* The stop of a rescue (rescue_stolen_wakeups): the thread was runnable, perhaps woken for a
+ * signal another thread took. If its call failed with EINTR, it is repaired as an ignored
+ * signal's interruption is (a signal with a handler that is also pending still makes the
+ * restarted call fail with EINTR, as it would untraced). */
+static void rescue_stop(struct thread *th)
+{
+    th->rescue_pending = false;
+    struct user_regs_struct regs;
+    if (!th->stop_eintr && ptrace(PTRACE_GETREGS, th->tid, 0, &regs) == 0) {
+        repair_ignored_wakeup(th, &regs);
     }
-    th->chain_run_ns = run;
-    th->chain_vcsw = vcsw;
-    int64_t timeout = sysc_timeout_ns(th->tid, t->pidfd, &regs, th->chain_epoll_ms);
-    if (sysc_repair_ignored(&regs, now - th->chain_start_ns, timeout) &&
-        ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0)
-        t->stats.eintr_repaired++;
-    if ((long)regs.rax != -KERNEL_ERESTARTNOHAND)
-        th->chain_valid = false; /* completed: the next call is a new one */
+    target_resume(th, 0);
 }
 
 /* In the stop that our PTRACE_INTERRUPT caused: an epoll wait or a socket call with a
@@ -1065,6 +1279,7 @@ static void targets_handle_wait(pid_t tid, int status)
              * SIGCONT through; PTRACE_CONT here would break Ctrl-Z and SIGSTOP. A pending
              * interrupt of ours was consumed by this stop. */
             th->interrupt_pending = false;
+            th->rescue_pending = false;
             t->stats.group_stops++;
             /* A stop signal makes an epoll wait fail with EINTR even without a tracer
              * (signal(7)); the SIGCONT that ends the stop reaches a traced thread as a
@@ -1105,14 +1320,17 @@ static void targets_handle_wait(pid_t tid, int status)
             return;
         }
         if (detaching) {
-            /* Interrupted to be detached (or, before that, to be sampled): a wait it was in
-             * must not fail because of it. */
-            if (th->interrupt_pending && !th->stop_eintr)
+            /* Interrupted to be detached (or, before that, to be sampled or rescued): a
+             * wait it was in must not fail because of it. */
+            if ((th->interrupt_pending || th->rescue_pending) && !th->stop_eintr)
                 repair_interrupted_syscall(th);
+            th->rescue_pending = false;
             detach_or_resume(th, 0);
         }
         else if (th->interrupt_pending)
             sampler_on_stop(th);
+        else if (th->rescue_pending)
+            rescue_stop(th);
         else
             target_resume(th, 0);
         return;
@@ -1215,7 +1433,21 @@ void targets_reap(void)
         ;
 }
 
-void target_sample_boundary(struct target *t, pid_t tid, uint64_t now)
+/* Whether thread tid has at least two samples since `since` (ring entries are in time
+ * order). Looks at most at SCAN_LIMIT entries: beyond, it answers no (one sample more is
+ * cheap; a long scan on the loop is not). */
+#define SCAN_LIMIT 4096
+static bool two_samples_since(const struct target *t, pid_t tid, uint64_t since)
+{
+    size_t n = 0;
+    for (size_t i = ring_lower_bound(&t->ring, since), k = 0;
+         i < t->ring.len && k < SCAN_LIMIT; i++, k++)
+        if (ring_at(&t->ring, i)->tid == tid && ++n == 2)
+            return true;
+    return false;
+}
+
+void target_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns)
 {
     if (t->state != T_ATTACHED || tid <= 0)
         return;
@@ -1223,7 +1455,15 @@ void target_sample_boundary(struct target *t, pid_t tid, uint64_t now)
         struct thread *th = t->threads[i];
         if (th->tid != tid)
             continue;
-        if (th->boundary_ns && now - th->boundary_ns < t->sched.eff_interval_ns) {
+        /* At most one boundary sample per interval and thread: a stream of transactions
+         * shorter than an interval must not multiply the stop rate. Except at the finish of
+         * a transaction that lasted an interval or more and still has fewer than the two
+         * samples of its thread Sentry needs (relay drops a profile with one): its start's
+         * sample was skipped for the previous transaction's finish, and no tick landed in it
+         * (a starved daemon). Those cost at most one sample per interval too. */
+        uint64_t iv = t->sched.eff_interval_ns;
+        if (th->boundary_ns && now - th->boundary_ns < iv &&
+            !(window_ns && now - window_ns >= iv && !two_samples_since(t, tid, window_ns))) {
             t->stats.boundary_skipped++;
             return;
         }
@@ -1259,12 +1499,20 @@ void target_thread_refresh_name(struct thread *th)
     }
 }
 
+void target_refresh_name(struct target *t, pid_t tid)
+{
+    struct thread *th = thread_find(tid);
+    if (th && th->t == t)
+        target_thread_refresh_name(th);
+}
+
 /* Catch threads that escaped attach (should not happen) and refresh names and zombies. */
 static void refresh_threads(struct target *t, uint64_t now)
 {
     for (size_t i = 0; i < t->nthreads; i++)
         target_thread_refresh_name(t->threads[i]);
     read_thread_stat(t->pid, t->pid, t->comm, NULL);
+    read_sigstate(t, NULL); /* dispositions may have changed with no signal since */
     /* Forget names of threads gone for longer than the buffer holds samples (order kept:
      * the newest entry for a tid wins). */
     size_t keep = 0;

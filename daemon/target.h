@@ -24,6 +24,8 @@ struct thread {
     struct target *t;
     enum thread_state state;
     bool interrupt_pending;     /* PTRACE_INTERRUPT sent, stop not yet seen */
+    bool rescue_pending;        /* PTRACE_INTERRUPT sent to catch a wake-up whose signal
+                                   another thread may take (rescue_stolen_wakeups) */
     uint64_t interrupt_sent_ns;
     uint64_t sample_tick_ns;    /* tick the pending stop belongs to */
     uint64_t boundary_ns;       /* its latest transaction-boundary sample */
@@ -48,6 +50,9 @@ struct thread {
     uint64_t chain_start_ns;
     uint64_t chain_vcsw;
     uint64_t chain_run_ns;      /* its CPU time (schedstat) at the latest repair */
+    uint64_t chain_repair_ns;   /* when it was last restarted */
+    int64_t chain_limit_ns;     /* the restarted call's own timeout from then (-1: none) */
+    uint64_t chain_r10;         /* the timeout argument it was restarted with (epoll waits) */
     int chain_epoll_ms;
     bool zombie;                /* leader that called pthread_exit: no more samples */
     bool born;                  /* past its first stop (threads new to ptrace start in one) */
@@ -108,6 +113,8 @@ struct target_stats {
     uint64_t interrupts;         /* threads stopped */
     uint64_t stop_latency_ns;    /* sum of interrupt -> stop */
     uint64_t eintr_repaired;     /* system calls restarted instead of failing with EINTR */
+    uint64_t wakeups_rescued;    /* threads stopped because a signal they may have been woken
+                                    for was taken by another thread */
     uint64_t signals_forwarded;
     uint64_t group_stops;
     uint64_t threads_seen;
@@ -149,6 +156,7 @@ struct target {
     struct unwinder unw;
     struct sched sched;
     int status_fd;          /* /proc/PID/status (signal dispositions) */
+    uint64_t sig_ign, sig_cgt; /* dispositions (SigIgn, SigCgt) at the latest read of it */
     int pidfd;              /* pidfd_open of the process (to read its sockets' timeouts) */
 
     struct thread_name *names;
@@ -204,8 +212,10 @@ void targets_housekeeping(uint64_t now);
 
 /* A transaction's boundary: sample thread tid of t now (if it is one of its threads),
  * unless it had a boundary sample less than one (effective) interval ago, so that a stream
- * of short transactions cannot raise the sampling rate beyond twice the schedule's. */
-void target_sample_boundary(struct target *t, pid_t tid, uint64_t now);
+ * of short transactions cannot raise the sampling rate beyond twice the schedule's. At a
+ * finish, window_ns is the transaction's start: one that lasted an interval or more gets
+ * its sample anyway while its thread has fewer than two in it. */
+void target_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns);
 /* Change the rate of t (and the bound of its buffer with it). */
 void target_set_hz(struct target *t, unsigned hz);
 /* Sample every thread of t once, or with cpu_only only the threads marked cpu_due that are
@@ -217,6 +227,8 @@ void target_sample(struct target *t, uint64_t tick_ns, bool cpu_only);
 void target_resume(struct thread *th, int sig);
 /* Re-read a thread's name (comm) and remember it for slices. */
 void target_thread_refresh_name(struct thread *th);
+/* The same for thread tid of t, if it is one of its threads. */
+void target_refresh_name(struct target *t, pid_t tid);
 /* Re-read the maps; flush unwind caches if code was unmapped. Returns 1 if changed, 0 if
  * not, or -errno. */
 int target_refresh_maps(struct target *t);

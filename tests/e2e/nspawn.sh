@@ -138,7 +138,7 @@ check "slice: the busy program's functions, symbolized" grep -q 'work_alpha;spin
 # it from mattering), no_new_privs, seccomp filter mode (the unit's filter and their own).
 helpers=0
 for p in /proc/[0-9]*; do
-    [ "$(cat "$p/comm" 2>/dev/null)" = profd-symboliz ] || continue
+    [ "$(cat "$p/comm" 2>/dev/null)" = profd-symbolize ] || continue
     helpers=$((helpers + 1))
     echo "--- helper ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline")"
     grep -E '^(PPid|Uid|Gid|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' "$p/status"

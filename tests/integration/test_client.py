@@ -11,6 +11,7 @@
   transactions end with its connection;
 - the Python module: a context manager's profile, look-back, discard.
 """
+import atexit
 import json
 import os
 import signal
@@ -19,8 +20,8 @@ import sys
 import tempfile
 import time
 
-from harness import (BUILD, Daemon, Program, RawClient, check, check_timing, log, SLOW,
-                     PROGRAMS, wait_until)
+from harness import (BUILD, Daemon, Program, RawClient, check, check_timing, fail, listening,
+                     log, SLOW, PROGRAMS, thread_states, wait_until)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit", "profile"))
@@ -50,11 +51,18 @@ def traced(pid):
         return int(f.read().split("TracerPid:")[1].split()[0]) != 0
 
 
+def ended_at_exit(p):
+    """Kill p (a process this test started) when the test ends, failed or not: left
+    running, it would hold the test's output open and meson would wait for its timeout."""
+    atexit.register(lambda: p.poll() is None and (p.kill(), p.wait()))
+    return p
+
+
 def pychild(code, sock, args_extra=(), **kw):
     env = dict(os.environ, PYTHONPATH=PYMOD, PROFD_SOCKET=sock)
-    return subprocess.Popen([sys.executable, "-c", code] + list(args_extra), env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            bufsize=1, **kw)
+    return ended_at_exit(subprocess.Popen([sys.executable, "-c", code] + list(args_extra),
+                                          env=env, stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, text=True, bufsize=1, **kw))
 
 
 # 1. Many threads, concurrent and nested transactions.
@@ -63,7 +71,10 @@ if WRAPPED:
     COUNT, MS = 6, 150  # the daemon under valgrind takes a few samples a second
 # (No CPU budget: at 999 Hz it would lower the rate, and a 6 ms transaction could go
 # without a sample of its work.)
-with Daemon("--hz", "999", "--max-cpu", "0") as d, tempfile.TemporaryDirectory() as out:
+# (A buffer of 10 min: the slices below span the whole run, which takes longer than the
+# default 60 s on a slow or busy machine.)
+with Daemon("--hz", "999", "--max-cpu", "0", "--buffer", "600") as d, \
+        tempfile.TemporaryDirectory() as out:
     os.setpriority(os.PRIO_PROCESS, d.pid, -10)  # as systemd/profd.service runs it
     if d.sanitized() and not WRAPPED:
         # The sanitized daemon samples far fewer ticks: longer transactions, fewer of them.
@@ -81,49 +92,9 @@ with Daemon("--hz", "999", "--max-cpu", "0") as d, tempfile.TemporaryDirectory()
     files = sorted(os.listdir(out))
     check(len(files) == THREADS * (COUNT + inner_per_thread),
           "a profile for each of the %d transactions" % len(files))
-    bad, foreign, empty, early = [], [], [], []
-    for fn in files:
-        with open(os.path.join(out, fn), "rb") as f:
-            data = f.read()
-        problems, _ = check_sentry.check(data)
-        if problems:
-            bad.append((fn, problems[:2]))
-            continue
-        prof = json.loads(data)
-        n = int(fn.split("-")[0])
-        inner = fn.endswith("-inner.json")
-        txn = prof["transaction"]
-        want = ("inner-%d" if inner else "request-%d") % n
-        active = int(txn["active_thread_id"])
-        tname = prof["profile"]["thread_metadata"].get(str(active), {}).get("name")
-        if txn["name"] != want or tname != "txn-%d" % n:
-            foreign.append((fn, txn["name"], tname))
-            continue
-        fns = functions_of_thread(prof, active)
-        work = "inner_work" if inner else "work_%d" % (n % 8)
-        if "unsampled_before_attach_ms" in prof.get("profd", {}):
-            # Started before the process was attached (a start does not wait for it): the
-            # profile says so, and may miss the work done meanwhile.
-            early.append(fn)
-        elif work not in fns and not (not inner and int(fn.split("-")[1].split(".")[0]) % 3 == 0
-                                      and "inner_work" in fns):
-            # (a request holding a nested one spends half its time in inner_work)
-            empty.append((fn, sorted(f for f in fns if f and f.startswith(("work", "inner")))))
-    check(not bad, "every profile passes relay's rules (check_sentry.py) (%d bad: %s)" % (len(bad), bad[:3]))
-    check(not foreign, "every profile names its transaction and its thread as the active one "
-          "(%s)" % foreign[:3])
-    # A transaction runs ahead of the daemon now that a start does not wait for it: when the
-    # machine's 2 CPUs are saturated by the 8 threads and the daemon gets no CPU for a
-    # while, a transaction can end before any tick of its work. The daemon runs at nice -10
-    # as the service does; a rare miss (under 1 %) is the sampling's, not a wrong profile.
-    # (Under valgrind the daemon takes a few samples a second: a 75 ms transaction may well
-    # go without one; what is checked there is that nothing else is wrong.)
-    check(len(empty) <= len(files) // (4 if WRAPPED else 100),
-          "every profile holds its own thread's work, but for rare misses of a starved daemon "
-          "(%d of %d: %s)" % (len(empty), len(files), empty[:3]))
-    check(len(early) <= 2 * THREADS, "only the first transactions started before the attach, "
-          "and say so (%d: %s)" % (len(early), early[:4]))
-    # Time split by transaction: profctl slice --transaction NAME.
+    # Time split by transaction: profctl slice --transaction NAME. (Checked first: the
+    # daemon keeps an exited process's samples for its buffer's length, and checking
+    # every profile below can take a while on a busy machine.)
     app_pid = int(r.stdout.split()[1])
     sl = d.ctl("slice", app_pid, "--transaction", "request-3", "--last", "600", "--top", "0")
     prof = {}
@@ -163,6 +134,57 @@ with Daemon("--hz", "999", "--max-cpu", "0") as d, tempfile.TemporaryDirectory()
                   for x in listed),
           "slice --by-transaction --format sentry: profd.transactions lists all %d "
           "transactions, with their threads and times (%d listed)" % (len(files), len(listed)))
+    bad, foreign, empty, early, single = [], [], [], [], []
+    for fn in files:
+        with open(os.path.join(out, fn), "rb") as f:
+            data = f.read()
+        problems, _ = check_sentry.check(data)
+        # Relay drops a profile whose threads have one sample each (NotEnoughSamples). Its
+        # two boundary samples are at most one per interval: a starved daemon that reads
+        # the starts and finishes of nested transactions in one go takes only the first.
+        # The profile is otherwise checked like any other; it counts with the rare misses.
+        few = bool(problems) and all("(NotEnoughSamples)" in x for x in problems)
+        if problems and not few:
+            bad.append((fn, problems[:2]))
+            continue
+        prof = json.loads(data)
+        n = int(fn.split("-")[0])
+        inner = fn.endswith("-inner.json")
+        txn = prof["transaction"]
+        want = ("inner-%d" if inner else "request-%d") % n
+        active = int(txn["active_thread_id"])
+        tname = prof["profile"]["thread_metadata"].get(str(active), {}).get("name")
+        if txn["name"] != want or tname != "txn-%d" % n:
+            foreign.append((fn, txn["name"], tname))
+            continue
+        fns = functions_of_thread(prof, active)
+        work = "inner_work" if inner else "work_%d" % (n % 8)
+        if few:
+            single.append(fn)
+        elif "unsampled_before_attach_ms" in prof.get("profd", {}):
+            # Started before the process was attached (a start does not wait for it): the
+            # profile says so, and may miss the work done meanwhile.
+            early.append(fn)
+        elif work not in fns and not (not inner and int(fn.split("-")[1].split(".")[0]) % 3 == 0
+                                      and "inner_work" in fns):
+            # (a request holding a nested one spends half its time in inner_work)
+            empty.append((fn, sorted(f for f in fns if f and f.startswith(("work", "inner")))))
+    check(not bad, "every profile passes relay's rules (check_sentry.py), but for the one "
+          "sample of a starved daemon, below (%d bad: %s)" % (len(bad), bad[:3]))
+    check(not foreign, "every profile names its transaction and its thread as the active one "
+          "(%s)" % foreign[:3])
+    # A transaction runs ahead of the daemon now that a start does not wait for it: when the
+    # machine's 2 CPUs are saturated by the 8 threads and the daemon gets no CPU for a
+    # while, a transaction can end before any tick of its work. The daemon runs at nice -10
+    # as the service does; a rare miss (under 1 %) is the sampling's, not a wrong profile.
+    # (Under valgrind the daemon takes a few samples a second: a 75 ms transaction may well
+    # go without one; what is checked there is that nothing else is wrong.)
+    check(len(empty) + len(single) <= len(files) // (4 if WRAPPED else 100),
+          "every profile holds its own thread's work, but for rare misses of a starved daemon "
+          "(%d of %d without the work: %s; %d with one sample: %s)"
+          % (len(empty), len(files), empty[:3], len(single), single[:3]))
+    check(len(early) <= 2 * THREADS, "only the first transactions started before the attach, "
+          "and say so (%d: %s)" % (len(early), early[:4]))
 
 # 2-3. Another process's transaction; attached while one is open, detached after the linger.
 with Daemon("--txn-linger", "1") as d:
@@ -217,8 +239,9 @@ sys.stdin.readline()
 # 4. The daemon killed in the middle; the application runs on; a new daemon serves it.
 with tempfile.TemporaryDirectory() as out:
     d = Daemon("--hz", "199")
-    app = subprocess.Popen([TXNAPP, d.socket, out, "1", "1", "1", "1"], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True, bufsize=1, env=APP_ENV)
+    app = ended_at_exit(subprocess.Popen([TXNAPP, d.socket, out, "1", "1", "1", "1"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         text=True, bufsize=1, env=APP_ENV))
     app.stdout.readline()  # ready
     app.stdout.readline()  # done
 
@@ -238,10 +261,12 @@ with tempfile.TemporaryDirectory() as out:
     check(app.poll() is None, "the application runs on")
     # A new daemon on the same socket path.
     newlog = open(os.path.join(d.dir, "profd2.log"), "w")
-    proc = subprocess.Popen([os.path.join(BUILD, "daemon", "profd"), "--socket", d.socket],
+    proc = subprocess.Popen([os.path.join(BUILD, "daemon", "profd"), "--socket", d.socket,
+                             "--config", "/dev/null"],  # never the machine's profd.conf
                             stdout=newlog, stderr=subprocess.STDOUT)
     try:
-        time.sleep(0.5 * SLOW)
+        wait_until(lambda: listening(d.socket) or proc.poll() is not None, 30,
+                   "the new daemon to listen")
         # Seen once under valgrind in CI: the first transaction after the restart was "not
         # profiled" (the new daemon's log is printed if it happens again). Calls must
         # succeed again within a few tries.
@@ -295,23 +320,31 @@ with Daemon("--hz", "999") as d, tempfile.TemporaryDirectory() as out:
     check(r.returncode == 0 and len(workers) == WORKERS and all(w[2] == "0" for w in workers),
           "prefork: the parent's transaction and %d workers x 5 transactions succeed (%s %s)"
           % (WORKERS, workers, r.stderr[-300:]))
-    wrong, withwork = [], 0
+    wrong, withwork, single = [], 0, []
     for w in workers:
         wpid = int(w[1])
         for k in range(5):
             with open(os.path.join(out, "w%d-%d.json" % (wpid, k)), "rb") as fp:
                 data = fp.read()
             problems, _ = check_sentry.check(data)
+            # One sample only (relay: NotEnoughSamples): the daemon, busy attaching the 4
+            # workers at once, read a 20 ms job's start and finish within one interval and
+            # took one boundary sample for both (see section 1). Such a profile counts as
+            # one without the work; it must be right in every other way.
+            few = bool(problems) and all("(NotEnoughSamples)" in x for x in problems)
             prof = json.loads(data)
             tids = {int(x["thread_id"]) for x in prof["profile"]["samples"]}
-            if problems or int(prof["transaction"]["active_thread_id"]) != wpid or \
-                    tids - {wpid}:
+            if (problems and not few) or int(prof["transaction"]["active_thread_id"]) != wpid \
+                    or tids - {wpid}:
                 wrong.append((wpid, k, problems[:1], tids))
-            withwork += "work_3" in functions_of_thread(prof, wpid)
+            if few:
+                single.append((wpid, k))
+            else:
+                withwork += "work_3" in functions_of_thread(prof, wpid)
     check(not wrong, "each worker's profiles are valid and of the worker alone (its pid, its "
           "only thread) (%s)" % wrong[:2])
-    check(withwork >= WORKERS * 3, "they hold the worker's work (%d of %d)"
-          % (withwork, WORKERS * 5))
+    check(withwork >= WORKERS * 3, "they hold the worker's work (%d of %d; %d with one sample "
+          "only: %s)" % (withwork, WORKERS * 5, len(single), single[:4]))
     with open(os.path.join(out, "parent.json")) as fp:
         pprof = json.load(fp)
     check({int(x["thread_id"]) for x in pprof["profile"]["samples"]} == {parent},
@@ -326,72 +359,114 @@ with Daemon("--hz", "999") as d, tempfile.TemporaryDirectory() as out:
 # is not blocked by that call's lock.
 # (While its tracer is stopped, a traced process cannot create a thread and its signals wait
 # (ptrace's signal-delivery-stop), and a thread it was stopping stays stopped: the thread is
-# made first, no child exits meanwhile, and the rate is 1 Hz so that stopping the daemon in
-# the middle of a sample, one chance in 10 000, is unlikely.)
-with Daemon("--hz", "1") as d, tempfile.TemporaryDirectory() as out:
-    app = Program("txnapp", d.socket, out, 1, 1, 1, 4, env=APP_ENV)
+# made first and the daemon is stopped only once it has let that thread run, no child exits
+# meanwhile, and the rate is 1 Hz so that stopping the daemon in the middle of a sample is
+# unlikely, and retried when it happens.)
+def proc_state(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        s = f.read()
+    return s[s.rindex(")") + 2]
+
+
+def stop_daemon_quiet(d, app, nthreads):
+    """SIGSTOP the daemon at a moment when none of app's threads is in a ptrace stop: a
+    thread new to the daemon starts in one (the kernel attaches it stopped), and one the
+    daemon was sampling waits in one, until the daemon resumes it. On a busy machine the
+    daemon can take a while to get to a new thread; stopped before, it would leave that
+    thread stopped for good."""
+    def quiet():
+        st = thread_states(app.pid)
+        return st if len(st) == nthreads and "t" not in st.values() else None
+    for _ in range(20):
+        wait_until(quiet, 10, "txnapp's %d threads, none in a ptrace stop" % nthreads)
+        os.kill(d.pid, signal.SIGSTOP)
+        wait_until(lambda: proc_state(d.pid) in "Tt", 10, "the daemon to stop")
+        # A stop the daemon asked for just before (PTRACE_INTERRUPT) lands only when the
+        # thread next runs, which on a busy machine can take a while: watch for one.
+        settled = time.monotonic() + 0.3 * SLOW
+        while time.monotonic() < settled and quiet():
+            time.sleep(0.01)
+        if quiet():
+            return
+        os.kill(d.pid, signal.SIGCONT)  # it stopped in the middle of a sample: again
+    fail("could not stop the daemon while none of txnapp's threads was in a ptrace stop")
+
+
+# (A linger of 10 min: a detach that the SIGSTOP interrupts would leave a thread stopped.)
+with Daemon("--hz", "1", "--txn-linger", "600") as d, tempfile.TemporaryDirectory() as out, \
+        Program("txnapp", d.socket, out, 1, 1, 1, 4, env=APP_ENV) as app:
     app.send("one")
     check(app.readline(30).strip() == "ok", "a transaction with the daemon up")
     app.send("forkprep")
     check(app.readline(30).strip() == "prepped", "a thread for the fork test")
-    os.kill(d.pid, signal.SIGSTOP)
+    stop_daemon_quiet(d, app, 2)
     try:
         app.send("forkbusy")
         f = app.readline(30).split()
-        check(f[0] == "forkbusy" and f[1] == "-4" and float(f[2]) < 1500,
+        # The child's call, timed by the child (from before the fork, the parent's figure
+        # also holds how long the child took to be scheduled, on a busy machine seconds).
+        check(f[0] == "forkbusy" and f[1] == "-4" and int(f[6]) < 1500,
               "fork while another thread waits in a call: the child's call is not blocked by "
-              "its lock, and fails after its own timeout (%s)" % f)
+              "its lock, and fails after its own 200 ms timeout (%s ms; %s ms from the fork "
+              "to its result)" % (f[6], f[2]))
         check(f[3] == "-4", "... the waiting call times out (%s)" % f)
         check(f[4] == "0" and float(f[5]) < 100,
               "a start of another thread while a call waits for its reply is sent at once "
               "(%s ms)" % f[5])
         app.send("burst 3000")
         f = app.readline(60).split()
-        ok, busy, first, later = int(f[1]), int(f[2]), float(f[4]), float(f[5])
+        ok, busy, first, later, slow = int(f[1]), int(f[2]), float(f[4]), float(f[5]), int(f[6])
         check(ok > 0 and busy > 0 and ok + busy == 3000,
               "starts while profd does not read: sent until its socket is full (%d), then "
               "PROFD_EBUSY (%d)" % (ok, busy))
-        check_timing(150 <= first < 1000 and later < 50,
+        # "At once": none waits its timeout again; on a busy machine a thread can still
+        # wait tens of ms for a CPU in any call, so a few of the thousands may be slow.
+        check_timing(150 <= first < 1000 and slow <= max(3, busy // 100),
                      "the first busy start waited its 200 ms timeout (%.0f ms), later ones "
-                     "failed at once (slowest %.1f ms)" % (first, later))
+                     "failed at once (%d of %d took 100 ms or more; the slowest %.1f ms)"
+                     % (first, slow, busy - 1, later))
     finally:
         os.kill(d.pid, signal.SIGCONT)
     app.send("forkend")
     check(app.readline(30).strip() == "forkend", "the forked child and the thread ended")
+    # The daemon first works through the backlog of starts sent while it was stopped.
     res = []
-    for _ in range(20):
+
+    def one_ok():
         app.send("one")
         res.append(app.readline(30).strip())
-        if res[-1] == "ok":
-            break
-        time.sleep(0.1)
+        return res[-1] == "ok"
+    wait_until(one_ok, 20, "transactions to succeed again once profd reads", interval=0.1)
     check(res[-1] == "ok", "profd reading again: transactions succeed again (%s)" % res[-3:])
     app.proc.stdin.close()
     app.proc.wait(timeout=30)
 
 # 4e. A stream of short transactions does not raise the sampling rate: boundary samples are
 # taken at most once per interval per thread.
-with Daemon("--hz", "101") as d, tempfile.TemporaryDirectory() as out:
-    app = Program("txnapp", d.socket, out, 1, 1, 1000, 5, env=APP_ENV)
+with Daemon("--hz", "101") as d, tempfile.TemporaryDirectory() as out, \
+        Program("txnapp", d.socket, out, 1, 1, 1000, 5, env=APP_ENV) as app:
     d.ctl("attach", app.pid, "--hz", "101")
     before = d.target_status(app.pid)
+    t_before = time.monotonic()
     app.send("go")
     f = app.readline(60).split()
     n = int(f[1])
     # The daemon may still be reading the last starts.
     wait_until(lambda: sum(d.target_status(app.pid)["transaction_boundaries"].values())
-               >= n * 0.9, 30 * SLOW, "the daemon to read the stream's starts")
+               >= n * 0.9, 30, "the daemon to read the stream's starts")
     st = d.target_status(app.pid)
+    # The daemon takes the boundary samples as it reads the starts, which on a busy machine
+    # goes on after the stream's 1 s: the bounds are for the time between the two statuses.
+    secs = time.monotonic() - t_before
     taken = st["transaction_boundaries"]["sampled"]
     skipped = st["transaction_boundaries"]["skipped_within_interval"]
-    secs = 1.0
     check(f[0] == "stream" and f[2] == "0" and (n > 500 or WRAPPED),
           "a stream of %d short transactions in 1 s, none failed (%s)" % (n, f))
     check(taken <= 101 * secs * 1.3 + 5 and taken + skipped >= n * 0.9 and
-          st["threads_stopped"] - before["threads_stopped"] <= 2 * 101 * 1.3 + 20,
+          st["threads_stopped"] - before["threads_stopped"] <= 2 * 101 * secs * 1.3 + 20,
           "boundary samples at most one per interval: %d taken, %d skipped; %d threads "
-          "stopped in the second" % (taken, skipped,
-                                     st["threads_stopped"] - before["threads_stopped"]))
+          "stopped in %.2f s" % (taken, skipped,
+                                 st["threads_stopped"] - before["threads_stopped"], secs))
     app.send("end")
     app.proc.wait(timeout=30)
 
@@ -469,6 +544,36 @@ with open(sys.argv[1], "w") as fp:
     check(len(before) > 0, "samples from the look-back (%d)" % len(before))
     check(out["failing"] is None and out["ferr"] == "None",
           "an exception in the block discards the transaction, without an error of its own")
+
+# 6b. A thread renamed after profd first read its name: the next profile names it as it is
+# called now (the name is read again at the finish, not only once a second).
+with Daemon("--hz", "499", "--txn-linger", "60") as d:
+    child = pychild("""
+import ctypes, json, profd, sys, time
+libc = ctypes.CDLL(None)
+def name(n):
+    libc.prctl(15, n.encode(), 0, 0, 0)  # PR_SET_NAME: this thread's comm
+def spin(sec):
+    t = time.monotonic()
+    while time.monotonic() - t < sec:
+        pass
+p = profd.Profd()
+name("before")
+t = p.start("first")  # attaches the process: its name is read now
+spin(0.2)
+p.finish(t)
+time.sleep(0.3)
+name("after")
+t = p.start("second")
+spin(0.05)
+prof = p.finish(t)
+tid = prof["transaction"]["active_thread_id"]
+json.dump(prof["profile"]["thread_metadata"].get(str(tid), {}).get("name"), sys.stdout)
+""", d.socket)
+    out, _ = child.communicate(timeout=60 * SLOW)
+    check(child.returncode == 0 and json.loads(out) == "after",
+          "a profile names its thread as it is called at the finish, renamed since profd "
+          "first read it (%r)" % out)
 
 # 7. The example server: its slow requests' profiles point at the slow path.
 with Daemon("--hz", "499") as d, tempfile.TemporaryDirectory() as out:

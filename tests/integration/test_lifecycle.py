@@ -8,9 +8,14 @@
   new maps, flushed unwind caches) and one slice across the exec symbolizes both sides."""
 from harness import *
 
-# Threads created and ending all the time.
-with Daemon() as d, Program("churn", 3, stdin=False) as p:
+# Threads created and ending all the time. Beside it, a second daemon samples an idle
+# process at the same rate: the tick rate this machine allows a daemon just now, for the
+# tick rate check at the end.
+with Daemon() as ref, Program("sleeper", 0) as idle, Daemon() as d, \
+        Program("churn", 3, "wait") as p:
+    ref.ctl("attach", idle.pid, "--hz", 999)
     d.ctl("attach", p.pid, "--hz", 999)
+    p.send("go")  # every thread is made from now on
     time.sleep(1.5)
     st = d.target_status(p.pid)
     check(st and st["state"] == "attached", "attached to churn mid-run")
@@ -19,15 +24,17 @@ with Daemon() as d, Program("churn", 3, stdin=False) as p:
     check(p.proc.returncode == 0 and out.startswith("created"),
           "churn joined all its threads and exited 0 (%s)" % out.strip())
     created = int(out.split()[1])
-    time.sleep(0.3)  # the exit is reaped
-    st = d.target_status(p.pid)
-    check(st["state"] == "exited", "profd saw churn exit (state %s)" % st["state"])
-    # Attached right after churn started (later under a slow wrapper): it follows the
-    # threads created from then on.
+    st = wait_until(lambda: (lambda t: t if t["state"] == "exited" else None)(
+        d.raw_target_status(p.pid)), 10, "profd to see churn exit")
+    ref_hz = ref.raw_target_status(idle.pid)["achieved_hz"]
+    log("ok: profd saw churn exit")
+    # Attached before churn made its first thread: it follows every one (the kernel attaches
+    # a traced process's new threads itself, however slow the daemon is to look at them).
     check(st["threads_seen"] >= 100, "profd followed the threads as they came (%d)"
           % st["threads_seen"])
-    check_timing(st["threads_seen"] >= 0.9 * created,
-                 "... nearly all of them (%d of %d)" % (st["threads_seen"], created))
+    check(st["threads_seen"] >= created + 1,
+          "... every one of them (%d seen: %d threads made and the main one)"
+          % (st["threads_seen"], created))
     prof = d.slice(p.pid, "--last", 3)
     churners = {s: c for s, c in prof.items() if s.startswith("churner;")}
     total = sum(churners.values())
@@ -37,7 +44,7 @@ with Daemon() as d, Program("churn", 3, stdin=False) as p:
                if re.match(r"churner;(__clone3|clone3);start_thread;worker;churn_work", s))
     named = total + sum(c for s, c in prof.items() if s.startswith("churn;clone3"))
     check_timing(total > 1000, "short-lived threads were sampled (%d samples of %d threads)"
-          % (total, created))
+                 % (total, created), d)
     # A thread's name is read with its first samples; a slowed-down daemon (sanitizers)
     # reads it later in a 3 ms life.
     want = 0.85 if TIMING and not d.sanitized() else 0.5
@@ -56,16 +63,21 @@ with Daemon() as d, Program("churn", 3, stdin=False) as p:
     check(births + rooted == total, "every other sample is a birth (clone3 alone) or rooted at "
           "clone3;start_thread (%d + %d of %d)" % (births, rooted, total))
     # Two CPUs shared by a few computing threads and the daemon: ticks can be late (and are
-    # counted, not bunched), but slow stops must not hold them up wholesale.
-    check_timing(st["achieved_hz"] > 600, "the tick rate held up (%.0f Hz of 999)" % st["achieved_hz"])
+    # counted, not bunched), but slow stops must not hold them up wholesale. On an idle
+    # machine the reference gets its 999 Hz; on a busy one, what a daemon can get.
+    check_timing(st["achieved_hz"] > 0.6 * ref_hz,
+                 "the tick rate held up (%.0f Hz of 999; %.0f Hz for an idle process beside "
+                 "it)" % (st["achieved_hz"], ref_hz))
     log("failures: %s" % st["failed"])
 
-# A target that exits: its samples stay available.
-with Daemon() as d, Program("busy", 2, 2) as p:
+# A target that exits: its samples stay available. (It computes for 2 s, x PROFD_SLOW: a
+# daemon under valgrind takes a good part of 2 s to attach and sample it.)
+with Daemon() as d, Program("busy", 2, int(2 * SLOW)) as p:
     d.ctl("attach", p.pid, "--hz", 199)
     p.proc.wait(timeout=10 * SLOW)
     check(p.proc.returncode == 0, "busy exited normally while attached")
-    time.sleep(0.3)
+    wait_until(lambda: d.raw_target_status(p.pid)["state"] == "exited", 10,
+               "profd to see busy exit")
     lst = json.loads(d.ctl("list", "--json").stdout)["targets"]
     check(any(t["pid"] == p.pid and t["state"] == "exited" for t in lst),
           "profctl list shows it as exited")
@@ -79,8 +91,12 @@ with Daemon() as d, Program("busy", 2, 2) as p:
 # A target that execs (from a non-main thread) into another program.
 with Daemon() as d, Program("execer", 800, os.path.join(PROGRAMS, "busy"), 2) as p:
     d.ctl("attach", p.pid, "--hz", 499)
-    wait_until(lambda: d.target_status(p.pid)["comm"] == "busy", 10, "the exec to be seen")
-    time.sleep(1.0)
+    wait_until(lambda: d.raw_target_status(p.pid)["comm"] == "busy", 10, "the exec to be seen")
+    # The new program's threads (busy makes 2) and a second of its samples at 499 Hz.
+    n = d.raw_target_status(p.pid)["samples"]
+    wait_until(lambda: d.raw_target_status(p.pid)["threads"] == 3, 10,
+               "the new program's 3 threads to be followed")
+    d.wait_samples(p.pid, n + 3 * 499)
     st = d.target_status(p.pid)
     check(st["state"] == "attached" and st["exe"].endswith("/busy"),
           "still attached after exec, now %s" % st["exe"])

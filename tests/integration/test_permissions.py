@@ -163,7 +163,7 @@ for umask in (0o022, 0o077):
     proc = subprocess.Popen([PROFD, "--socket", sock], stdout=logf, stderr=subprocess.STDOUT,
                             preexec_fn=lambda: os.umask(umask))
     try:
-        wait_until(lambda: os.path.exists(sock) or proc.poll() is not None, 30,
+        wait_until(lambda: listening(sock) or proc.poll() is not None, 30,
                    "profd to listen")
         check(proc.poll() is None, "umask %03o: profd listens on a path in new directories" % umask)
         modes = [os.stat(p).st_mode & 0o777 for p in (os.path.dirname(os.path.dirname(sock)),
@@ -188,7 +188,7 @@ with Daemon() as d, Program("busy", 1, user=NOBODY) as mine, Program("busy", 1) 
     r = d.ctl("attach", mine.pid, "--hz", 199, user=NOBODY, check_rc=False)
     check(r.returncode == 0 and ("attached to %d" % mine.pid) in r.stdout,
           "nobody attaches its own process (%d: %s)" % (r.returncode, r.stderr.strip()))
-    time.sleep(0.6)
+    d.wait_samples(mine.pid, 20)
     r = d.ctl("slice", mine.pid, "--last", "10", user=NOBODY, check_rc=False)
     counts = parse_collapsed(r.stdout) if r.returncode == 0 else {}
     check(r.returncode == 0 and sum(counts.values()) > 0,

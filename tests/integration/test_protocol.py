@@ -160,7 +160,7 @@ with Daemon("--max-targets", "2") as d, Program("busy", 2) as p, Program("busy",
           and res.get("buffer_s") == 30 and res.get("state") == "attached"
           and res.get("threads") == 3,
           "attach with hz and buffer_s: the summary says so (%r)" % res)
-    time.sleep(0.5)
+    d.wait_samples(p.pid, 20)  # (a slice below must hold samples)
     for req, needle in [
         ({"format": "xml"}, '"format"'),
         ({"format": 1}, '"format"'),
@@ -244,7 +244,14 @@ with Daemon("--max-targets", "2") as d, Program("busy", 2) as p, Program("busy",
     # 6. Misbehaving clients.
     def nfds():
         return len(os.listdir("/proc/%d/fd" % d.pid))
-    time.sleep(0.2 * SLOW)  # the clients above are closed: let the daemon see it
+    # The descriptors the daemon holds with one client connected, this observer: counted
+    # once the daemon has let go of every client above (they are closed, but the daemon
+    # closes its ends only when it sees that), and again at the end.
+    obs = RawClient(d.socket)
+
+    def only_observer():
+        return obs.call({"cmd": "status"})["result"]["daemon"]["clients"] == 1
+    wait_until(only_observer, 10, "the daemon to let go of the closed clients")
     fds_before = nfds()
     t = RawClient(d.socket)
     t.send_raw(struct.pack(">I", 100) + b'{"cmd":"st')
@@ -281,16 +288,12 @@ with Daemon("--max-targets", "2") as d, Program("busy", 2) as p, Program("busy",
     fresh_status(d, "500 requests without reading a reply, then a disconnect")
     silent.close()
     silent2.close()
-    def clients():
-        k = RawClient(d.socket)
-        n = k.call({"cmd": "status"})["result"]["daemon"]["clients"]
-        k.close()
-        return n == 1
-    wait_until(clients, 10, "every closed client to be forgotten")
+    wait_until(only_observer, 10, "every closed client to be forgotten")
     log("ok: the daemon counts only the asking client once the others are gone")
     wait_until(lambda: nfds() == fds_before, 5, "the daemon's descriptors to return to %d "
                "(now %d)" % (fds_before, nfds()))
     log("ok: the daemon holds as many descriptors as before (%d): none leaked" % fds_before)
+    obs.close()
 
     # 7. Errors about the process.
     c = RawClient(d.socket)

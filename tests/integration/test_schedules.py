@@ -20,7 +20,7 @@ import statistics
 import time
 
 from harness import (Daemon, Program, RawClient, check, check_timing, fail, log, SLOW,
-                     TIMING, parse_collapsed, skip)
+                     parse_collapsed, skip, thread_states, wait_until)
 
 NCPU = os.cpu_count() or 1
 
@@ -56,6 +56,25 @@ def sampling(d, pid):
     return d.target_status(pid)["sampling"]
 
 
+def frozen(d, p):
+    """p's CPU time (ns) and status, with p stopped (SIGSTOP) and the daemon caught up with
+    its CPU time: a daemon that got little CPU lately has not yet seen all of it, and
+    samples are due only for CPU time it has seen. Resume p with SIGCONT."""
+    os.kill(p.pid, signal.SIGSTOP)
+    wait_until(lambda: all(s in "Tt" for s in thread_states(p.pid).values()), 10,
+               "process %d to stop" % p.pid)
+    last = [None]
+
+    def caught_up():
+        st = d.target_status(p.pid)
+        counts = (st["samples"], st["sampling"]["missed"], sum(st["skipped"].values()))
+        same, last[0] = counts == last[0], counts
+        return st if same else None
+    st = wait_until(caught_up, 10, "the daemon to account for process %d's CPU" % p.pid,
+                    interval=0.2)
+    return proc_cpu_ns(p.pid), st
+
+
 # 1. cputime on an idle process: no samples, whichever source.
 for source in ("perf", "timer", "poll"):
     with Daemon("--cputime-source", source) as d, Program("sleeper", 0) as p:
@@ -79,17 +98,30 @@ for source in ("perf", "timer", "poll"):
         with Daemon("--cputime-source", source) as d, Program("sleeper", busy) as p:
             d.ctl("attach", p.pid, "--mode", "cputime", "--hz", HZ)
             time.sleep(0.3)
-            c0, t0 = proc_cpu_ns(p.pid), time.monotonic()
-            n0 = d.target_status(p.pid)["samples"]
-            time.sleep(2.0)
-            c1, t1 = proc_cpu_ns(p.pid), time.monotonic()
-            n1 = d.target_status(p.pid)["samples"]
-            per_cpu_s = (n1 - n0) / ((c1 - c0) / 1e9)
-            rates[(source, busy)] = ((n1 - n0) / (t1 - t0), (c1 - c0) / 1e9 / (t1 - t0))
+            c0, st0 = frozen(d, p)
+            os.kill(p.pid, signal.SIGCONT)
+            t0 = time.monotonic()
+            # 2 CPU-seconds of the burners (about 200 samples; 2 s of one busy thread on an
+            # idle machine): a count that says something, however much CPU they get.
+            wait_until(lambda: proc_cpu_ns(p.pid) - c0 >= 2e9, 60, "2 CPU-seconds of burn()",
+                       interval=0.1)
+            t1 = time.monotonic()
+            c1, st1 = frozen(d, p)
+            os.kill(p.pid, signal.SIGCONT)
+            n = st1["samples"] - st0["samples"]
+            missed = st1["sampling"]["missed"] - st0["sampling"]["missed"]
+            skipped = sum(st1["skipped"].values()) - sum(st0["skipped"].values())
+            due = n + missed + skipped
+            per_cpu_s = due / ((c1 - c0) / 1e9)
+            rates[(source, busy)] = (due / (t1 - t0), (c1 - c0) / 1e9 / (t1 - t0))
+            # One sample due per interval of CPU time: taken, or counted when the daemon
+            # could not take it (missed: it fell behind; skipped: the thread's previous stop
+            # still pending, or off its CPU) on a busy machine or with a sanitizer.
             check_timing(abs(per_cpu_s - HZ) <= 0.15 * HZ,
-                         "cputime (%s), %d busy: %.1f samples per CPU-second (%d asked)"
-                         % (source, busy, per_cpu_s, HZ))
-            prof = d.slice(p.pid, "--last", 2)
+                         "cputime (%s), %d busy: %.1f samples due per CPU-second (%d asked; "
+                         "%d taken, %d missed, %d skipped)"
+                         % (source, busy, per_cpu_s, HZ, n, missed, skipped))
+            prof = d.slice(p.pid)  # every sample since the attach
             burn = sum(c for s, c in prof.items() if s.endswith(";burn"))
             nap = sum(c for s, c in prof.items() if ";nap" in s or s.startswith("napper"))
             check(burn > 0 and burn >= 0.97 * sum(prof.values()),
@@ -110,8 +142,9 @@ for source in ("perf", "timer", "poll"):
 for mode in ("alarm", "sleep", "event"):
     with Daemon() as d, Program("sleeper", 1) as p:
         d.ctl("attach", p.pid, "--mode", mode, "--hz", 199)
-        time.sleep(1.0)
-        prof = d.slice(p.pid, "--last", 5)
+        if mode != "event":  # (event samples at the slice request itself)
+            d.wait_samples(p.pid, 3 * 50)  # 50 ticks of its 3 threads
+        prof = d.slice(p.pid, "--last", 60)
         nap = {s: c for s, c in prof.items() if s.startswith("napper;")}
         check(nap and all(";start_thread;napper;nap;" in s and "nanosleep" in s for s in nap),
               "%s: the sleeping thread shows its blocking stack through nap() (%s)"
@@ -165,9 +198,20 @@ with Daemon() as d, Program("sleeper", 0) as p:
     check(len(after) <= 12, "alarm: no burst after the stop: %d ticks in the 100 ms after it "
           "(10 due; a burst would make up the 30 missed)" % len(after))
     gaps = [b - a for a, b in zip(ts, ts[1:]) if a > t_cont]
-    check_timing(gaps and abs(statistics.median(gaps) - 10e6) < 1e6,
-                 "alarm: back on its 10 ms grid (median interval %.2f ms)"
-                 % (statistics.median(gaps) / 1e6 if gaps else -1))
+    log("alarm: median interval after the stop %.2f ms"
+        % (statistics.median(gaps) / 1e6 if gaps else -1))
+    # Back on its 10 ms grid: from then on each interval has its tick, or counts it missed
+    # (a late tick is still its interval's). The median interval between samples, checked
+    # before, also measured how late ticks come when the CPUs are busy (11.06 ms seen).
+    a, ta = d.raw_target_status(p.pid), time.monotonic()
+    time.sleep(1.0)
+    b, tb = d.raw_target_status(p.pid), time.monotonic()
+    due = (tb - ta) * 100
+    got = b["ticks"] - a["ticks"] + b["sampling"]["missed"] - a["sampling"]["missed"]
+    check_timing(abs(got - due) <= 0.05 * due + 2,
+                 "alarm: back on its 10 ms grid: %d ticks taken or counted missed in %.2f s "
+                 "(%.0f intervals; %d missed)"
+                 % (got, tb - ta, due, b["sampling"]["missed"] - a["sampling"]["missed"]))
     r = d.ctl("configure", p.pid, "--mode", "cputime", "--hz", 50)
     check("cputime at 50 Hz" in r.stdout, "configure: one line with the new schedule (%r)"
           % r.stdout)
@@ -185,13 +229,14 @@ with Daemon() as d, Program("sleeper", 0) as p:
           "configure with an unknown mode: bad_request naming \"mode\"")
 
 # 5b. A rate raised on an attached process raises the bound of its buffer with it (sized at
-# attach for 1 Hz, the buffer would hold under 2 s of samples at 999 Hz).
+# attach for 1 Hz, the buffer would hold under 2 s of samples at 999 Hz: 1 Hz x 61 s x 64
+# threads a tick = 3904 entries). Waited for by count, at whatever rate the machine allows.
 with Daemon() as d, Program("sleeper", 0) as p:
     d.ctl("attach", p.pid, "--hz", 1, "--buffer", 60)
     d.ctl("configure", p.pid, "--hz", 999)
-    time.sleep(2.5)
+    d.wait_samples(p.pid, 4001, timeout=60)
     st = d.target_status(p.pid)
-    check(st["buffered"] == st["samples"] and st["samples"] > 4000 * (1 if TIMING else 0.1)
+    check(st["buffered"] == st["samples"] and st["samples"] > 4000
           and st["ring_dropped_full"] == 0,
           "configure --hz 999 after attach at 1 Hz: every sample kept (%d of %d, %d dropped)"
           % (st["buffered"], st["samples"], st["ring_dropped_full"]))
@@ -228,21 +273,32 @@ with Daemon("--max-cpu", "5") as d:
 
 # 7. A slow target does not slow down the others: 4 busy threads (more than the CPUs) that
 # stop only when they get a CPU, next to an idle process sampled at the same rate. The idle
-# one's rate is measured with the busy process running, unattached, then attached.
+# one's rate is measured with the busy process sampled at 1 Hz (as good as alone), then at
+# 499 Hz, three times in turn: on a machine shared with other work, what the daemon gets
+# of the CPUs changes from one second to the next, and alternating spreads that over both.
 with Daemon() as d, Program("sleeper", 2 * NCPU) as slow, Program("sleeper", 0) as quick:
     d.ctl("attach", quick.pid, "--hz", 499)
+    d.ctl("attach", slow.pid, "--hz", 1)
 
-    def quick_rate():
-        time.sleep(0.5)
-        n0, t0 = d.target_status(quick.pid)["ticks"], time.monotonic()
-        time.sleep(2.0)
-        return (d.target_status(quick.pid)["ticks"] - n0) / (time.monotonic() - t0)
-    alone = quick_rate()
-    d.ctl("attach", slow.pid, "--hz", 499)
-    beside = quick_rate()
+    def quick_ticks(slow_hz):
+        d.ctl("configure", slow.pid, "--hz", slow_hz)
+        time.sleep(0.3)
+        n0, t0 = d.raw_target_status(quick.pid)["ticks"], time.monotonic()
+        time.sleep(1.0)
+        return d.raw_target_status(quick.pid)["ticks"] - n0, time.monotonic() - t0
+    runs = {1: [0, 0.0], 499: [0, 0.0]}
+    for _ in range(3):
+        for hz in (1, 499):
+            n, t = quick_ticks(hz)
+            runs[hz][0] += n
+            runs[hz][1] += t
+    alone, beside = runs[1][0] / runs[1][1], runs[499][0] / runs[499][1]
     ss = d.target_status(slow.pid)
     log("slow target: %.0f ticks/s, %.0f us to stop on average; the other: %.0f ticks/s "
-        "alone, %.0f beside it" % (ss["sampling"]["recent_ticks_per_s"],
-                                   ss["stop_latency_us_avg"], alone, beside))
+        "beside it at 1 Hz, %.0f at 499 Hz" % (ss["sampling"]["recent_ticks_per_s"],
+                                             ss["stop_latency_us_avg"], alone, beside))
+    # (Not with a sanitized daemon: sampling the slow target's 4 threads 499 times a second
+    # costs it several times its normal CPU, which it then lacks for the other target; that
+    # measures the sanitizer, not waiting on slow stops.)
     check_timing(beside >= 0.9 * alone, "a target next to a slow one keeps its rate (%.0f "
-                 "ticks/s, %.0f without it)" % (beside, alone))
+                 "ticks/s, %.0f with the slow one at 1 Hz)" % (beside, alone), d)

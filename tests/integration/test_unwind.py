@@ -9,16 +9,21 @@ SECS = 4
 
 with Daemon() as d, Program("busy", 2) as p:
     d.ctl("attach", p.pid, "--hz", HZ)
-    time.sleep(SECS + 0.5)
+    # As many samples as SECS seconds at HZ give on an idle machine (3 threads a tick),
+    # however long this machine takes: the split below needs them, not the time.
+    t0 = time.monotonic()
+    d.wait_samples(p.pid, 3 * HZ * SECS, timeout=60)
+    secs = time.monotonic() - t0
     st = d.target_status(p.pid)
-    prof = d.slice(p.pid, "--last", SECS, "--thread-ids")
+    prof = d.slice(p.pid, "--thread-ids")  # the whole buffer: everything since the attach
 
     import re
     # Workers are named busy-1, busy-2; with --thread-ids: "busy-1-TID". Main is "busy-PID".
     busy = {s: c for s, c in prof.items() if re.match(r"busy-\d+-\d+;", s)}
     total = sum(busy.values())
-    check_timing(total >= HZ * SECS * 2 * 0.5,
-          "busy threads sampled at about %d Hz each (%d samples in %d s)" % (HZ, total, SECS))
+    check_timing(total >= HZ * secs * 2 * 0.5,
+                 "busy threads sampled at about %d Hz each (%d samples in %.1f s)"
+                 % (HZ, total, secs), d)
     complete = gamma_total = gamma_complete = 0
     share = {"work_alpha": 0, "work_beta": 0, "work_gamma": 0}
     bad = []

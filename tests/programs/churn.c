@@ -1,11 +1,13 @@
 /* churn.c: threads created and ending all the time. The main thread starts a short-lived
  * thread every millisecond (each computes ~3 ms in churn_work, then exits) and joins them
  * all; after SECONDS it prints "created N" and exits 0. If profd left any thread stopped,
- * the join would hang. Usage: churn SECONDS; prints "ready PID". */
+ * the join would hang. Usage: churn SECONDS [wait]; prints "ready PID"; with "wait", starts
+ * only at a line on stdin (so that every thread is made after the profiler attached). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +47,9 @@ int main(int argc, char **argv)
     unsigned long created = 0;
     printf("ready %d\n", getpid());
     fflush(stdout);
+    char line[16];
+    if (argc > 2 && !strcmp(argv[2], "wait") && !fgets(line, sizeof(line), stdin))
+        return 1;
     uint64_t end = mono_ns() + (uint64_t)secs * 1000000000ull;
     while (mono_ns() < end) {
         if (n == MAXLIVE) {

@@ -16,11 +16,13 @@
  * parent prints "worker PID STATUS" for each.
  * LOOP = 4, a stalled daemon: timeouts of 200 ms; for each line "burst N" of stdin it
  * starts N transactions without finishing them and prints "burst OK BUSY OTHER
- * FIRST_BUSY_MS MAX_LATER_BUSY_MS" (the latency of the first PROFD_EBUSY and the slowest
- * after it); for "one", a transaction of 2 ms with a finish: "ok" or "err CODE"; for
+ * FIRST_BUSY_MS MAX_LATER_BUSY_MS SLOW_LATER" (the latency of the first PROFD_EBUSY, the
+ * slowest after it, and how many after it took 100 ms or more); for "one", a transaction of 2 ms with a finish: "ok" or "err CODE"; for
  * "forkprep" then "forkbusy", a thread starts a transaction and waits in its finish while
  * the main thread forks a child that starts one of its own: "forkbusy CHILDRESULT CHILD_MS
- * FINISHRESULT STARTRESULT START_MS" (a start of the main thread while the other waits);
+ * FINISHRESULT STARTRESULT START_MS CHILD_CALL_MS" (a start of the main thread while the
+ * other waits; CHILD_MS from before the fork until the child's result is read,
+ * CHILD_CALL_MS the child's call alone, timed by the child);
  * "forkend" then lets the child exit.
  * LOOP = 5, a stream of short transactions: the THREADS threads are skipped; at a line on
  * stdin, one thread runs transactions of 50 us (start, work, discard) for MS ms and prints
@@ -272,21 +274,27 @@ static void fork_busy(void)
     uint64_t t0 = mono_ns();
     busy_child = fork();
     if (busy_child == 0) {
-        uint64_t id;
-        int r = profd_txn_start(pd, "child", NULL, &id);
+        /* Only the parent writes to child_go: if it dies (killed by a failing test), the
+         * read below ends, and so does the child, instead of living on. */
+        close(child_go[1]);
+        uint64_t id, tc = mono_ns();
+        int res[2] = {profd_txn_start(pd, "child", NULL, &id), 0};
+        res[1] = (int)((mono_ns() - tc) / 1000000);
         char c;
-        if (write(child_pipe[1], &r, sizeof(r)) != sizeof(r) || read(child_go[0], &c, 1) < 0)
+        if (write(child_pipe[1], res, sizeof(res)) != sizeof(res) ||
+            read(child_go[0], &c, 1) < 0)
             _exit(1);
         _exit(0);
     }
-    int r = -100;
-    if (read(child_pipe[0], &r, sizeof(r)) != sizeof(r))
-        r = -100;
+    int res[2] = {-100, -1};
+    if (read(child_pipe[0], res, sizeof(res)) != sizeof(res))
+        res[0] = -100;
+    int r = res[0];
     double child_ms = (double)(mono_ns() - t0) / 1e6;
     /* The waiting call ends at its own timeout (2 s). */
     while (!__atomic_load_n(&busy_done, __ATOMIC_ACQUIRE))
         usleep(10000);
-    printf("forkbusy %d %.0f %d %d %.2f\n", r, child_ms, busy_r, rs, start_ms);
+    printf("forkbusy %d %.0f %d %d %.2f %d\n", r, child_ms, busy_r, rs, start_ms, res[1]);
 }
 
 static void fork_end(void)
@@ -307,7 +315,7 @@ static int stalled(void)
     while (fgets(line, sizeof(line), stdin)) {
         int n = 0;
         if (sscanf(line, "burst %d", &n) == 1) {
-            int ok = 0, busy = 0, other = 0;
+            int ok = 0, busy = 0, other = 0, slow_later = 0;
             double first_busy = -1, max_later = 0;
             for (int i = 0; i < n; i++) {
                 uint64_t id, t0 = mono_ns();
@@ -316,15 +324,19 @@ static int stalled(void)
                 if (r == 0) {
                     ok++;
                 } else if (r == PROFD_EBUSY) {
-                    if (busy++ == 0)
+                    if (busy++ == 0) {
                         first_busy = dt;
-                    else if (dt > max_later)
-                        max_later = dt;
+                    } else {
+                        if (dt > max_later)
+                            max_later = dt;
+                        slow_later += dt >= 100;
+                    }
                 } else {
                     other++;
                 }
             }
-            printf("burst %d %d %d %.1f %.2f\n", ok, busy, other, first_busy, max_later);
+            printf("burst %d %d %d %.1f %.2f %d\n", ok, busy, other, first_busy, max_later,
+                   slow_later);
         } else if (!strncmp(line, "forkprep", 8)) {
             if (pipe(busy_pipe) == 0 && pthread_create(&busy_th, NULL, busy_finish, NULL) == 0)
                 printf("prepped\n");

@@ -467,6 +467,42 @@ static void test_read_limits(void)
     CHECK_INT(procstatus_read(-5, 0, NULL, &st), -ESRCH);
 }
 
+/* ShdPnd: a signal sent to the process (kill) while every thread blocks it waits in the
+ * shared queue; one sent to a thread (tgkill) does not. (The EINTR repair looks for ignored
+ * signals waiting there: any thread may take one that woke another.) */
+static uint64_t shared_pending(int fd)
+{
+    struct strbuf sb = {0};
+    struct procstatus st;
+    uint64_t shd = UINT64_MAX;
+    if (procstatus_read_fd(fd, &sb, &st) == 0 && procstatus_has(&st, PS_SHDPND))
+        shd = st.sig_shd;
+    strbuf_finish(&sb);
+    return shd;
+}
+
+static void test_shared_pending_of_self(void)
+{
+    sigset_t usr2, old;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    REQUIRE(sigprocmask(SIG_BLOCK, &usr2, &old) == 0);
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    uint64_t bit = 1ull << (SIGUSR2 - 1);
+    CHECK(!(shared_pending(fd) & bit));
+    syscall(SYS_tgkill, getpid(), gettid(), SIGUSR2);
+    CHECK(!(shared_pending(fd) & bit));
+    struct timespec zero = {0, 0};
+    CHECK_INT(sigtimedwait(&usr2, NULL, &zero), SIGUSR2);
+    kill(getpid(), SIGUSR2);
+    CHECK(shared_pending(fd) & bit);
+    CHECK_INT(sigtimedwait(&usr2, NULL, &zero), SIGUSR2);
+    CHECK(!(shared_pending(fd) & bit));
+    close(fd);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
 int main(void)
 {
     RUN(test_parse_kernel_format);
@@ -479,5 +515,6 @@ int main(void)
     RUN(test_read_thread_fd);
     RUN(test_read_child_in_65536_groups);
     RUN(test_read_limits);
+    RUN(test_shared_pending_of_self);
     return check_status("test_procstatus");
 }
