@@ -277,6 +277,33 @@ static int cmd_status(int fd, pid_t pid)
     printf("  max RSS %.0f KiB, %d clients, %d processes, %d ELF files open\n",
            num(d, "max_rss_kib"), (int)num(d, "clients"), (int)num(d, "targets"),
            (int)num(d, "modules"));
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(d, "memory");
+    if (mem) {
+        double mib = 1024 * 1024;
+        printf("  memory %.1f MiB", num(mem, "total_bytes") / mib);
+        if (num(mem, "max_bytes") > 0)
+            printf(" of max_memory %.1f MiB", num(mem, "max_bytes") / mib);
+        printf(": samples %.1f MiB (growing while the total is below %.1f), targets %.1f, "
+               "slices %.1f, clients %.1f, transactions %.1f, symbolizer %.1f\n",
+               num(mem, "samples_bytes") / mib, num(mem, "samples_grow_below_bytes") / mib,
+               num(mem, "targets_bytes") / mib, num(mem, "slices_bytes") / mib,
+               num(mem, "clients_bytes") / mib, num(mem, "transactions_bytes") / mib,
+               num(mem, "symbolizer_bytes") / mib);
+        if (num(mem, "samples_growth_refused") + num(mem, "attaches_refused") +
+                num(mem, "slices_refused") > 0)
+            printf("  AT max_memory: samples' growth refused %.0f times, %.0f attaches and "
+                   "%.0f slices refused\n", num(mem, "samples_growth_refused"),
+                   num(mem, "attaches_refused"), num(mem, "slices_refused"));
+    }
+    const cJSON *fds = cJSON_GetObjectItemCaseSensitive(d, "descriptors");
+    if (fds) {
+        printf("  descriptors %.0f open of %.0f (threads' %.0f, %.0f kept for the rest)",
+               num(fds, "open"), num(fds, "limit"), num(fds, "threads"), num(fds, "reserved"));
+        if (num(fds, "threads_refused") + num(fds, "clients_refused") > 0)
+            printf("; OUT: %.0f threads without their files, %.0f connections refused",
+                   num(fds, "threads_refused"), num(fds, "clients_refused"));
+        printf("\n");
+    }
     const cJSON *t;
     cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(res, "targets"))
     {
@@ -319,8 +346,14 @@ static int cmd_status(int fd, pid_t pid)
                num(t, "threads_stopped"), num(t, "threads_stopped_per_tick"),
                num(t, "stop_latency_us_avg"), num(t, "syscalls_restarted"),
                num(t, "signals_forwarded"));
-        printf("  memory %.1f KiB (%d distinct stacks)\n", num(t, "memory_bytes") / 1024,
+        printf("  memory %.1f KiB (%d distinct stacks)", num(t, "memory_bytes") / 1024,
                (int)num(t, "stacks"));
+        if (num(t, "dropped_max_memory") > 0)
+            printf("; %.0f samples dropped at max_memory", num(t, "dropped_max_memory"));
+        if (num(t, "threads_without_files") > 0)
+            printf("; %.0f threads without their /proc files (sampled by stopping)",
+                   num(t, "threads_without_files"));
+        printf("\n");
     }
     cJSON_Delete(reply);
     return 0;

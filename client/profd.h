@@ -49,7 +49,8 @@ enum {
     PROFD_EPERM = -7,        /* profd may not profile this process (credentials) */
     PROFD_ENOTXN = -8,       /* no such open transaction (finished, discarded, another
                                 process's, or profd restarted since it started) */
-    PROFD_ELIMIT = -9,       /* profd follows as many processes as it may */
+    PROFD_ELIMIT = -9,       /* profd follows as many processes as it may, or is at its
+                                max_memory or out of file descriptors */
     PROFD_ENOTPROFILED = -10, /* the process could not be attached, or not yet */
     PROFD_EDAEMON = -11,     /* any other error profd reported */
     PROFD_EBUSY = -12,       /* profd is not reading (its socket is full): nothing was sent */
@@ -85,7 +86,8 @@ int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uin
  * start and now, as a Sentry sampled profile (version 1) in JSON, in a string the caller
  * frees with free(). Waits for profd's answer (default at most 10 s). Errors: PROFD_ENOTXN
  * (unknown, already ended, or lost with an earlier connection), PROFD_EPERM, PROFD_ELIMIT
- * (profd refused the start), PROFD_ENOTPROFILED (not attached, or not yet). */
+ * (profd refused the start, or the profile would take profd past its max_memory),
+ * PROFD_ENOTPROFILED (not attached, or not yet). */
 int profd_txn_finish(struct profd *p, uint64_t txn_id, char **profile_json);
 
 /* The same, with the lookback_s seconds before the start too ("what was it doing before

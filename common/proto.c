@@ -94,6 +94,14 @@ ssize_t frame_reader_fill(struct frame_reader *r, int fd)
     }
 }
 
+void frame_reader_trim(struct frame_reader *r)
+{
+    if (r->pos == r->in.len) {
+        strbuf_finish(&r->in);
+        r->pos = 0;
+    }
+}
+
 int frame_reader_feed(struct frame_reader *r, const void *data, size_t n)
 {
     compact(r);

@@ -58,6 +58,9 @@ int frame_reader_feed(struct frame_reader *r, const void *data, size_t n);
 int frame_reader_next(struct frame_reader *r, const char **payload, size_t *len);
 /* Bytes buffered but not yet returned as frames (nonzero at EOF means truncation). */
 size_t frame_reader_pending(const struct frame_reader *r);
+/* Free the buffer if everything in it has been returned as frames: an idle connection then
+ * holds none (a read reserves 64 KiB). */
+void frame_reader_trim(struct frame_reader *r);
 /* Put back the frame of payload length len that frame_reader_next just returned. */
 void frame_reader_unread(struct frame_reader *r, size_t len);
 

@@ -11,7 +11,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "fds.h"
 #include "log.h"
+#include "memory.h"
 #include "modules.h"
 #include "perms.h"
 #include "proto.h"
@@ -56,6 +58,9 @@ static enum proto_error errno_code(int e)
     case EINVAL:
         return PE_BAD_REQUEST;
     case EDQUOT:
+    case EMFILE: /* profd's own descriptors or memory are used up */
+    case ENFILE:
+    case ENOMEM:
         return PE_LIMIT;
     default:
         return PE_ATTACH_FAILED;
@@ -147,9 +152,15 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(o, "signals_forwarded", (double)s->signals_forwarded);
     cJSON_AddNumberToObject(o, "group_stops", (double)s->group_stops);
     cJSON_AddNumberToObject(o, "threads_seen", (double)s->threads_seen);
+    /* Threads that went without their /proc files (profd's descriptors, fds.h). */
+    cJSON_AddNumberToObject(o, "threads_without_files", (double)t->nthreads_nofiles);
     cJSON_AddNumberToObject(o, "stacks", t->stacks.used);
     cJSON_AddNumberToObject(o, "memory_bytes", (double)target_memory(t));
     cJSON_AddNumberToObject(o, "ring_dropped_full", (double)t->ring.dropped);
+    /* Samples lost to the bound on every target's samples (memory.h): the oldest
+     * overwritten by a ring kept at its size, or new stacks not recorded. */
+    cJSON_AddNumberToObject(o, "dropped_max_memory",
+                            (double)(t->ring.dropped_mem + t->stacks.refused));
     return o;
 }
 
@@ -162,6 +173,8 @@ static int may_access(const struct client *c, const struct target *t, pid_t pid,
     int r = -ESRCH;
     if (!(t && t->state == T_EXITED))
         r = proc_creds_read(pid, &cr, why, whylen);
+    if (r == -EMFILE || r == -ENFILE || r == -ENOMEM)
+        return r; /* refused too, as profd's own shortage (a limit, not a permission) */
     if (r < 0 && r != -ESRCH)
         return -EPERM; /* it lives, but its credentials cannot be known: refuse */
     bool live = r == 0;
@@ -191,12 +204,8 @@ static int may_access(const struct client *c, const struct target *t, pid_t pid,
  * processes that ran briefly. Returns 0 or -EDQUOT, the reason in why. */
 static int limits_check(const struct client *c, char *why, size_t whylen)
 {
-    if (server_cfg.max_memory && targets_memory() >= server_cfg.max_memory) {
-        snprintf(why, whylen, "profd's targets already use %zu MiB, its max_memory is "
-                              "%" PRIu64 " MiB", targets_memory() >> 20,
-                 server_cfg.max_memory >> 20);
+    if (memory_admit_target(why, whylen) < 0)
         return -EDQUOT;
-    }
     if (targets_count() >= server_cfg.max_targets) {
         snprintf(why, whylen, "profd already follows %u processes", server_cfg.max_targets);
         return -EDQUOT;
@@ -262,6 +271,16 @@ static cJSON *cmd_status(struct request *r)
     cJSON_AddNumberToObject(d, "system_s", (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6);
     cJSON_AddNumberToObject(d, "max_rss_kib", (double)ru.ru_maxrss);
     cJSON_AddNumberToObject(d, "clients", (double)server_client_count());
+    struct fds_stats fs;
+    fds_get_stats(&fs);
+    cJSON *fo = cJSON_AddObjectToObject(d, "descriptors");
+    if (fs.open != (uint64_t)-1)
+        cJSON_AddNumberToObject(fo, "open", (double)fs.open);
+    cJSON_AddNumberToObject(fo, "limit", (double)fs.limit);
+    cJSON_AddNumberToObject(fo, "reserved", (double)fs.reserve);
+    cJSON_AddNumberToObject(fo, "threads", (double)fs.per_thread);
+    cJSON_AddNumberToObject(fo, "threads_refused", (double)fs.refused);
+    cJSON_AddNumberToObject(fo, "clients_refused", (double)server_refused_count());
     char why[256];
     size_t visible = 0;
     uint64_t samples = 0;
@@ -275,6 +294,7 @@ static cJSON *cmd_status(struct request *r)
     cJSON_AddNumberToObject(d, "targets", (double)visible);
     cJSON_AddNumberToObject(d, "modules", (double)modules_count());
     cJSON_AddNumberToObject(d, "slices_queued", worker_queue_length());
+    cJSON_AddItemToObject(d, "memory", memory_describe());
     /* The unprivileged helpers that parse what targets control. */
     struct symhelper_stats hs[4];
     size_t nh = symhelper_list(hs, ARRAY_SIZE(hs));
@@ -339,7 +359,7 @@ static cJSON *cmd_attach(struct request *r)
         txn_target_changed(r->pid);
         return result_reply(r->id, target_summary(r->t, now_ns()));
     }
-    if (r->t) {
+    if (r->t && !target_is_previous(r->t)) {
         return proto_error_reply(r->id, PE_ALREADY_ATTACHED, "process %d is already %s",
                                  r->pid, r->t->state == T_EXITED ? "attached (and has exited)"
                                                                  : "attached");
@@ -741,6 +761,16 @@ static struct slice_wait *new_slice_wait(struct request *r, pid_t pid, uint64_t 
 static cJSON *submit_slice(struct client *c, struct target *t, struct slice_wait *w)
 {
     uint64_t to = w->to;
+    size_t nsamples;
+    size_t need = slice_estimate(t, w->from, w->to, w->format, &nsamples);
+    char why[320];
+    if (memory_admit_slice(need, nsamples, why, sizeof(why)) < 0) {
+        cJSON *reply = proto_error_reply(w->p->id, PE_LIMIT, "%s", why);
+        cJSON_Delete(w->p->id);
+        free(w->p);
+        slice_wait_free(w);
+        return reply;
+    }
     c->pending = w->p;
     if (stops_in_flight(t, to)) {
         /* Samples of ticks inside the window are still being taken (their threads have not
@@ -941,6 +971,8 @@ static cJSON *cmd_txn_finish(struct request *r)
         return err;
     pid_t pid = r->c->peer.pid;
     struct target *t = target_find(pid);
+    if (t && t->state == T_EXITED)
+        t = NULL; /* a previous process of this pid (the caller lives): not its samples */
     if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
         target_sample_boundary(t, x->tid, now_ns(), x->start_ns); /* as at the start */
     /* The profile names its thread: as it is called now. A thread that named itself just
@@ -1065,6 +1097,10 @@ cJSON *commands_dispatch(struct client *c, const cJSON *req)
         if (got) {
             r.pid = (pid_t)pid;
             r.t = target_find(r.pid);
+            /* An attach of a pid reused since its target exited is about the process that
+             * has it now: checked against its credentials, not the old one's. */
+            if (k->fn == cmd_attach && target_is_previous(r.t))
+                r.t = NULL;
             char why[256];
             int e = may_access(c, r.t, r.pid, why, sizeof(why));
             if (e < 0) {

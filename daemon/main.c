@@ -15,7 +15,9 @@
 #include <ev.h>
 
 #include "config.h"
+#include "fds.h"
 #include "log.h"
+#include "memory.h"
 #include "modules.h"
 #include "sampler.h"
 #include "sdnotify.h"
@@ -63,8 +65,9 @@ static void usage(FILE *f)
             "      --max-targets N   most processes followed at once (256)\n"
             "      --max-targets-per-user N\n"
             "                        most of them one user without CAP_SYS_PTRACE may attach (32)\n"
-            "      --max-memory SIZE memory for all targets' samples and stacks: attaches are\n"
-            "                        refused beyond it (1G; 0: no limit)\n"
+            "      --max-memory SIZE memory for everything profd holds: samples grow below\n"
+            "                        3/4 of it; attaches, and slices that would exceed it, are\n"
+            "                        refused (1G; 0: no limit)\n"
             "      --allow-groups GROUPS\n"
             "                        members of these groups may profile any process\n"
             "      --max-stack KIB   most stack copied per sample (512)\n"
@@ -141,6 +144,7 @@ static void apply_config(const struct profd_config *c, bool reloading)
     server_cfg.max_targets = c->max_targets;
     server_cfg.max_targets_per_user = c->max_targets_per_user;
     server_cfg.max_memory = c->max_memory;
+    memory_configure(c->max_memory);
     memcpy(server_cfg.allow_groups, c->allow_groups, c->nallow_groups * sizeof(gid_t));
     server_cfg.nallow_groups = c->nallow_groups;
     /* For helpers started from now on, and the next answers awaited. */
@@ -340,6 +344,7 @@ int main(int argc, char **argv)
                      (unsigned long long)soft, (unsigned long long)rl.rlim_max,
                      strerror(errno));
     }
+    fds_init();
     signal(SIGPIPE, SIG_IGN);
 
     /* Never the default loop: it installs a SIGCHLD handler that reaps with

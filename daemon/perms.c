@@ -30,22 +30,54 @@ static bool same_userns(pid_t pid)
            a.st_ino == b.st_ino;
 }
 
-/* The client's effective capabilities, as they bear on our processes: 0 unless they can be
- * read for certain. They come from /proc/PID/status by pid, so hold the process first
- * (SO_PEERPIDFD, else pidfd_open at once) and check it still lives after the read, so a pid
- * reused meanwhile cannot lend its capabilities; the status must also show the uid that
- * SO_PEERCRED gave. */
-static uint64_t peer_caps(int fd, const struct ucred *uc)
+/* profd's own shortage (descriptors, memory): not something to decide a client's rights on. */
+static bool shortage(int err)
 {
+    return err == EMFILE || err == ENFILE || err == ENOMEM;
+}
+
+/* The client's effective capabilities, as they bear on our processes: 0 unless they can be
+ * read for certain. They come from /proc/PID/status by pid, so the peer process is held (its
+ * SO_PEERPIDFD pidfd names that very process, however late it is taken; else pidfd_open at
+ * once) and checked to live after the read, so a pid reused meanwhile cannot lend its
+ * capabilities; the status must also show the uid that SO_PEERCRED gave.
+ *
+ * The peer's effective capabilities (0 if it has exited or they cannot be known), or -errno
+ * when profd is short of descriptors or memory to look: a privileged client must not be
+ * taken for an unprivileged one for its whole connection because of a passing shortage. */
+static int peer_caps(int fd, const struct ucred *uc, uint64_t *out)
+{
+    *out = 0;
+    /* The status is read first, then the peer's own pidfd (SO_PEERPIDFD) says whether the
+     * peer still lived after that read: one descriptor at a time, so that a connection can
+     * be served with two free (not three). Without SO_PEERPIDFD (before Linux 6.5) a pidfd
+     * of the pid is opened first and the status read after it, as the pidfd vouches only
+     * for what is read while it is held. */
+    struct procstatus st;
+    int r = procstatus_read(uc->pid, 0, NULL, &st);
+    if (r < 0 && shortage(-r))
+        return r;
     int pidfd = -1;
     socklen_t len = sizeof(pidfd);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0)
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0) {
+        int e = errno;
+        if (shortage(e))
+            return -e;
         pidfd = (int)syscall(SYS_pidfd_open, uc->pid, 0);
+        if (pidfd < 0 && shortage(errno))
+            return -errno;
+        if (pidfd >= 0) {
+            r = procstatus_read(uc->pid, 0, NULL, &st);
+            if (r < 0 && shortage(-r)) {
+                close(pidfd);
+                return r;
+            }
+        }
+    }
     if (pidfd < 0)
         return 0;
     uint64_t caps = 0;
-    struct procstatus st;
-    if (procstatus_read(uc->pid, 0, NULL, &st) == 0 && procstatus_has(&st, PS_UID) &&
+    if (r == 0 && procstatus_has(&st, PS_UID) &&
         procstatus_has(&st, PS_CAPEFF) && st.uid[1] == uc->uid && same_userns(uc->pid))
         caps = st.cap_eff;
     /* A pidfd polls readable once its process has exited: then what we read may be another
@@ -54,7 +86,8 @@ static uint64_t peer_caps(int fd, const struct ucred *uc)
     if (poll(&pfd, 1, 0) != 0)
         caps = 0;
     close(pidfd);
-    return caps;
+    *out = caps;
+    return 0;
 }
 
 int peer_from_socket(int fd, struct peer *p)
@@ -66,8 +99,7 @@ int peer_from_socket(int fd, struct peer *p)
     p->pid = uc.pid;
     p->uid = uc.uid;
     p->gid = uc.gid;
-    p->cap_eff = peer_caps(fd, &uc);
-    return 0;
+    return peer_caps(fd, &uc, &p->cap_eff);
 }
 
 void peer_read_groups(int fd, struct peer *p)
@@ -142,6 +174,13 @@ int proc_creds_read(pid_t pid, struct proc_creds *c, char *why, size_t whylen)
     if (r == -ESRCH) {
         if (why)
             snprintf(why, whylen, "no such process: %d", pid);
+        return r;
+    }
+    if (r == -EMFILE || r == -ENFILE || r == -ENOMEM) {
+        /* profd's own shortage, not the process's doing: said as such (still refused). */
+        if (why)
+            snprintf(why, whylen, "profd cannot check process %d now: it is out of %s (%s)",
+                     pid, r == -ENOMEM ? "memory" : "file descriptors", strerror(-r));
         return r;
     }
     if (r < 0) {

@@ -30,7 +30,8 @@ void peer_read_groups(int fd, struct peer *p);
 /* Set p->by_group: is one of its groups among allowed[0..n)? */
 void peer_check_groups(struct peer *p, const gid_t *allowed, size_t n);
 
-/* Fill peer from a connected Unix socket. Returns 0 or -errno. */
+/* Fill peer from a connected Unix socket. Returns 0 or -errno (-EMFILE, -ENFILE, -ENOMEM:
+ * profd could not look up the peer's capabilities; the connection is not to be served). */
 int peer_from_socket(int fd, struct peer *p);
 
 /* Process credentials as checked by the rule. */

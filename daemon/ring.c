@@ -27,18 +27,22 @@ void ring_finish(struct ring *r)
 {
     while (r->len)
         drop_oldest(r);
+    memacct_sub(r->acct, r->cap * sizeof(*r->v));
     free(r->v);
     r->v = NULL;
     r->cap = r->head = 0;
 }
 
-/* Double the storage, unwrapping the entries to the start. */
+/* Double the storage, unwrapping the entries to the start. -EDQUOT: acct has no room. */
 static int grow(struct ring *r)
 {
     size_t ncap = r->cap ? r->cap * 2 : 256;
+    if (!memacct_room(r->acct, (ncap - r->cap) * sizeof(struct ring_entry)))
+        return -EDQUOT;
     struct ring_entry *nv = malloc(ncap * sizeof(*nv));
     if (!nv)
         return -ENOMEM;
+    memacct_add(r->acct, (ncap - r->cap) * sizeof(*nv));
     for (size_t i = 0; i < r->len; i++)
         nv[i] = *ring_at(r, i);
     free(r->v);
@@ -63,23 +67,42 @@ int ring_push(struct ring *r, const struct ring_entry *e)
     if (r->len && ring_at(r, r->len - 1)->t_ns > newest)
         newest = ring_at(r, r->len - 1)->t_ns;
     ring_expire(r, newest);
+    /* Full: at max_entries, or out of storage that acct lets it grow (a bound on the memory
+     * of every target's samples: the newest are kept, as in a buffer at its size). */
+    bool full = r->len >= r->max_entries, no_room = false;
+    if (!full && r->len == r->cap) {
+        /* Refused once: asked again only 100 ms of samples later (asking costs a count of
+         * everything profd holds, and a full ring is pushed to at every sample). */
+        int err = r->no_room_ns && e->t_ns - r->no_room_ns < 100000000 ? -EDQUOT : grow(r);
+        if (err == -EDQUOT) {
+            full = no_room = true;
+            if (!r->no_room_ns || e->t_ns - r->no_room_ns >= 100000000)
+                r->no_room_ns = e->t_ns ? e->t_ns : 1;
+        } else if (err < 0) {
+            return err;
+        } else {
+            r->no_room_ns = 0;
+        }
+    }
     /* A late sample that is already out of the span, or older than everything in a full
-     * buffer, is dropped itself rather than pushing out newer ones. */
+     * buffer, is dropped itself rather than pushing out newer ones; so is any sample when
+     * there is no room for even one. */
     if ((newest >= r->span_ns && e->t_ns < newest - r->span_ns) ||
-        (r->len >= r->max_entries && r->len && e->t_ns < ring_at(r, 0)->t_ns)) {
+        (full && (!r->len || e->t_ns < ring_at(r, 0)->t_ns))) {
         if (r->evict)
             r->evict(r->evict_ctx, e);
-        r->dropped++;
+        if (no_room)
+            r->dropped_mem++;
+        else
+            r->dropped++;
         return 0;
     }
-    if (r->len >= r->max_entries) {
+    if (full) {
         drop_oldest(r);
-        r->dropped++;
-    }
-    if (r->len == r->cap) {
-        int err = grow(r);
-        if (err < 0)
-            return err;
+        if (no_room)
+            r->dropped_mem++;
+        else
+            r->dropped++;
     }
     /* Samples of one tick can complete out of order (a thread that took long to stop);
      * keep the buffer sorted by walking back from the end, which is almost always 0 steps. */

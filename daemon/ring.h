@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memacct.h"
+
 struct ring_entry {
     uint64_t t_ns;  /* CLOCK_MONOTONIC time of the sample */
     int32_t tid;
@@ -23,6 +25,11 @@ struct ring {
     ring_evict_fn evict;
     void *evict_ctx;
     uint64_t dropped;   /* entries dropped because of max_entries (not age) */
+    /* Set after ring_init, or NULL: its storage is counted there, and grows only while
+     * that has room; when it has none the ring is full at its present size. */
+    struct memacct *acct;
+    uint64_t dropped_mem; /* entries dropped because acct had no room */
+    uint64_t no_room_ns;  /* when acct last had no room (growth is retried 100 ms later) */
 };
 
 void ring_init(struct ring *r, uint64_t span_ns, size_t max_entries, ring_evict_fn evict,
@@ -30,7 +37,8 @@ void ring_init(struct ring *r, uint64_t span_ns, size_t max_entries, ring_evict_
 /* Drop every entry (calling evict) and free the memory. */
 void ring_finish(struct ring *r);
 /* Insert an entry in time order (usually at the end), dropping entries that fell out of
- * the time span or exceed max_entries, oldest first. Returns 0 or -ENOMEM. */
+ * the time span or exceed max_entries (or the room acct leaves), oldest first. Returns 0 or
+ * -ENOMEM. */
 int ring_push(struct ring *r, const struct ring_entry *e);
 /* Drop entries older than now_ns - span_ns (for targets that stopped producing samples). */
 void ring_expire(struct ring *r, uint64_t now_ns);

@@ -36,7 +36,7 @@ int sampler_init(size_t max_stack)
     ncpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpus < 1)
         ncpus = 1;
-    /* The stop timer's signal: a handler without SA_RESTART, so it interrupts waitpid. The
+    /* The stop timer's signal: a handler without SA_RESTART, so it interrupts the wait. The
      * timer targets this (the loop) thread only. */
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
@@ -205,7 +205,7 @@ static void observe_blocked(struct thread *th, const struct sysc_info *si, uint6
     th->blk_since_ns = now;
 }
 
-/* Ask the kernel to stop a running thread; the stop arrives through waitpid. Returns
+/* Ask the kernel to stop a running thread; the stop arrives through the wait (targets_wait_event). Returns
  * whether the interrupt was sent. */
 static bool interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
 {
@@ -246,6 +246,13 @@ static bool push_last(struct target *t, struct thread *th)
 static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns, bool cpu_only)
 {
     uint64_t run, pcount;
+    if (th->schedstat_fd < 0 || th->syscall_fd < 0) {
+        /* Without its /proc files (profd's descriptors for threads are used up, fds.h)
+         * whether it ran or waits cannot be seen: stop it for its stack. */
+        sampler_thread_reset(th);
+        th->blk_valid = false;
+        return interrupt(t, th, tick_ns);
+    }
     if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0) {
         t->stats.failed_vanished++;
         return false;
@@ -350,15 +357,15 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
 #define STOP_WAIT_MAX_NS (250 * NS_PER_US)
 
 /* Wait for the stops we just asked for and handle them at once, without going back
- * through the event loop (epoll, then the SIGCHLD signalfd, then waitpid). First poll
- * waitpid for up to SPIN_NS, pausing between polls: a thread that is on a CPU stops within
+ * through the event loop (epoll, then the SIGCHLD signalfd, then the wait). First poll
+ * the wait (targets_wait_event, a waitid) for up to SPIN_NS, pausing between polls: a thread that is on a CPU stops within
  * 5-20 us, and a tracer that does not go to sleep for it neither pays the wake-up of an
  * idle vCPU nor makes the stopped thread wait for one. Measured here with
  * tests/bench/ptrace_floor at 1 kHz: 38 us of tracer CPU per stop and a 26 us pause of the
  * target when polling for up to 100 us (45 us and 33 us for 30 us), against 50 us and
  * 47 us when sleeping in waitpid. Only 30 us when the tick stopped as many threads as
  * there are CPUs: then some are likely waiting for a CPU, which they get only when the
- * tracer stops spinning. Then sleep in a blocking waitpid: it has no timeout,
+ * tracer stops spinning. Then sleep in a blocking wait: it has no timeout,
  * so a per-thread POSIX timer interrupts it (EINTR) at the deadline and keeps firing every
  * period after it, so a firing that lands just before the call (and is missed) only costs
  * one more period. Events of other tracees that arrive meanwhile are handled too. Threads
@@ -385,7 +392,7 @@ static int arm_stop_timer(uint64_t ns)
     return timer_settime(stop_timer, 0, &it, NULL) < 0 ? -errno : 0;
 }
 
-/* The stop timer failed (what, -errno): a waitpid it does not bound could block the loop
+/* The stop timer failed (what, -errno): a wait it does not bound could block the loop
  * for as long as a thread takes to stop (for ever in uninterruptible sleep), and one it
  * does not stop firing interrupts the loop every period. Do without it from now on. */
 static void stop_timer_failed(const char *what, int err)
@@ -409,12 +416,10 @@ static inline void cpu_relax(void)
 static unsigned spin_for_stops(struct target *t, unsigned pending, uint64_t until)
 {
     while (pending && t->state == T_ATTACHED) {
-        int status;
-        pid_t tid = waitpid(-1, &status, __WALL | WNOHANG);
-        if (tid < 0)
+        int r = targets_wait_event(false);
+        if (r < 0)
             return 0; /* ECHILD: nothing traced any more */
-        if (tid > 0) {
-            targets_handle_wait(tid, status);
+        if (r > 0) {
             pending = count_pending(t);
         } else if (now_ns() >= until) {
             break;
@@ -425,7 +430,7 @@ static unsigned spin_for_stops(struct target *t, unsigned pending, uint64_t unti
     return pending;
 }
 
-/* Sleep in waitpid for the stops, for at most `wait` (the stop timer's EINTR). */
+/* Sleep in the wait for the stops, for at most `wait` (the stop timer's EINTR). */
 static void sleep_for_stops(struct target *t, unsigned pending, uint64_t wait)
 {
     stop_timer_fired = 0;
@@ -435,14 +440,11 @@ static void sleep_for_stops(struct target *t, unsigned pending, uint64_t wait)
         return;
     }
     while (pending && !stop_timer_fired && t->state == T_ATTACHED) {
-        int status;
-        pid_t tid = waitpid(-1, &status, __WALL);
-        if (tid < 0) {
-            if (errno == EINTR)
-                continue;
+        int r = targets_wait_event(true);
+        if (r == -EINTR)
+            continue;
+        if (r < 0)
             break; /* ECHILD */
-        }
-        targets_handle_wait(tid, status);
         pending = count_pending(t);
     }
     r = arm_stop_timer(0);
@@ -462,8 +464,8 @@ static void await_stops(struct target *t, unsigned pending)
      * stops are handled as they come.) */
     if (pending && have_stop_timer && t->state == T_ATTACHED && targets_count() == 1)
         sleep_for_stops(t, pending, wait);
-    /* The stops reaped here also raised SIGCHLD, pending on the loop's signalfd: clear it so
-     * the loop does not wake for nothing, then reap whatever came in between. */
+    /* The stops handled here also raised SIGCHLD, pending on the loop's signalfd: clear it so
+     * the loop does not wake for nothing, then handle whatever came in between. */
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);

@@ -18,6 +18,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "fds.h"
 #include "log.h"
 #include "ptrace_util.h"
 #include "sampler.h"
@@ -273,6 +274,7 @@ static void perf_close(struct thread *th)
     if (th->perf_buf)
         munmap(th->perf_buf, 2 * (size_t)g.page);
     close(th->perf_fd);
+    fds_give(1);
     th->perf_fd = -1;
     th->perf_buf = NULL;
 }
@@ -334,14 +336,20 @@ static int perf_open(struct sched *s, struct thread *th)
     pa.config = PERF_COUNT_SW_TASK_CLOCK;
     pa.sample_period = s->eff_interval_ns;
     pa.wakeup_events = 1;
+    if (!fds_take(1))
+        return -EMFILE; /* the descriptor budget for threads is used up (fds.h) */
     int fd = (int)syscall(SYS_perf_event_open, &pa, th->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0)
-        return -errno;
+    if (fd < 0) {
+        int e = errno;
+        fds_give(1);
+        return -e;
+    }
     /* Without its ring buffer the event polls as POLLHUP at once. */
     void *buf = mmap(NULL, 2 * (size_t)g.page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (buf == MAP_FAILED) {
         int e = errno;
         close(fd);
+        fds_give(1);
         return -e;
     }
     th->perf_fd = fd;

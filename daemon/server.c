@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +16,15 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "memory.h"
 #include "util.h"
 
 #define MAX_CLIENTS 1024
 /* A client with this much unread output gets no more requests processed until it reads:
  * a client that never reads cannot grow the daemon's memory. */
 #define OUT_HIGH_WATER (1u << 20)
+/* ... and past profd's max_memory (memory.h), already with this much. */
+#define OUT_SOFT_WATER (64u << 10)
 /* A client that leaves output unread this long is dropped (it may have stopped reading). */
 #define STALL_TIMEOUT 30.0
 
@@ -36,6 +41,11 @@ static struct client *dead_clients; /* closed, freed in on_check (callbacks may 
 static ev_check reaper;
 static size_t nclients;
 static uint64_t next_id = 1;
+static uint64_t nrefused;
+/* Kept open to be given up when accept finds the descriptors used up: then the connection
+ * is taken, told why, and closed, instead of waiting in the backlog for a reply that does
+ * not come (a client library would time out not knowing why). */
+static int spare_fd = -1;
 static char *socket_path;
 
 static void client_close(struct client *c);
@@ -49,6 +59,73 @@ struct ev_loop *server_loop(void)
 size_t server_client_count(void)
 {
     return nclients;
+}
+
+uint64_t server_refused_count(void)
+{
+    return nrefused;
+}
+
+/* A request set aside is kept parsed: counted at a nominal size (its text is gone). */
+#define DEFERRED_BYTES 1024
+
+size_t server_memory(void)
+{
+    size_t m = 0;
+    for (const struct client *c = clients; c; c = c->next)
+        m += sizeof(*c) + c->in.in.cap + c->out.cap + c->ndeferred * DEFERRED_BYTES;
+    return m;
+}
+
+/* Tell a connection we will not serve why, in one error frame (best effort: a socket just
+ * accepted has room for it), and close it. */
+static void refuse(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refuse(int fd, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    nrefused++;
+    cJSON *r = proto_error_reply(NULL, PE_LIMIT, "%s", msg);
+    char *s = r ? cJSON_PrintUnformatted(r) : NULL;
+    struct strbuf out = {0};
+    if (s && frame_encode(&out, s, strlen(s)) == 0)
+        (void)!send(fd, out.buf, out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    strbuf_finish(&out);
+    free(s);
+    cJSON_Delete(r);
+    close(fd);
+}
+
+/* The descriptors are used up (EMFILE, which accept returns before it looks for a
+ * connection): take the next connection with the spare one and refuse it. Returns 1 if one
+ * was refused (accepting goes on), 0 if none was waiting, -1 if there is no spare. */
+static int refuse_with_spare(int err)
+{
+    if (spare_fd < 0)
+        return -1;
+    close(spare_fd);
+    spare_fd = -1;
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int e = errno;
+    if (fd >= 0) {
+        static uint64_t last_ns;
+        uint64_t now = now_ns();
+        if (now - last_ns > NS_PER_SEC) {
+            last_ns = now;
+            log_warn("accept: %s: refusing connections until descriptors are free",
+                     strerror(err));
+        }
+        refuse(fd, "profd is out of file descriptors (%s): try again later", strerror(err));
+    }
+    spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (spare_fd < 0)
+        return -1; /* another thread took it meanwhile */
+    if (fd >= 0)
+        return 1;
+    return e == EAGAIN || e == EWOULDBLOCK ? 0 : -1;
 }
 
 /* Write what we can; arm the write watcher only while output is pending. */
@@ -138,6 +215,17 @@ static void handle(struct client *c, cJSON *req)
         client_send(c, reply);
 }
 
+/* Has c so much unread output that its next requests must wait (resuming: may they be read
+ * again, with some hysteresis)? */
+static bool output_full(const struct client *c, bool resuming)
+{
+    size_t pending = c->out.len - c->out_off, div = resuming ? 2 : 1;
+    if (pending >= OUT_HIGH_WATER / div)
+        return true;
+    /* Past max_memory a client that does not read gets much less room. */
+    return pending >= OUT_SOFT_WATER / div && memory_over();
+}
+
 /* Most requests with replies held back while one is pending; past them, reading stops. */
 #define MAX_DEFERRED 16
 
@@ -148,7 +236,7 @@ static void handle(struct client *c, cJSON *req)
 static void process(struct client *c)
 {
     while (!c->closing && !c->dead) {
-        if (c->out.len - c->out_off >= OUT_HIGH_WATER) {
+        if (output_full(c, false)) {
             c->throttled = true;
             ev_io_stop(loop, &c->rio);
             return;
@@ -238,10 +326,13 @@ static void on_read(struct ev_loop *l, ev_io *w, int revents)
             finish_at_eof(c);
         return;
     }
+    bool drained = false;
     for (;;) {
         ssize_t n = frame_reader_fill(&c->in, c->fd);
-        if (n == -EAGAIN || n == -EWOULDBLOCK || n == -ENOBUFS)
+        if (n == -EAGAIN || n == -EWOULDBLOCK || n == -ENOBUFS) {
+            drained = true;
             break;
+        }
         if (n < 0) {
             log_debug("client %" PRIu64 ": read: %s", c->id, strerror((int)-n));
             client_close(c);
@@ -259,9 +350,13 @@ static void on_read(struct ev_loop *l, ev_io *w, int revents)
         }
         process(c);
         if (c->closing || c->dead || !ev_is_active(&c->rio))
-            return;
+            break;
     }
-    process(c);
+    if (drained)
+        process(c);
+    /* Nothing left unread: give back the read buffer (an idle client holds none). */
+    if (!c->dead)
+        frame_reader_trim(&c->in);
 }
 
 static void on_write(struct ev_loop *l, ev_io *w, int revents)
@@ -269,7 +364,7 @@ static void on_write(struct ev_loop *l, ev_io *w, int revents)
     (void)l, (void)revents;
     struct client *c = w->data;
     flush(c);
-    if (!c->dead && c->throttled && c->out.len - c->out_off < OUT_HIGH_WATER / 2) {
+    if (!c->dead && c->throttled && !output_full(c, true)) {
         c->throttled = false;
         if (!c->pending && !c->closing) {
             ev_io_start(loop, &c->rio);
@@ -373,11 +468,18 @@ static void on_accept(struct ev_loop *l, ev_io *w, int revents)
     for (;;) {
         int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EINTR)
+            int e = errno;
+            if (e == EINTR)
                 continue;
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                /* Out of descriptors: stop accepting for a moment instead of spinning. */
-                log_warn("accept: %s; pausing for 100 ms", strerror(errno));
+            int k = e == EMFILE ? refuse_with_spare(e) : -1;
+            if (k > 0)
+                continue;
+            if (k == 0)
+                return;
+            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+                /* Out of descriptors or memory (and no spare): stop accepting for a moment
+                 * instead of spinning (the listening socket stays readable). */
+                log_warn("accept: %s; pausing for 100 ms", strerror(e));
                 ev_io_stop(loop, &accept_io);
                 ev_timer_set(&accept_backoff, 0.1, 0);
                 ev_timer_start(loop, &accept_backoff);
@@ -385,18 +487,27 @@ static void on_accept(struct ev_loop *l, ev_io *w, int revents)
             return;
         }
         if (nclients >= MAX_CLIENTS) {
-            static const char busy[] = "too many clients";
-            log_warn("%s (%d): refusing a connection", busy, MAX_CLIENTS);
-            close(fd);
+            static uint64_t last_ns;
+            uint64_t now = now_ns();
+            if (now - last_ns > NS_PER_SEC) {
+                last_ns = now;
+                log_warn("too many clients (%d): refusing connections", MAX_CLIENTS);
+            }
+            refuse(fd, "profd serves %d clients already: try again later", MAX_CLIENTS);
             continue;
         }
         struct client *c = xcalloc(1, sizeof(*c));
         c->fd = fd;
         c->id = next_id++;
         c->accept_ns = now_ns();
-        if (peer_from_socket(fd, &c->peer) < 0) {
-            close(fd);
+        int pr = peer_from_socket(fd, &c->peer);
+        if (pr < 0) {
             free(c);
+            if (pr == -EMFILE || pr == -ENFILE || pr == -ENOMEM)
+                refuse(fd, "profd cannot check who is connecting now: %s: try again later",
+                       strerror(-pr));
+            else
+                close(fd); /* not a peer to answer (gone already) */
             continue;
         }
         peer_read_groups(fd, &c->peer);
@@ -450,6 +561,7 @@ void server_groups_changed(void)
 /* Start accepting on a listening socket. */
 static void start_accepting(void)
 {
+    spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     ev_check_init(&reaper, on_check);
     ev_check_start(loop, &reaper);
     ev_io_init(&accept_io, on_accept, listen_fd, EV_READ);
@@ -551,6 +663,9 @@ void server_shutdown(void)
         close(listen_fd);
         listen_fd = -1;
     }
+    if (spare_fd >= 0)
+        close(spare_fd);
+    spare_fd = -1;
     while (clients)
         client_close(clients);
     on_check(loop, &reaper, 0);

@@ -84,6 +84,10 @@ int server_listen_fd(struct ev_loop *loop, int fd, const char *path);
 /* Stop accepting, drop every client, remove the socket file. */
 void server_shutdown(void);
 size_t server_client_count(void);
+/* Connections refused since start (descriptors used up, or too many clients). */
+uint64_t server_refused_count(void);
+/* Memory held for connected clients: their buffers and requests set aside. */
+size_t server_memory(void);
 
 /* Queue a reply (takes ownership of reply). */
 void client_send(struct client *c, cJSON *reply);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "containers.h"
+#include "memory.h"
 #include "modules.h"
 #include "perms.h"
 #include "symbols.h"
@@ -42,6 +43,30 @@ static void copy_maps(struct maps *dst, const struct maps *src)
         dst->v[i].path = src->v[i].path ? xstrdup(src->v[i].path) : NULL;
         dst->v[i].mod = src->v[i].mod ? module_ref(src->v[i].mod) : NULL;
     }
+}
+
+/* Bytes per sample of building and formatting a slice, beyond its copy (a sample costs 16
+ * bytes in the ring): see slice_estimate. Measured (peak RSS of the daemon, 21000 samples of
+ * 14 stacks, cold): a collapsed slice 53 bytes a sample, a Sentry one 633. */
+#define BUILD_BYTES_COLLAPSED 64
+#define BUILD_BYTES_SENTRY 640
+
+size_t slice_estimate(const struct target *t, uint64_t start_ns, uint64_t end_ns,
+                      enum slice_format format, size_t *nsamples)
+{
+    size_t first = ring_lower_bound(&t->ring, start_ns);
+    size_t last = ring_lower_bound(&t->ring, end_ns == UINT64_MAX ? end_ns : end_ns + 1);
+    size_t n = last > first ? last - first : 0;
+    size_t stacks = n < t->stacks.used ? n : t->stacks.used;
+    size_t per_stack = t->stacks.used ? t->stacks.ip_bytes / t->stacks.used : 0;
+    *nsamples = n;
+    /* The copy, then what building needs: per distinct stack its symbolized frames (a few
+     * hundred bytes each, strings included), per sample the profile's entry and the output:
+     * a line per distinct stack in collapsed form, but a JSON object per sample in Sentry's
+     * (cJSON nodes of ~64 bytes each, then the printed text in the client's buffer). */
+    return n * sizeof(struct ring_entry) + stacks * (sizeof(struct slice_stack) + per_stack) +
+           (t->nnames + t->nthreads) * sizeof(struct thread_name) + stacks * 4 * per_stack +
+           n * (format == SLICE_SENTRY ? BUILD_BYTES_SENTRY : BUILD_BYTES_COLLAPSED);
 }
 
 struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint64_t end_ns,
@@ -124,6 +149,13 @@ struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint6
         else
             memset(&se->maps, 0, sizeof(se->maps));
     }
+    job->mem_bytes = sizeof(*job) + job->nsamples * sizeof(*job->samples) +
+                     job->nstacks * sizeof(*job->stacks) + job->nnames * sizeof(*job->names);
+    for (size_t i = 0; i < job->nstacks; i++)
+        job->mem_bytes += job->stacks[i].n * sizeof(uint64_t);
+    for (size_t i = 0; i < job->nepochs; i++)
+        job->mem_bytes += job->epochs[i].maps.n * sizeof(struct map_entry);
+    memory_slices_add((ssize_t)job->mem_bytes);
     return job;
 }
 
@@ -152,6 +184,7 @@ void slice_job_free(struct slice_job *job)
 {
     if (!job)
         return;
+    memory_slices_add(-(ssize_t)job->mem_bytes);
     free((void *)job->creds.groups);
     free(job->sym_error);
     free(job->exe);

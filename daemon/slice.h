@@ -85,13 +85,20 @@ struct slice_job {
     size_t nthreads_out;
     uint64_t build_ns;  /* time spent symbolizing and formatting */
     char *sym_error;    /* why some frames were left unsymbolized, or NULL */
+    size_t mem_bytes;   /* the copy's size, counted in memory.h's slices */
     /* Completion, on the loop thread. ctx NULL: the requester went away. */
     void (*done)(struct slice_job *job);
     void *ctx;
     struct slice_job *next;
 };
 
-/* Copy samples of t with start_ns <= time <= end_ns into a new job. */
+/* What building a slice of t's samples with start_ns <= time <= end_ns in format would take
+ * (bytes, an estimate: the copy, the symbolized profile and the output), and how many
+ * samples it has. */
+size_t slice_estimate(const struct target *t, uint64_t start_ns, uint64_t end_ns,
+                      enum slice_format format, size_t *nsamples);
+/* Copy samples of t with start_ns <= time <= end_ns into a new job (counted in memory.h's
+ * slices until slice_job_free). */
 struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint64_t end_ns,
                                 enum slice_format format);
 /* Symbolize as this client (its uid, gid, groups and file capabilities); NULL: as nobody. */

@@ -12,12 +12,17 @@ void stacks_init(struct stack_table *st)
 
 void stacks_finish(struct stack_table *st)
 {
+    struct memacct *acct = st->acct;
+    uint64_t refused = st->refused;
+    memacct_sub(acct, stacks_memory(st));
     for (uint32_t i = 0; i < st->cap; i++)
         if (st->v[i].refs)
             free(st->v[i].ips);
     free(st->v);
     free(st->buckets);
     stacks_init(st);
+    st->acct = acct;
+    st->refused = refused;
 }
 
 /* FNV-1a over the words, then a final mix: cheap and good enough for code addresses. */
@@ -96,16 +101,29 @@ uint32_t stacks_intern(struct stack_table *st, uint32_t epoch, uint16_t flags,
             }
         }
     }
-    if ((uint64_t)(st->used + 1) * 4 > (uint64_t)st->nbuckets * 3) { /* load <= 0.75 */
+    bool grow_buckets = (uint64_t)(st->used + 1) * 4 > (uint64_t)st->nbuckets * 3; /* load <= 0.75 */
+    if (st->acct) {
+        /* What this new stack costs: its addresses, and the table's growth if it needs to. */
+        size_t more = (n ? n : 1) * sizeof(uint64_t);
+        if (st->free_head == STACK_NONE)
+            more += (st->cap ? st->cap : 64) * sizeof(struct stack_entry);
+        if (grow_buckets)
+            more += (st->nbuckets ? st->nbuckets : 64) * sizeof(uint32_t);
+        if (!memacct_room(st->acct, more)) {
+            st->refused++;
+            return STACK_NONE;
+        }
+    }
+    size_t before = stacks_memory(st);
+    if (grow_buckets) {
         if (rehash(st, st->nbuckets ? st->nbuckets * 2 : 64) < 0)
             return STACK_NONE;
     }
     uint64_t *copy = malloc((n ? n : 1) * sizeof(*copy));
-    if (!copy)
-        return STACK_NONE;
-    uint32_t id = alloc_slot(st);
+    uint32_t id = copy ? alloc_slot(st) : STACK_NONE;
     if (id == STACK_NONE) {
         free(copy);
+        memacct_add(st->acct, stacks_memory(st) - before); /* the table may have grown */
         return STACK_NONE;
     }
     if (n)
@@ -122,6 +140,7 @@ uint32_t stacks_intern(struct stack_table *st, uint32_t epoch, uint16_t flags,
     st->buckets[k] = id;
     st->used++;
     st->ip_bytes += (n ? n : 1) * sizeof(*copy);
+    memacct_add(st->acct, stacks_memory(st) - before);
     return id;
 }
 
@@ -144,6 +163,7 @@ void stacks_unref(struct stack_table *st, uint32_t id)
         link = &st->v[*link].next;
     *link = e->next;
     st->ip_bytes -= (e->n ? e->n : 1) * sizeof(uint64_t);
+    memacct_sub(st->acct, (e->n ? e->n : 1) * sizeof(uint64_t));
     free(e->ips);
     e->ips = NULL;
     e->next = st->free_head;

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memacct.h"
+
 #define STACK_NONE UINT32_MAX
 
 /* Stack flags, part of a stack's identity. */
@@ -28,11 +30,16 @@ struct stack_table {
     uint32_t *buckets;
     uint32_t nbuckets;  /* power of two */
     size_t ip_bytes;    /* memory held by ip arrays */
+    /* Set after stacks_init, or NULL: the table's memory is counted there, and a new stack
+     * is refused (STACK_NONE) when that has no room for it. */
+    struct memacct *acct;
+    uint64_t refused; /* new stacks refused for want of room in acct */
 };
 
 void stacks_init(struct stack_table *st);
 void stacks_finish(struct stack_table *st);
-/* Find or add the stack; returns its id with one more reference, or STACK_NONE on ENOMEM. */
+/* Find or add the stack; returns its id with one more reference, or STACK_NONE on ENOMEM
+ * (or when acct has no room for a new one). */
 uint32_t stacks_intern(struct stack_table *st, uint32_t epoch, uint16_t flags,
                        const uint64_t *ips, uint16_t n);
 void stacks_ref(struct stack_table *st, uint32_t id);

@@ -704,3 +704,23 @@ void symbolizer_get_stats(struct symbolizer *s, struct symbolizer_stats *st)
     st->helper_pid = hs.pid;
     snprintf(st->helper_error, sizeof(st->helper_error), "%s", hs.last_error);
 }
+
+size_t symbolizer_memory(const struct symbolizer *s)
+{
+    size_t m = sizeof(*s) + SYMP_MAX_MSG + sizeof(*s->w) +
+               s->states.cap * (sizeof(uint64_t) + sizeof(void *)) +
+               s->jits.cap * (sizeof(uint64_t) + sizeof(void *));
+    for (size_t i = 0; i < s->states.cap; i++) {
+        const struct modcache *st = s->states.vals[i];
+        if (st)
+            m += sizeof(*st) + st->arena.bytes +
+                 st->cache.cap * (sizeof(uint64_t) + sizeof(void *));
+    }
+    for (size_t i = 0; i < s->jits.cap; i++) {
+        const struct jitcache *jc = s->jits.vals[i];
+        if (jc)
+            m += sizeof(*jc) + jc->arena.bytes +
+                 jc->names.cap * (sizeof(uint64_t) + sizeof(void *));
+    }
+    return m;
+}

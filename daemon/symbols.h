@@ -97,6 +97,9 @@ int symbolizer_lookup_cached(struct symbolizer *s, struct module *m, uint64_t fi
                              const struct sym_frame **frames, enum sym_source *src);
 int symbolizer_jit_cached(struct symbolizer *s, int pid, uint64_t addr, const char **name);
 
+/* Bytes the symbolizer keeps (its caches, the answers' arenas, its buffers). */
+size_t symbolizer_memory(const struct symbolizer *s);
+
 /* Statistics, for status and tests. */
 struct symbolizer_stats {
     uint64_t lookups, hits, modules;

@@ -3,9 +3,10 @@
  *
  * Invariant: outside a callback, every traced thread is either running (maybe with one
  * PTRACE_INTERRUPT outstanding) or parked in a group-stop with PTRACE_LISTEN. Every other
- * stop is resolved in the callback that reaps it: a signal-delivery-stop re-injects its
- * signal at once (a signal held by the tracer is lost if the tracer dies), an interrupt stop
- * is sampled and resumed. */
+ * stop is resolved in the callback that sees it: a signal-delivery-stop re-injects its
+ * signal at once, an interrupt stop is sampled and resumed. Stops are seen without being
+ * reaped (targets_wait_event): a signal reaped by the tracer and not yet re-injected is lost
+ * if the tracer dies, one that was never reaped is delivered. */
 #include "target.h"
 
 #include <dirent.h>
@@ -25,7 +26,9 @@
 
 #include <ev.h>
 
+#include "fds.h"
 #include "log.h"
+#include "memory.h"
 #include "modules.h"
 #include "procstatus.h"
 #include "ptrace_util.h"
@@ -39,6 +42,7 @@
 #define RING_MAX_ENTRIES (4u << 20)
 
 static struct ev_loop *loop;
+static pid_t self_pid;
 static struct target *targets;
 static struct thread *tid_hash[TID_BUCKETS];
 
@@ -49,6 +53,7 @@ static const long SEIZE_OPTIONS = PTRACE_O_TRACECLONE | PTRACE_O_TRACEEXEC;
 void targets_init(struct ev_loop *l)
 {
     loop = l;
+    self_pid = getpid();
 }
 
 struct target *targets_first(void)
@@ -70,6 +75,35 @@ struct target *target_find(pid_t pid)
         if (t->pid == pid)
             return t;
     return NULL;
+}
+
+/* When process pid started (/proc/PID/stat, field 22, clock ticks since boot): with the
+ * pid, what tells a process from a later one that got the same pid. */
+static int read_start_time(pid_t pid, uint64_t *out)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    ssize_t n = read_file(path, buf, sizeof(buf));
+    if (n < 0)
+        return (int)n;
+    const char *p = strrchr(buf, ')');
+    /* After ") ": state is field 3; starttime is field 22, 19 fields further. */
+    for (int field = 2; p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    if (!p)
+        return -EINVAL;
+    char *end;
+    *out = strtoull(p + 1, &end, 10);
+    return end == p + 1 ? -EINVAL : 0;
+}
+
+bool target_is_previous(const struct target *t)
+{
+    uint64_t start;
+    /* A zombie of the process itself (its parent has not reaped it) still has its start
+     * time: only another process has another. */
+    return t && t->state == T_EXITED && t->start_time &&
+           read_start_time(t->pid, &start) == 0 && start != t->start_time;
 }
 
 const char *target_state_name(enum target_state s)
@@ -153,17 +187,29 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->last_stack = STACK_NONE;
     th->added_ns = now_ns();
     int err = 0;
-    th->schedstat_fd = open_task_file(t->pid, tid, "schedstat", &err);
-    th->syscall_fd = open_task_file(t->pid, tid, "syscall", &err);
-    th->status_fd = open_task_file(t->pid, tid, "status", &err);
+    th->schedstat_fd = th->syscall_fd = th->status_fd = -1;
+    if (fds_take(3)) {
+        th->schedstat_fd = open_task_file(t->pid, tid, "schedstat", &err);
+        th->syscall_fd = open_task_file(t->pid, tid, "syscall", &err);
+        th->status_fd = open_task_file(t->pid, tid, "status", &err);
+        fds_give((th->schedstat_fd < 0) + (th->syscall_fd < 0) + (th->status_fd < 0));
+    } else {
+        err = EMFILE;
+    }
     th->perf_fd = -1;
+    if (th->schedstat_fd < 0 || th->syscall_fd < 0)
+        t->nthreads_nofiles++;
     if (err && err != ENOENT && err != ESRCH && !t->warned_task_files) {
-        /* Not a thread that is gone already: profd itself is short of something (EMFILE:
-         * three descriptors per thread). Said once per process. */
+        /* Not a thread that is gone already: profd itself is short of something. Said once
+         * per process (status counts them: threads_without_files). */
+        struct fds_stats fs;
+        fds_get_stats(&fs);
         t->warned_task_files = true;
-        log_warn("pid %d: cannot open the /proc files of thread %d (%s): such threads are "
-                 "stopped for every sample, and their interrupted waits may fail with EINTR",
-                 t->pid, tid, strerror(err));
+        log_warn("pid %d: thread %d goes without its /proc files (%s; profd's threads hold "
+                 "%" PRIu64 " descriptors, %" PRIu64 " of its limit of %" PRIu64 " are kept "
+                 "for clients and targets): such threads are sampled by stopping them (in "
+                 "cputime mode not at all)",
+                 t->pid, tid, strerror(err), fs.per_thread, fs.reserve, fs.limit);
     }
     if (read_thread_stat(t->pid, tid, th->name, NULL) < 0)
         snprintf(th->name, sizeof(th->name), "%s", t->comm);
@@ -199,6 +245,9 @@ static void thread_remove(struct thread *th)
             break;
         }
     }
+    if (th->schedstat_fd < 0 || th->syscall_fd < 0)
+        t->nthreads_nofiles--;
+    fds_give((th->schedstat_fd >= 0) + (th->syscall_fd >= 0) + (th->status_fd >= 0));
     if (th->schedstat_fd >= 0)
         close(th->schedstat_fd);
     if (th->syscall_fd >= 0)
@@ -375,6 +424,19 @@ static void ring_evict(void *ctx, const struct ring_entry *e)
     stacks_unref(&t->stacks, e->stack);
 }
 
+/* The thread whose stop is being handled without having been reaped (targets_wait_event),
+ * 0 if none, and whether a ptrace request has ended that stop. */
+static pid_t peeked_tid;
+static bool peeked_released;
+
+/* r (0 or -errno) of the ptrace request that resumes, parks or releases tid from a stop.
+ * Only a success counts: ESRCH may also mean that the kernel wants the stop reaped first. */
+static void note_released(pid_t tid, int r)
+{
+    if (tid == peeked_tid && r == 0)
+        peeked_released = true;
+}
+
 static struct target *graveyard; /* freed by targets_collect, after the current callback */
 static void target_destroy(struct target *t);
 
@@ -446,7 +508,10 @@ static int read_sigstate(struct target *t, uint64_t *shd)
 
 /* Seize every thread, rescanning /proc/PID/task until a pass finds none new: threads
  * created by seized threads are attached by the kernel (PTRACE_O_TRACECLONE), and ones
- * created by not-yet-seized threads are caught by the next pass. */
+ * created by not-yet-seized threads are caught by the next pass. In each pass the leader
+ * is seized last: once it is traced, signals sent to the process that it ignores are
+ * queued instead of dropped (kernel/signal.c sig_ignored), and one taken by a thread not
+ * seized yet would end its epoll_wait with an EINTR nobody repairs (see target_detach). */
 static int seize_all(struct target *t, char *why, size_t whylen)
 {
     char path[64];
@@ -456,11 +521,25 @@ static int seize_all(struct target *t, char *why, size_t whylen)
         if (!d)
             return -ESRCH;
         int added = 0;
+        bool leader_seen = false;
         struct dirent *de;
-        while ((de = readdir(d))) {
-            if (de->d_name[0] < '0' || de->d_name[0] > '9')
+        for (;;) {
+            pid_t tid;
+            de = readdir(d);
+            if (de && (de->d_name[0] < '0' || de->d_name[0] > '9'))
                 continue;
-            pid_t tid = (pid_t)atoi(de->d_name);
+            if (de) {
+                tid = (pid_t)atoi(de->d_name);
+                if (tid == t->pid) {
+                    leader_seen = true;
+                    continue;
+                }
+            } else if (leader_seen) {
+                leader_seen = false;
+                tid = t->pid;
+            } else {
+                break;
+            }
             if (thread_find(tid))
                 continue;
             bool seized = true;
@@ -469,9 +548,11 @@ static int seize_all(struct target *t, char *why, size_t whylen)
                 bool zombie = false;
                 if (e == ESRCH)
                     continue; /* exited meanwhile */
-                if (e == EPERM && read_thread_stat(t->pid, tid, (char[16]){0}, &zombie) == 0 &&
-                    zombie)
-                    continue; /* a leader that called pthread_exit: nothing to trace */
+                int st = e == EPERM ? read_thread_stat(t->pid, tid, (char[16]){0}, &zombie) : 0;
+                if (e == EPERM && ((st == 0 && zombie) || st == -ENOENT || st == -ESRCH))
+                    continue; /* exiting or gone (the kernel refuses a task that has an exit
+                               * state with EPERM), or a leader that called pthread_exit:
+                               * nothing to trace */
                 if (e == EPERM && tracer_of(tid) == getpid()) {
                     /* Auto-attached through a seized thread's clone: it starts in a stop
                      * we have not reaped yet. */
@@ -514,7 +595,13 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     why[0] = '\0';
     if (pid <= 0)
         return -ESRCH;
-    if (target_find(pid)) {
+    struct target *old = target_find(pid);
+    if (old && target_is_previous(old)) {
+        /* Its samples were of another process: forgotten, as they would be at expiry. */
+        log_info("forgetting exited process %d (%s): the pid is another process's now", pid,
+                 old->comm);
+        target_detach(old, NULL, NULL);
+    } else if (old) {
         snprintf(why, whylen, "process %d is already attached", pid);
         return -EEXIST;
     }
@@ -527,6 +614,12 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     t->status_fd = -1;
     t->pidfd = -1;
     pid_t tgid = read_tgid(pid);
+    if (tgid == -EMFILE || tgid == -ENFILE || tgid == -ENOMEM) {
+        snprintf(why, whylen, "profd cannot read /proc/%d/status now: %s", pid,
+                 strerror(-tgid));
+        free(t);
+        return tgid;
+    }
     if (tgid < 0) {
         snprintf(why, whylen, "no such process: %d", pid);
         free(t);
@@ -537,7 +630,7 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     int cr = proc_creds_read(pid, &t->creds, why, whylen);
     if (cr < 0) {
         free(t);
-        return cr == -ESRCH ? cr : -EPERM;
+        return cr == -ESRCH || cr == -EMFILE || cr == -ENFILE || cr == -ENOMEM ? cr : -EPERM;
     }
     if (tgid != pid) {
         snprintf(why, whylen, "%d is a thread of process %d: attach to the process", pid, tgid);
@@ -551,6 +644,8 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
         free(t);
         return -ESRCH;
     }
+    if (read_start_time(pid, &t->start_time) < 0)
+        t->start_time = 0; /* unknown: never taken for a previous process */
     /* A leader that called pthread_exit is a zombie while its other threads run: still a
      * process to profile. */
     snprintf(path, sizeof(path), "/proc/%d/exe", pid);
@@ -562,6 +657,8 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
     t->state = T_ATTACHED;
     stacks_init(&t->stacks);
     ring_init(&t->ring, buffer_ns, ring_max_entries(hz, buffer_ns), ring_evict, t);
+    /* Every target's samples share one bound (memory.h). */
+    t->stacks.acct = t->ring.acct = memory_samples();
     epoch_begin(t);
     t->next = targets;
     targets = t;
@@ -753,8 +850,10 @@ void target_resume(struct thread *th, int sig)
     }
     th->rescue_pending = false;
     guard_shared_signals(th);
-    if (ptrace(PTRACE_CONT, th->tid, 0, (long)sig) < 0 && errno != ESRCH)
-        log_warn("PTRACE_CONT %d: %s", th->tid, strerror(errno));
+    int r = ptrace(PTRACE_CONT, th->tid, 0, (long)sig) < 0 ? -errno : 0;
+    note_released(th->tid, r);
+    if (r < 0 && r != -ESRCH)
+        log_warn("PTRACE_CONT %d: %s", th->tid, strerror(-r));
 }
 
 /* All threads released: report and free. */
@@ -766,15 +865,79 @@ static void detach_finished(struct target *t)
     target_free(t);
 }
 
+/* Ask th to stop so that it can be released; false if it cannot be (gone, or a zombie
+ * leader: it never stops, and the kernel releases it when the process is reaped), and then
+ * it is forgotten at once. */
+static bool interrupt_for_detach(struct target *t, struct thread *th)
+{
+    bool zombie = false;
+    char name[16];
+    if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0 ||
+        (read_thread_stat(t->pid, th->tid, name, &zombie) == 0 && zombie)) {
+        thread_remove(th);
+        return false;
+    }
+    th->interrupt_pending = true;
+    th->interrupt_sent_ns = now_ns();
+    return true;
+}
+
+/* The leader of t, still followed and not a zombie: while it is traced, t's other threads
+ * are not released (see target_detach). */
+static struct thread *live_leader(const struct target *t)
+{
+    struct thread *leader = thread_find(t->pid);
+    return leader && leader->t == t && !leader->zombie ? leader : NULL;
+}
+
+/* Interrupt every thread of t for its release (the leader has gone first). */
+static void interrupt_the_rest(struct target *t)
+{
+    for (size_t i = t->nthreads; i-- > 0;)
+        if (i < t->nthreads)
+            interrupt_for_detach(t, t->threads[i]);
+}
+
 /* Detach one thread from a ptrace stop, passing sig (a signal it was about to receive). */
 static void detach_thread(struct thread *th, int sig)
 {
     struct target *t = th->t;
-    if (ptrace(PTRACE_DETACH, th->tid, 0, (long)sig) < 0 && errno != ESRCH)
-        log_warn("PTRACE_DETACH %d: %s", th->tid, strerror(errno));
+    bool leader = th->tid == t->pid;
+    int r = ptrace(PTRACE_DETACH, th->tid, 0, (long)sig) < 0 ? -errno : 0;
+    note_released(th->tid, r);
+    if (r < 0 && r != -ESRCH)
+        log_warn("PTRACE_DETACH %d: %s", th->tid, strerror(-r));
     thread_remove(th);
+    if (t->state == T_DETACHING && leader)
+        interrupt_the_rest(t);
     if (t->state == T_DETACHING && t->nthreads == 0)
         detach_finished(t);
+}
+
+/* A leader that calls pthread_exit while its process is being detached never stops (a
+ * zombie until the whole process exits): go on without it. */
+static void detach_check_leader(struct target *t)
+{
+    struct thread *leader = thread_find(t->pid);
+    bool zombie = false;
+    char name[16];
+    if (!leader || leader->t != t || read_thread_stat(t->pid, t->pid, name, &zombie) < 0 ||
+        !zombie)
+        return;
+    thread_remove(leader);
+    interrupt_the_rest(t);
+    if (t->nthreads == 0)
+        detach_finished(t);
+}
+
+/* A stop of th while t is being detached, to be ended passing sig: th is released, unless
+ * the leader still is to go first; then th runs on, traced, until its turn. */
+static void detach_or_resume(struct thread *th, int sig)
+{
+    if (th->tid != th->t->pid && live_leader(th->t))
+        target_resume(th, sig);
+    else
+        detach_thread(th, sig);
 }
 
 void target_detach(struct target *t, void (*done)(struct target *, void *, int), void *ctx)
@@ -795,23 +958,19 @@ void target_detach(struct target *t, void (*done)(struct target *, void *, int),
      * and it re-traps at once with PTRACE_EVENT_STOP and its stop signal; the kernel then
      * puts it back into the group-stop on detach. Running threads are interrupted and
      * detached at their stop, passing on any signal they stop for meanwhile. An interrupt
-     * is sent even if one is pending (a stop for something else may have cleared it). A
-     * thread that is gone (ESRCH) or a zombie leader (it never stops; the kernel releases
-     * it when the process is reaped) is dropped at once. */
-    for (size_t i = t->nthreads; i-- > 0;) {
-        if (i >= t->nthreads)
-            continue;
-        struct thread *th = t->threads[i];
-        bool zombie = false;
-        char name[16];
-        if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0 ||
-            (read_thread_stat(t->pid, th->tid, name, &zombie) == 0 && zombie)) {
-            thread_remove(th);
-            continue;
-        }
-        th->interrupt_pending = true;
-        th->interrupt_sent_ns = now_ns();
-    }
+     * is sent even if one is pending (a stop for something else may have cleared it).
+     *
+     * The leader goes first, the others once it is released. A signal sent to the process
+     * that it ignores (SIGWINCH...) is dropped by the kernel at once, unless the leader is
+     * traced (kernel/signal.c sig_ignored looks at the task the pid names): then it is
+     * queued, and may be taken by any thread. A thread already released that takes it
+     * wakes from its wait for nothing: an epoll_wait returns EINTR, which it never does
+     * without a tracer (seen when a detach of 22 threads was held up 400 ms: 6 EINTRs in
+     * released threads). With the leader released first, such signals are dropped as they
+     * would be without profd, and threads still traced are repaired at their stop. */
+    struct thread *leader = live_leader(t);
+    if (!leader || !interrupt_for_detach(t, leader))
+        interrupt_the_rest(t);
     if (t->nthreads == 0)
         detach_finished(t);
 }
@@ -914,9 +1073,11 @@ static struct thread *adopt_unknown(pid_t tid, int status)
     /* Not one of our processes' threads: a clone() without CLONE_THREAD made a new process,
      * which the kernel attached to us. Release it, passing on a signal it stopped for. */
     int sig = (unsigned)status >> 16 == 0 ? WSTOPSIG(status) : 0;
-    if (ptrace(PTRACE_DETACH, tid, 0, (long)sig) < 0 && errno != ESRCH)
+    int r = ptrace(PTRACE_DETACH, tid, 0, (long)sig) < 0 ? -errno : 0;
+    note_released(tid, r);
+    if (r < 0 && r != -ESRCH)
         log_warn("PTRACE_DETACH %d (a process we were not asked to trace): %s", tid,
-                 strerror(errno));
+                 strerror(-r));
     return NULL;
 }
 
@@ -1081,7 +1242,8 @@ static void repair_interrupted_syscall(struct thread *th)
         th->t->stats.eintr_repaired++;
 }
 
-void targets_handle_wait(pid_t tid, int status)
+/* Handle one wait status of a traced thread (or of a child that exited). */
+static void targets_handle_wait(pid_t tid, int status)
 {
     struct thread *th = thread_find(tid);
     if (!th) {
@@ -1129,10 +1291,16 @@ void targets_handle_wait(pid_t tid, int status)
             if (th->stop_eintr &&
                 proc_read_schedstat(th->schedstat_fd, &th->stop_eintr_run_ns, &pcount) < 0)
                 th->stop_eintr_run_ns = 0;
-            if (detaching) {
+            if (detaching && !(tid != t->pid && live_leader(t))) {
                 detach_thread(th, 0);
-            } else if (ptrace(PTRACE_LISTEN, tid, 0, 0) == 0) {
-                th->state = TH_GROUP_STOP;
+            } else {
+                /* (Detaching: parked until the leader is released.) */
+                int r = ptrace(PTRACE_LISTEN, tid, 0, 0) < 0 ? -errno : 0;
+                note_released(tid, r);
+                if (r == 0)
+                    th->state = TH_GROUP_STOP;
+                else if (r != -ESRCH)
+                    log_warn("PTRACE_LISTEN %d: %s", tid, strerror(-r));
             }
             return;
         }
@@ -1145,17 +1313,19 @@ void targets_handle_wait(pid_t tid, int status)
             th->born = true;
             if (detaching) {
                 th->interrupt_pending = false;
-                detach_thread(th, 0);
+                detach_or_resume(th, 0);
             } else {
                 target_resume(th, 0);
             }
             return;
         }
         if (detaching) {
-            /* Interrupted to be detached: a wait it was in must not fail because of it. */
-            if (th->interrupt_pending && !th->stop_eintr)
+            /* Interrupted to be detached (or, before that, to be sampled or rescued): a
+             * wait it was in must not fail because of it. */
+            if ((th->interrupt_pending || th->rescue_pending) && !th->stop_eintr)
                 repair_interrupted_syscall(th);
-            detach_thread(th, 0);
+            th->rescue_pending = false;
+            detach_or_resume(th, 0);
         }
         else if (th->interrupt_pending)
             sampler_on_stop(th);
@@ -1166,15 +1336,19 @@ void targets_handle_wait(pid_t tid, int status)
         return;
     case PTRACE_EVENT_CLONE: {
         unsigned long msg = 0;
-        /* Only a thread of this process that still exists: clone() without CLONE_THREAD
-         * makes a new process (released at its first stop, in adopt_unknown), and a new
-         * thread whose first stop and exit were both handled already must not come back. */
+        /* Only a thread of this process that still exists and that we still trace: clone()
+         * without CLONE_THREAD makes a new process (released at its first stop, in
+         * adopt_unknown); a new thread whose first stop and exit were both handled already
+         * must not come back; nor one whose first stop came first and released it (a
+         * detach): it would be waited for in vain. */
+        struct procstatus st;
         if (ptrace(PTRACE_GETEVENTMSG, tid, 0, &msg) == 0 && !thread_find((pid_t)msg) &&
-            read_tgid((pid_t)msg) == t->pid)
+            tid_status((pid_t)msg, &st) == 0 && procstatus_has(&st, PS_TGID) &&
+            st.tgid == t->pid && procstatus_has(&st, PS_TRACERPID) && st.tracer_pid == self_pid)
             thread_add(t, (pid_t)msg);
         t->maps_dirty = true; /* its stack was mapped: re-read at the next tick */
         if (detaching)
-            detach_thread(th, 0);
+            detach_or_resume(th, 0);
         else
             target_resume(th, 0);
         return;
@@ -1191,28 +1365,72 @@ void targets_handle_wait(pid_t tid, int status)
         t->stats.signals_forwarded++;
         repair_ignored_signal(th, sig);
         if (detaching)
-            detach_thread(th, sig);
+            detach_or_resume(th, sig);
         else
             target_resume(th, sig);
         return;
     default:
         if (detaching)
-            detach_thread(th, 0);
+            detach_or_resume(th, 0);
         else
             target_resume(th, 0);
         return;
     }
 }
 
+int targets_wait_event(bool block)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    /* WNOWAIT: see the event without reaping it. Reaping a stop (waitpid) takes its signal
+     * out of the kernel's hands: the tracer's wait clears the thread's exit_code
+     * (kernel/exit.c, wait_task_stopped), so a tracer that dies before its PTRACE_CONT(sig)
+     * loses that signal (measured: a SIGUSR1 caught this way and never re-injected was
+     * gone after the tracer's exit). A stop left unreaped keeps it: the kernel delivers it
+     * when the dead tracer's threads are released (ptrace_stop returns the exit_code). The
+     * ptrace request that resumes the thread ends the stop as well as a wait would. */
+    if (waitid(P_ALL, 0, &si, WEXITED | WSTOPPED | __WALL | WNOWAIT | (block ? 0 : WNOHANG)) < 0)
+        return -errno;
+    pid_t tid = si.si_pid;
+    if (tid == 0)
+        return 0;
+    int status;
+    /* The wait status waitpid would give: the stop signal and the ptrace event. */
+    int peek = ((si.si_status & 0xffff) << 8) | 0x7f;
+    if (si.si_code == CLD_TRAPPED && (unsigned)peek >> 16 != PTRACE_EVENT_EXEC) {
+        /* (An exec stop must be reaped first: the kernel refuses every request on it with
+         * ESRCH until it is, when the exec moved the thread to the leader's tid,
+         * kernel/ptrace.c looks_like_a_spurious_pid.) */
+        peeked_tid = tid;
+        peeked_released = false;
+        targets_handle_wait(tid, peek);
+        peeked_tid = 0;
+        if (peeked_released)
+            return tid;
+        /* The request that should have ended the stop failed: reap the stop so that it is
+         * not seen again, and handle what was reaped as any reaped stop (or the exit of a
+         * thread killed meanwhile). */
+        if (waitpid(tid, &status, __WALL | WNOHANG) == tid)
+            targets_handle_wait(tid, status);
+        return tid;
+    }
+    if (si.si_code == CLD_STOPPED) {
+        /* A child that is not traced (a symbolizer helper) stopped by job control: none of
+         * ours to resume. Reap the notification, or it would be seen again at once. */
+        memset(&si, 0, sizeof(si));
+        waitid(P_PID, (id_t)tid, &si, WSTOPPED | WNOHANG);
+        return tid;
+    }
+    /* An exit: reaped, then handled. (ECHILD: the symbolizer's owner reaped it first.) */
+    if (waitpid(tid, &status, __WALL | WNOHANG) == tid)
+        targets_handle_wait(tid, status);
+    return tid;
+}
+
 void targets_reap(void)
 {
-    for (;;) {
-        int status;
-        pid_t tid = waitpid(-1, &status, __WALL | WNOHANG);
-        if (tid <= 0)
-            return;
-        targets_handle_wait(tid, status);
-    }
+    while (targets_wait_event(false) > 0)
+        ;
 }
 
 /* Whether thread tid has at least two samples since `since` (ring entries are in time
@@ -1317,6 +1535,8 @@ void targets_housekeeping(uint64_t now)
             }
             continue;
         }
+        if (t->state == T_DETACHING)
+            detach_check_leader(t);
         if (t->state != T_ATTACHED)
             continue;
         refresh_threads(t, now);
@@ -1333,8 +1553,15 @@ void targets_shutdown(uint64_t timeout_ns)
             target_detach(t, NULL, NULL);
     }
     uint64_t deadline = now_ns() + timeout_ns;
-    while (targets && now_ns() < deadline) {
+    for (unsigned round = 0; targets && now_ns() < deadline; round++) {
         targets_reap();
+        if (round % 100 == 99) {
+            for (struct target *t = targets, *next; t; t = next) {
+                next = t->next;
+                if (t->state == T_DETACHING)
+                    detach_check_leader(t);
+            }
+        }
         if (!targets)
             break;
         targets_collect();

@@ -132,6 +132,7 @@ struct target {
     unsigned hz;
     uint64_t buffer_ns;
     uint64_t attach_ns;
+    uint64_t start_time;    /* the process's start (/proc/PID/stat): with pid, its identity */
     uid_t owner_uid;        /* uid of the client that attached it */
     bool explicit_attach;   /* attached by an attach request (not only for transactions) */
     uint64_t exit_ns;
@@ -149,6 +150,7 @@ struct target {
     int maps_err;           /* -errno of the last read of the maps that failed, 0 after one
                              * that worked (a failure is logged once) */
     bool warned_task_files; /* a thread's /proc files could not be opened (logged once) */
+    size_t nthreads_nofiles; /* threads without their /proc files (sampled by stopping) */
     struct epoch_maps *epochs;
     size_t nepochs;
     struct unwinder unw;
@@ -176,22 +178,35 @@ void targets_shutdown(uint64_t timeout_ns);
 
 /* Attach to process pid: seize every thread. Returns 0 or -errno: -ESRCH (no such process),
  * -EPERM (not allowed, or already traced: why says by whom), -EEXIST (already attached),
- * -EINVAL (pid is a thread, not a process), -EIO (seized, but it cannot be sampled: its
+ * -EINVAL (pid is a thread, not a process; an exited target of that pid is replaced when
+ * another process has the pid now, see target_is_previous), -EMFILE/-ENFILE/-ENOMEM (profd is out of
+ * descriptors or memory to even look at it), -EIO (seized, but it cannot be sampled: its
  * maps, the unwinder or the schedule could not be set up; why says which and why). */
 int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
                   struct target **out, char *why, size_t whylen);
 /* Begin detaching; done() is called when every thread is released (possibly at once). */
 void target_detach(struct target *t, void (*done)(struct target *, void *, int), void *ctx);
 struct target *target_find(pid_t pid);
+/* Has t exited, and its pid been given to another process since (the kernel reuses pids)?
+ * Such a target is not that process: attaching the pid (an attach, a transaction's start)
+ * replaces it, and a transaction of the new process never reads its samples. (While a
+ * target is attached its pid cannot be reused: a traced process's pid is freed only once
+ * profd has reaped it.) */
+bool target_is_previous(const struct target *t);
 struct target *targets_first(void);
 size_t targets_count(void);
 
 /* Free forgotten targets: call when no callback holds one (an ev_check). */
 void targets_collect(void);
-/* Reap and handle every pending ptrace event (waitpid(-1, __WALL|WNOHANG) until empty). */
+/* Handle every pending ptrace event and child exit (targets_wait_event until none). */
 void targets_reap(void);
-/* Handle one wait status of a traced thread. */
-void targets_handle_wait(pid_t tid, int status);
+/* Wait for one ptrace event or child exit (block: until there is one, or a signal
+ * interrupts the wait) and handle it. A stop is seen without being reaped (waitid WNOWAIT)
+ * and ended by the ptrace request that resumes, parks or releases the thread: a signal it
+ * stopped for stays in the kernel, not in profd, until it is re-injected, so that a daemon
+ * killed meanwhile loses nothing. Returns the thread id handled, 0 if none was waiting
+ * (without block), or -errno (-ECHILD: no child or tracee; -EINTR). */
+int targets_wait_event(bool block);
 /* Periodic housekeeping (1 Hz): thread names, maps changes, expiry of exited targets. */
 void targets_housekeeping(uint64_t now);
 

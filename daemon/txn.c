@@ -8,6 +8,7 @@
 #include <sys/random.h>
 
 #include "log.h"
+#include "memory.h"
 #include "server.h"
 #include "target.h"
 #include "util.h"
@@ -28,8 +29,17 @@ struct txn_proc *txn_proc_find(pid_t pid)
     return NULL;
 }
 
+/* What a transaction holds (memory.h counts it). */
+static size_t txn_bytes(const struct txn *x)
+{
+    return sizeof(*x) + (x->name ? strlen(x->name) + 1 : 0) +
+           (x->trace_id ? strlen(x->trace_id) + 1 : 0) +
+           (x->refused_why ? strlen(x->refused_why) + 1 : 0);
+}
+
 static void txn_free(struct txn *x)
 {
+    memory_txns_add(-(ssize_t)txn_bytes(x));
     free(x->refused_why);
     free(x->name);
     free(x->trace_id);
@@ -88,10 +98,21 @@ static void attach_now(struct txn_proc *tp)
 {
     tp->attaching = false;
     struct target *t = target_find(tp->pid);
-    if (t)
+    if (t && !target_is_previous(t))
         return; /* attached meanwhile; or it exited: its samples stay until forgotten */
     if (!tp->open)
         return; /* every transaction ended before we got to it */
+    if (t) {
+        /* The pid is another process's now (target_attach forgets the old target): so are
+         * its transactions from here on; the ended ones of the old process go with it. */
+        while (tp->done) {
+            struct txn *x = tp->done;
+            tp->done = x->next;
+            txn_free(x);
+        }
+        tp->done_tail = NULL;
+        tp->ndone = 0;
+    }
     char why[256] = "";
     int r = target_attach(tp->pid, server_cfg.default_mode, server_cfg.default_hz,
                           server_cfg.default_buffer_ns, &t, why, sizeof(why));
@@ -149,11 +170,14 @@ struct txn *txn_start(pid_t pid, pid_t tid, uint64_t id, const char *name,
     x->next = tp->open_list;
     tp->open_list = x;
     tp->open++;
+    memory_txns_add((ssize_t)txn_bytes(x));
     ev_timer_stop(g.loop, &tp->linger);
     struct target *t = target_find(pid);
     if (!t || t->state == T_EXITED) {
+        /* (An exited target of this pid is a previous process: the caller lives.) */
         tp->attaching = true;
         tp->attach_err = 0;
+        tp->uid = uid; /* the attach is this caller's */
         if (attach_sync) {
             attach_now(tp);
             return x;
@@ -179,6 +203,7 @@ void txn_refuse(pid_t pid, uint64_t id, uint64_t client, int code, const char *w
     x->next = tp->open_list;
     tp->open_list = x;
     tp->refused++;
+    memory_txns_add((ssize_t)txn_bytes(x));
 }
 
 struct txn *txn_find_open(pid_t pid, uint64_t client, uint64_t id)
@@ -222,7 +247,8 @@ void txn_end(struct txn_proc *tp, struct txn *x, uint64_t now)
     else
         tp->done = x;
     tp->done_tail = x;
-    if (++tp->ndone > TXN_MAX_DONE) {
+    ++tp->ndone;
+    while (tp->done != x && (tp->ndone > TXN_MAX_DONE || memory_txns_shed())) {
         struct txn *old = tp->done;
         tp->done = old->next;
         txn_free(old);

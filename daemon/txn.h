@@ -7,7 +7,8 @@
  * attached it explicitly; after its last transaction ends it is detached once it has had
  * none for the linger time, so a steady stream of requests does not re-attach every time.
  * Ended transactions (finished or discarded) are kept as long as the samples they cover (at
- * most TXN_MAX_DONE per process), so slices can be split by transaction. */
+ * most TXN_MAX_DONE per process, fewer when max_memory is reached), so slices can be split
+ * by transaction. */
 #pragma once
 
 #include <stdbool.h>
@@ -45,7 +46,7 @@ struct txn_proc {
     unsigned open;           /* open transactions (refused starts not counted) */
     unsigned refused;        /* refused starts not yet finished or discarded */
     unsigned ndone;          /* in the done queue */
-    uint64_t forgotten;      /* ended ones dropped early (TXN_MAX_DONE) */
+    uint64_t forgotten;      /* ended ones dropped early (TXN_MAX_DONE, max_memory) */
     bool attaching;          /* the attach is queued */
     int attach_err;          /* 0, or -errno of a failed attach (why in attach_why) */
     char attach_why[200];

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "log.h"
+#include "memory.h"
 #include "slice.h"
 #include "symbols.h"
 
@@ -44,6 +45,7 @@ static void *worker_main(void *arg)
          * targets, unloaded libraries) so that a daemon running for months stays small;
          * the job still holds its modules, so nothing it used is dropped. */
         symbolizer_trim(sym);
+        memory_symbolizer_set(symbolizer_memory(sym));
 
         pthread_mutex_lock(&lock);
         *done_tail = job;

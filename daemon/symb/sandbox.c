@@ -89,9 +89,17 @@ static int drop_ids(void)
     return 0;
 }
 
+/* Limit res to v, or to the hard limit inherited if that is lower already: without
+ * privileges (dropped by now) a hard limit can only go down, and asking for more fails with
+ * EPERM (the helper never started under a profd whose RLIMIT_NOFILE was below 4096). */
 static int set_limit(int res, uint64_t v)
 {
-    struct rlimit rl = {.rlim_cur = v, .rlim_max = v};
+    struct rlimit rl;
+    if (getrlimit(res, &rl) < 0)
+        return -errno;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < v)
+        v = rl.rlim_max;
+    rl.rlim_cur = rl.rlim_max = v;
     return setrlimit(res, &rl) < 0 ? -errno : 0;
 }
 

@@ -101,7 +101,7 @@ def listening(path):
 class Daemon:
     """A profd on a private socket. Use as a context manager."""
 
-    def __init__(self, *args, env=None, wrapper=True):
+    def __init__(self, *args, env=None, wrapper=True, preexec_fn=None):
         self.dir = tempfile.mkdtemp(prefix="profd-test-")
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, "profd.sock")
@@ -122,7 +122,8 @@ class Daemon:
         if env:
             e.update(env)
         self.logf = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=e)
+        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=e,
+                                     preexec_fn=preexec_fn)
         wait_until(lambda: listening(self.socket) or self.proc.poll() is not None,
                    30, "profd to listen")
         if self.proc.poll() is not None:

@@ -172,7 +172,8 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     st = d.status()
     dfields = {"version", "pid", "uptime_s", "cpu_s", "user_s", "system_s", "max_rss_kib",
                "clients", "targets", "modules", "slices_queued", "default_hz",
-               "default_buffer_s", "samples", "budget_cpu_pct", "symbolizers"}
+               "default_buffer_s", "samples", "budget_cpu_pct", "symbolizers", "memory",
+               "descriptors"}
     check(set(st["daemon"]) == dfields and st["daemon"]["pid"] == d.pid and
           st["daemon"]["targets"] == 2 and st["daemon"]["default_hz"] == 101 and
           st["daemon"]["default_buffer_s"] == 60 and st["daemon"]["clients"] == 1 and
@@ -183,7 +184,8 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
                         "syscalls_restarted", "wakeups_rescued", "signals_forwarded",
                         "group_stops",
                         "threads_seen", "stacks", "memory_bytes", "ring_dropped_full",
-                        "sampling", "transaction_boundaries"}
+                        "sampling", "transaction_boundaries", "dropped_max_memory",
+                        "threads_without_files"}
     ts = {x["pid"]: x for x in st["targets"]}
     check(sorted(ts) == sorted([p.pid, q.pid]) and set(ts[p.pid]) == sfields and
           set(ts[p.pid]["sampled"]) == {"stopped", "blocked_without_stop", "idle_reused"} and

@@ -385,6 +385,44 @@ static void test_finish_evicts_all(void)
     free(log.v);
 }
 
+/* A ring whose storage is counted against a limit (every target's samples against
+ * max_memory): it grows while the count has room, then keeps its size and its newest
+ * entries, the oldest dropped and counted as dropped_mem; the count follows the storage and
+ * goes back to 0 at ring_finish. Without room for even its first slots nothing is kept. */
+static void test_memacct_bound(void)
+{
+    struct evlog log = {0};
+    struct memacct acct = {.limit = 1024 * sizeof(struct ring_entry)};
+    struct ring r;
+    ring_init(&r, UINT64_MAX, 1u << 20, record_evict, &log);
+    r.acct = &acct;
+    for (uint32_t i = 0; i < 5000; i++) {
+        struct ring_entry e = entry(1000 + i, i);
+        CHECK_INT(ring_push(&r, &e), 0);
+    }
+    CHECK_U64(r.cap, 1024);
+    CHECK_U64(r.len, 1024);
+    CHECK_U64(acct.used, 1024 * sizeof(struct ring_entry));
+    CHECK(acct.refused > 0);
+    CHECK_U64(r.dropped_mem, 5000 - 1024);
+    CHECK_U64(r.dropped, 0);
+    CHECK_U64(ring_at(&r, 0)->stack, 5000 - 1024);
+    CHECK_U64(ring_at(&r, r.len - 1)->stack, 4999);
+    CHECK_U64(log.n, 5000 - 1024);
+    ring_finish(&r);
+    CHECK_U64(acct.used, 0);
+
+    struct memacct none = {.limit = 16};
+    ring_init(&r, UINT64_MAX, 1u << 20, record_evict, &log);
+    r.acct = &none;
+    struct ring_entry e = entry(1, 1);
+    CHECK_INT(ring_push(&r, &e), 0);
+    CHECK_U64(r.len, 0);
+    CHECK_U64(r.dropped_mem, 1);
+    ring_finish(&r);
+    free(log.v);
+}
+
 int main(void)
 {
     RUN(test_wraps_around_many_times);
@@ -394,5 +432,6 @@ int main(void)
     RUN(test_lower_bound_on_wrapped_buffers);
     RUN(test_memory_bounded);
     RUN(test_finish_evicts_all);
+    RUN(test_memacct_bound);
     return check_status("test_ring");
 }

@@ -535,6 +535,50 @@ static void test_ring_and_stacks_together(void)
     free(uses);
 }
 
+/* A table counted against a limit: the count is stacks_memory() at every step; a new stack
+ * is refused when it would not fit (a known one is still found and referenced), and once
+ * stacks are reclaimed there is room again; stacks_finish gives it all back. */
+static void test_memacct_bound(void)
+{
+    struct stack_table st;
+    stacks_init(&st);
+    struct memacct acct = {.limit = 16 * 1024};
+    st.acct = &acct;
+    uint64_t ips[32];
+    uint32_t ids[1000];
+    size_t n = 0;
+    bool exact = true;
+    for (uint32_t i = 0; i < 1000; i++) {
+        for (int k = 0; k < 32; k++)
+            ips[k] = 0x400000 + i * 64 + (uint64_t)k;
+        uint32_t id = stacks_intern(&st, 1, 0, ips, 32);
+        exact &= acct.used == stacks_memory(&st);
+        if (id == STACK_NONE)
+            break;
+        ids[n++] = id;
+    }
+    CHECK(exact);
+    CHECK(n > 10 && n < 1000);
+    CHECK(acct.used <= acct.limit);
+    CHECK(acct.refused == 1);
+    /* A known stack is still found. */
+    for (int k = 0; k < 32; k++)
+        ips[k] = 0x400000 + (uint64_t)k;
+    CHECK_U64(stacks_intern(&st, 1, 0, ips, 32), ids[0]);
+    stacks_unref(&st, ids[0]);
+    /* Room again once some are reclaimed. */
+    for (size_t i = 0; i < 4; i++)
+        stacks_unref(&st, ids[i]);
+    CHECK_U64(acct.used, stacks_memory(&st));
+    for (int k = 0; k < 32; k++)
+        ips[k] = 0x900000 + (uint64_t)k;
+    uint32_t id = stacks_intern(&st, 1, 0, ips, 32);
+    CHECK(id != STACK_NONE);
+    CHECK_U64(acct.used, stacks_memory(&st));
+    stacks_finish(&st);
+    CHECK_U64(acct.used, 0);
+}
+
 int main(void)
 {
     RUN(test_dedup);
@@ -543,5 +587,6 @@ int main(void)
     RUN(test_full_hash_collisions);
     RUN(test_random_against_model);
     RUN(test_ring_and_stacks_together);
+    RUN(test_memacct_bound);
     return check_status("test_stacks");
 }

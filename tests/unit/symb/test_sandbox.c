@@ -150,9 +150,49 @@ static void test_kill_kills(void)
     run("kill");
 }
 
+/* Inherited hard limits below the sandbox's own (a profd started with RLIMIT_NOFILE 256,
+ * RLIMIT_CPU 30 s) are kept, not an error: the helper used to exit at start with EPERM
+ * (raising a hard limit needs privileges). */
+static void test_lower_limits_kept(void)
+{
+    int sv[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        struct rlimit nofile = {256, 256}, cpu = {30, 30};
+        if (setrlimit(RLIMIT_NOFILE, &nofile) < 0 || setrlimit(RLIMIT_CPU, &cpu) < 0 ||
+            dup2(sv[1], 3) < 0)
+            _exit(98);
+        struct sandbox_opts o = {.max_memory = 1ull << 30, .max_cpu_s = 60, .keep_fd = 3};
+        if (sandbox_enter(&o) < 0)
+            _exit(97);
+        char c = 'r';
+        if (write(3, &c, 1) != 1 || read(3, &c, 1) != 1) /* in, then wait for the parent */
+            _exit(96);
+        _exit(0);
+    }
+    close(sv[1]);
+    char c;
+    CHECK(read(sv[0], &c, 1) == 1); /* in the sandbox */
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/limits", pid);
+    CHECK(read_file(path, buf, sizeof(buf)) > 0);
+    CHECK_CONTAINS(buf, "Max open files            256                  256");
+    CHECK_CONTAINS(buf, "Max cpu time              30                   30");
+    REQUIRE(write(sv[0], "g", 1) == 1);
+    int status;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "status %#x\n", status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(sv[0]);
+}
+
 int main(void)
 {
     RUN(test_allowed);
+    RUN(test_lower_limits_kept);
     RUN(test_fork_kills);
     RUN(test_exec_kills);
     RUN(test_ptrace_kills);
