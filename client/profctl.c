@@ -33,6 +33,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: profctl [--socket PATH] COMMAND [ARGS]\n\n"
             "  attach PID [--hz N] [--buffer SECONDS] [--mode MODE]\n"
+            "         [--sampler auto|perf|ptrace]\n"
             "                                           start sampling a process\n"
             "  configure PID [--mode MODE] [--hz N]     change how it is sampled\n"
             "  detach PID                               stop sampling it\n"
@@ -152,7 +153,8 @@ static void print_json(const cJSON *o)
     free(s);
 }
 
-static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s, const char *mode)
+static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s, const char *mode,
+                      const char *sampler)
 {
     cJSON *req = cJSON_CreateObject();
     cJSON_AddStringToObject(req, "cmd", "attach");
@@ -163,6 +165,8 @@ static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s, const c
         cJSON_AddNumberToObject(req, "buffer_s", (double)buffer_s);
     if (mode)
         cJSON_AddStringToObject(req, "mode", mode);
+    if (sampler)
+        cJSON_AddStringToObject(req, "sampler", sampler);
     cJSON *reply;
     const cJSON *res = call(fd, req, &reply);
     if (json_out)
@@ -499,7 +503,7 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
 int main(int argc, char **argv)
 {
     enum { O_HZ = 1, O_BUFFER, O_LAST, O_FROM, O_TO, O_FORMAT, O_JSON, O_TIDS, O_TOP, O_MODE,
-           O_TXN, O_BY_TXN };
+           O_TXN, O_BY_TXN, O_SAMPLER };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"hz", required_argument, NULL, O_HZ},
@@ -515,12 +519,14 @@ int main(int argc, char **argv)
         {"mode", required_argument, NULL, O_MODE},
         {"transaction", required_argument, NULL, O_TXN},
         {"by-transaction", no_argument, NULL, O_BY_TXN},
+        {"sampler", required_argument, NULL, O_SAMPLER},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     uint64_t hz = 0, buffer_ns = 0, last_ns = 0, from = 0, to = 0, top = 10;
     int have_last = 0, have_from = 0, have_to = 0;
     const char *format = "collapsed", *out = NULL, *mode = NULL, *txn_name = NULL;
+    const char *sampler = NULL;
     bool tids = false, by_txn = false;
     int c;
     /* Options may come before or after the command ("permute" mode). */
@@ -551,6 +557,11 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &to) < 0)
                 die(EXIT_USAGE, "--to must be CLOCK_MONOTONIC nanoseconds");
             have_to = 1;
+            break;
+        case O_SAMPLER:
+            if (strcmp(optarg, "auto") && strcmp(optarg, "perf") && strcmp(optarg, "ptrace"))
+                die(EXIT_USAGE, "--sampler must be auto, perf or ptrace");
+            sampler = optarg;
             break;
         case O_FORMAT:
             if (strcmp(optarg, "collapsed") && strcmp(optarg, "sentry"))
@@ -601,7 +612,7 @@ int main(int argc, char **argv)
         die(EXIT_USAGE, "give either --last or --from/--to");
     if (!strcmp(cmd, "attach") && nargs == 1) {
         pid_t pid = parse_pid(args[0]);
-        return cmd_attach(connect_daemon(), pid, hz, buffer_ns / NS_PER_SEC, mode);
+        return cmd_attach(connect_daemon(), pid, hz, buffer_ns / NS_PER_SEC, mode, sampler);
     }
     if (!strcmp(cmd, "configure") && nargs == 1) {
         pid_t pid = parse_pid(args[0]);

@@ -123,6 +123,40 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(k, "stopped", (double)s->samples_stopped);
     cJSON_AddNumberToObject(k, "blocked_without_stop", (double)s->samples_blocked);
     cJSON_AddNumberToObject(k, "idle_reused", (double)s->samples_reused);
+    cJSON_AddNumberToObject(k, "kernel_copy", (double)s->samples_perf);
+    /* Per path: samples, and profd's time per sample on the loop thread (for stops: from
+     * the interrupt through the wait, the copy and the unwind). */
+    cJSON *paths = cJSON_AddObjectToObject(o, "paths");
+    struct {
+        const char *name;
+        uint64_t n, ns;
+    } pv[] = {{"perf", s->samples_perf, s->ns_perf},
+              {"proc", s->samples_blocked, s->ns_blocked},
+              {"ptrace", s->samples_stopped, s->ns_stopped}};
+    for (size_t i = 0; i < 3; i++) {
+        cJSON *p = cJSON_AddObjectToObject(paths, pv[i].name);
+        cJSON_AddNumberToObject(p, "samples", (double)pv[i].n);
+        cJSON_AddNumberToObject(p, "us_per_sample",
+                                pv[i].n ? (double)pv[i].ns / (double)pv[i].n / 1e3 : 0);
+    }
+    cJSON *pf = cJSON_AddObjectToObject(o, "perf");
+    cJSON_AddStringToObject(pf, "sampler", sampler_kind_name(t->sampler));
+    size_t streams = 0, ring = 0;
+    for (size_t i = 0; i < t->nthreads; i++) {
+        streams += t->threads[i]->ps.fd >= 0;
+        ring += perfs_bytes(&t->threads[i]->ps);
+    }
+    cJSON_AddNumberToObject(pf, "events", (double)streams);
+    cJSON_AddNumberToObject(pf, "ring_bytes", (double)ring);
+    cJSON_AddNumberToObject(pf, "oneshot_asked", (double)s->perf_armed);
+    cJSON_AddNumberToObject(pf, "oneshot_expired", (double)s->perf_expired);
+    cJSON_AddNumberToObject(pf, "lost", (double)s->perf_lost);
+    cJSON_AddNumberToObject(pf, "without_registers", (double)s->perf_no_regs);
+    cJSON_AddNumberToObject(pf, "copy_too_short", (double)s->perf_short);
+    cJSON_AddNumberToObject(pf, "stopped_stack_too_deep", (double)s->fallback_deep);
+    cJSON_AddNumberToObject(pf, "stopped_no_event", (double)s->fallback_refused);
+    if (t->perf_err)
+        cJSON_AddStringToObject(pf, "error", strerror(-t->perf_err));
     cJSON *u = cJSON_AddObjectToObject(o, "unwind");
     cJSON_AddNumberToObject(u, "complete", (double)s->unwind_complete);
     cJSON_AddNumberToObject(u, "truncated", (double)s->unwind_truncated);
@@ -346,6 +380,12 @@ static cJSON *cmd_attach(struct request *r)
     enum sched_mode mode;
     if (get_mode(r->req, server_cfg.default_mode, &mode) < 0)
         return proto_error_reply(r->id, PE_BAD_REQUEST, BAD_MODE);
+    enum sampler_kind sampler = server_cfg.default_sampler;
+    const cJSON *sk = cJSON_GetObjectItemCaseSensitive(r->req, "sampler");
+    if (sk && (!cJSON_IsString(sk) || !sk->valuestring ||
+               sampler_kind_parse(sk->valuestring, &sampler) < 0))
+        return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "\"sampler\" must be \"auto\", \"perf\" or \"ptrace\"");
     int got = json_get_u64(r->req, "buffer_s", &buf_s);
     if (got < 0 || (got && (buf_s < 1 || buf_s > server_cfg.max_buffer_ns / NS_PER_SEC)))
         return proto_error_reply(r->id, PE_BAD_REQUEST,
@@ -371,7 +411,7 @@ static cJSON *cmd_attach(struct request *r)
     if (e < 0)
         return proto_error_reply(r->id, errno_code(-e), "%s", why);
     struct target *t;
-    e = target_attach(r->pid, mode, (unsigned)hz, buffer_ns, &t, why, sizeof(why));
+    e = target_attach(r->pid, mode, (unsigned)hz, buffer_ns, sampler, &t, why, sizeof(why));
     if (e < 0)
         return proto_error_reply(r->id, errno_code(-e), "%s",
                                  why[0] ? why : strerror(-e));
@@ -590,13 +630,24 @@ void commands_shutdown(void)
 }
 
 /* Does t have a stop outstanding for a tick at or before `to`? */
-static bool stops_in_flight(const struct target *t, uint64_t to)
+/* The kernel's one-shot sample of a running thread comes after ONESHOT_PERIOD_NS of its CPU
+ * time: waited for this long at most (a thread waiting for a CPU takes longer). */
+#define ONESHOT_WAIT_NS (3 * NS_PER_MS)
+
+static bool stops_in_flight(struct target *t, uint64_t to)
 {
     if (t->state != T_ATTACHED)
         return false;
-    for (size_t i = 0; i < t->nthreads; i++)
-        if (t->threads[i]->interrupt_pending && t->threads[i]->sample_tick_ns <= to)
+    sampler_flush(t); /* what the kernel sampled so far */
+    uint64_t now = now_ns();
+    for (size_t i = 0; i < t->nthreads; i++) {
+        const struct thread *th = t->threads[i];
+        if (th->interrupt_pending && th->sample_tick_ns <= to)
             return true;
+        if (th->ps.armed && !th->ps.continuous && th->ps.armed_ns <= to &&
+            now - th->ps.armed_ns < ONESHOT_WAIT_NS)
+            return true;
+    }
     return false;
 }
 

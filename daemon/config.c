@@ -21,6 +21,7 @@ void config_defaults(struct profd_config *c)
     c->max_hz = 10000;
     c->max_cpu = 25;
     c->cputime_source = CPU_SRC_AUTO;
+    c->sampler = SAMPLER_AUTO;
     c->txn_linger_ns = 5 * NS_PER_SEC;
     c->max_targets = 256;
     c->max_targets_per_user = 32;
@@ -211,6 +212,11 @@ int config_set(struct profd_config *c, const char *key, const char *v, char *err
         if (cpu_source_parse(v, &c->cputime_source) < 0)
             return bad(err, errlen, "cputime_source must be auto, perf, timer or poll, not "
                        "\"%s\"", v);
+        return 0;
+    }
+    if (key_is(key, "sampler")) {
+        if (sampler_kind_parse(v, &c->sampler) < 0)
+            return bad(err, errlen, "sampler must be auto, perf or ptrace, not \"%s\"", v);
         return 0;
     }
     if (key_is(key, "txn_linger"))

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "sampler.h"
 #include "schedule.h"
 
 #ifdef PROFD_CONFIG
@@ -31,6 +32,7 @@ struct profd_config {
     unsigned max_hz;
     double max_cpu;          /* sampling budget, percent of one CPU; 0: none */
     enum cpu_source cputime_source;
+    enum sampler_kind sampler; /* how running threads are sampled, default for attach */
     uint64_t txn_linger_ns;
     unsigned max_targets;
     unsigned max_targets_per_user;

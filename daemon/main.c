@@ -60,6 +60,11 @@ static void usage(FILE *f)
             "                        attached after its last one ended (5)\n"
             "      --cputime-source auto|perf|timer|poll\n"
             "                        how cputime follows CPU time (auto: the best available)\n"
+            "      --sampler auto|perf|ptrace\n"
+            "                        how running threads are sampled, default for attach:\n"
+            "                        the kernel's copy of registers and stack at a perf sample\n"
+            "                        (perf), a ptrace stop (ptrace), or perf where the kernel\n"
+            "                        allows it (auto)\n"
             "      --buffer SECONDS  default sample buffer length (60)\n"
             "      --max-hz N        highest rate a client may ask for (10000)\n"
             "      --max-targets N   most processes followed at once (256)\n"
@@ -138,6 +143,7 @@ static void apply_config(const struct profd_config *c, bool reloading)
 {
     log_set_level(c->verbose ? LOG_LVL_DEBUG : LOG_LVL_INFO);
     server_cfg.default_mode = c->mode;
+    server_cfg.default_sampler = c->sampler;
     server_cfg.default_hz = c->hz;
     server_cfg.default_buffer_ns = c->buffer_ns;
     server_cfg.max_hz = c->max_hz;
@@ -275,6 +281,7 @@ int main(int argc, char **argv)
         {"mode", required_argument, NULL, 0},
         {"max-cpu", required_argument, NULL, 0},
         {"cputime-source", required_argument, NULL, 0},
+        {"sampler", required_argument, NULL, 0},
         {"txn-linger", required_argument, NULL, 0},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},

@@ -10,10 +10,14 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/ptrace.h>
+#include <sys/syscall.h>
 #include <sys/user.h>
 #include <sys/wait.h>
 
+#include "fds.h"
 #include "log.h"
+#include "memory.h"
+#include "perfsample.h"
 #include "ptrace_util.h"
 #include "target.h"
 #include "util.h"
@@ -24,6 +28,7 @@ static timer_t stop_timer; /* bounds the wait for stops; see await_stops */
 static bool have_stop_timer;
 static volatile sig_atomic_t stop_timer_fired;
 static long ncpus = 1;
+static bool awaiting; /* in await_stops: its time is counted as the stops' cost */
 
 static void on_stop_timer(int sig)
 {
@@ -241,6 +246,237 @@ static bool push_last(struct target *t, struct thread *th)
     return true;
 }
 
+
+/* ---- the kernel's copy (perf events) ---- */
+
+static const char *const kind_names[] = {"auto", "perf", "ptrace"};
+
+const char *sampler_kind_name(enum sampler_kind k)
+{
+    return (unsigned)k < 3 ? kind_names[k] : "?";
+}
+
+int sampler_kind_parse(const char *s, enum sampler_kind *out)
+{
+    for (unsigned i = 0; i < 3; i++)
+        if (!strcmp(s, kind_names[i])) {
+            *out = (enum sampler_kind)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+/* A thread's first copy size: what its earlier unwinds needed (plus room), at least 16 KiB
+ * (the kernel reserves the whole size in each record, so more costs ring memory). */
+#define PERF_FIRST_STACK (16 * 1024)
+/* Running samples taken by a stop once a thread's stack proved deeper than the kernel
+ * copies; then the kernel's copy is tried again. */
+#define DEEP_STOPS 100
+
+static uint32_t want_stack(const struct thread *th)
+{
+    uint32_t n = th->perf_stack ? th->perf_stack : PERF_FIRST_STACK;
+    return n > PERFS_MAX_STACK ? PERFS_MAX_STACK : n;
+}
+
+/* After a complete unwind of a copy starting at sp: the stack it needed, for the kernel's
+ * copies of the thread. */
+static void learn_perf_stack(struct thread *th, uint64_t sp)
+{
+    if (!snap.max_read || snap.max_read <= sp)
+        return;
+    uint64_t need = snap.max_read - sp + 1024;
+    need = (need + 4095) & ~4095ull;
+    if (need > PERFS_MAX_STACK)
+        need = PERFS_MAX_STACK;
+    if (need > want_stack(th))
+        th->perf_stack = (uint32_t)need;
+}
+
+struct drain_ctx {
+    struct target *t;
+    struct thread *th;
+};
+
+/* One sample the kernel took: unwind its copy and record it at the kernel's time. */
+static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snapshot *s)
+{
+    struct drain_ctx *c = arg;
+    struct target *t = c->t;
+    struct thread *th = c->th;
+    (void)s;
+    if (!ps->user || ps->tid != th->tid) {
+        t->stats.perf_no_regs++;
+        return;
+    }
+    uint64_t t0 = now_ns();
+    enum unwind_end end;
+    uint32_t id = unwind_and_intern(t, th, &end);
+    if (end == UNWIND_COMPLETE) {
+        learn_perf_stack(th, snap.regs.rsp);
+    } else if (snap.short_copy) {
+        /* The copy ended before the unwind did: copy more from now on, up to the kernel's
+         * limit; past it, stop the thread for its running samples for a while. */
+        t->stats.perf_short++;
+        if (th->ps.stack_size >= PERFS_MAX_STACK)
+            th->perf_deep_left = DEEP_STOPS;
+        else
+            th->perf_stack = th->ps.stack_size * 2 > PERFS_MAX_STACK ? PERFS_MAX_STACK
+                                                                     : th->ps.stack_size * 2;
+    }
+    if (id != STACK_NONE) {
+        push(t, th, ps->time_ns, id);
+        t->stats.samples_perf++;
+    }
+    t->stats.ns_perf += now_ns() - t0;
+}
+
+void sampler_drain_thread(struct target *t, struct thread *th)
+{
+    if (th->ps.fd < 0)
+        return;
+    struct drain_ctx c = {t, th};
+    uint64_t lost = 0;
+    perfs_drain(&th->ps, &snap, on_perf_sample, &c, &lost);
+    if (lost) {
+        t->stats.perf_lost += lost;
+        t->sched.missed += lost;
+    }
+}
+
+void sampler_flush(struct target *t)
+{
+    for (size_t i = 0; i < t->nthreads; i++)
+        if (t->threads[i]->ps.fd >= 0 && t->threads[i]->ps.stack_size)
+            sampler_drain_thread(t, t->threads[i]);
+}
+
+void sampler_perf_close(struct thread *th)
+{
+    if (th->ps.fd < 0)
+        return;
+    if (ev_is_active(&th->perf_io))
+        ev_io_stop(th->t->sched.loop, &th->perf_io);
+    perfs_close(&th->ps);
+    fds_give(1);
+}
+
+bool sampler_perf_has_stacks(const struct thread *th)
+{
+    return th->ps.fd >= 0 && th->ps.stack_size;
+}
+
+/* Open th's perf event: continuous (cputime) or one-shot. Fails (and the thread is then
+ * sampled by stopping) without a descriptor in the budget, past max_memory, or where the
+ * kernel refuses. */
+static int perf_open(struct target *t, struct thread *th, bool continuous, uint64_t period,
+                     uint32_t stack, unsigned batch)
+{
+    /* The rings are locked memory: a quarter of max_memory at most, so that they never
+     * crowd out the samples themselves. Past it, threads are sampled by stopping them. */
+    struct perfs_totals pt;
+    perfs_get_totals(&pt);
+    uint64_t max = memory_max();
+    size_t ring = ((size_t)stack + 256) * (continuous && stack ? 2 * batch : 1) + 8192;
+    if (memory_over() || (max && pt.ring_bytes + ring > max / 4))
+        return -ENOMEM;
+    if (!fds_take(1))
+        return -EMFILE;
+    int r = perfs_open(&th->ps, th->tid, period, stack, continuous, batch);
+    if (r < 0) {
+        fds_give(1);
+        if (r != -ESRCH && t->perf_err != r) {
+            t->perf_err = r;
+            log_info("pid %d: no perf event for thread %d (%s): its running samples are taken "
+                     "by stopping it", t->pid, th->tid, strerror(-r));
+        }
+    }
+    return r;
+}
+
+int sampler_perf_open_continuous(struct target *t, struct thread *th, uint64_t period_ns,
+                                 unsigned batch, bool stacks)
+{
+    sampler_perf_close(th);
+    uint32_t stack = t->sampler == SAMPLER_PTRACE || !stacks || th->perf_refused ? 0
+                                                                                : want_stack(th);
+    int r = perf_open(t, th, true, period_ns, stack, batch);
+    if (r < 0 && stack && r != -ESRCH) {
+        /* No room for stacks in the ring (locked memory): count only, stop to sample. */
+        th->perf_refused = true;
+        r = perf_open(t, th, true, period_ns, 0, batch);
+    }
+    return r;
+}
+
+int sampler_probe(pid_t pid)
+{
+    struct perf_stream ps;
+    if (!fds_take(1))
+        return -EMFILE;
+    int r = perfs_open(&ps, pid, ONESHOT_PERIOD_NS, PERFS_MIN_STACK, false, 1);
+    if (r == 0)
+        perfs_close(&ps);
+    fds_give(1);
+    return r;
+}
+
+/* A running thread's sample from the kernel's copy: ask for one sample of its next
+ * ONESHOT_PERIOD_NS of CPU, read at the next tick. Returns false when it must be stopped
+ * instead. */
+static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
+{
+    if (t->sampler == SAMPLER_PTRACE || th->perf_refused)
+        return false;
+    if (th->ps.fd >= 0 && th->ps.continuous) {
+        /* cputime's counting event (the thread's first interval of CPU, or no room for
+         * stacks in its ring): this sample by a stop. */
+        t->stats.fallback_refused++;
+        return false;
+    }
+    if (th->perf_deep_left) {
+        th->perf_deep_left--;
+        t->stats.fallback_deep++;
+        return false;
+    }
+    if (th->ps.fd >= 0 && th->ps.stack_size < want_stack(th))
+        sampler_perf_close(th);
+    if (th->ps.fd < 0) {
+        int r = perf_open(t, th, false, ONESHOT_PERIOD_NS, want_stack(th), 1);
+        if (r < 0) {
+            /* Refused for good (permissions, a filter): do not ask at every tick. Out of
+             * descriptors or memory: ask again later (the next tick). */
+            if (r == -EACCES || r == -EPERM || r == -ENOENT || r == -EINVAL || r == -ENOSYS)
+                th->perf_refused = true;
+            t->stats.fallback_refused++;
+            return false;
+        }
+    }
+    if (th->ps.armed) {
+        t->stats.skipped_pending++; /* its previous sample is not taken yet */
+        return true;
+    }
+    if (perfs_arm(&th->ps, tick_ns) < 0) {
+        t->stats.fallback_refused++;
+        return false;
+    }
+    t->stats.perf_armed++;
+    return true;
+}
+
+/* A thread whose one-shot sample was not taken is blocked now: that sample would come at
+ * some later run, for the wrong tick. */
+static void perf_expire(struct target *t, struct thread *th)
+{
+    if (th->ps.fd < 0 || !th->ps.armed)
+        return;
+    perfs_disarm(&th->ps);
+    uint64_t before = t->stats.samples_perf + t->stats.perf_no_regs;
+    sampler_drain_thread(t, th); /* taken just before the disarm */
+    if (t->stats.samples_perf + t->stats.perf_no_regs == before)
+        t->stats.perf_expired++;
+}
+
 /* Sample one thread, stopping it only if it is running. Returns whether it was
  * interrupted (its sample completes when the stop arrives). */
 static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns, bool cpu_only)
@@ -276,6 +512,8 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         th->stop_eintr = false;
         sampler_thread_reset(th);
         th->blk_valid = false;
+        if (perf_oneshot(t, th, tick_ns))
+            return false;
         return interrupt(t, th, tick_ns);
     }
     /* Not run since its last sample: same stack, no need to look again. */
@@ -290,6 +528,8 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         if (si.state != SYSC_IN_SYSCALL)
             break;
         /* Blocked in a system call: sample from (sp, pc) without stopping it. */
+        perf_expire(t, th);
+        uint64_t t0 = now_ns();
         memset(&snap.regs, 0, sizeof(snap.regs));
         snap.regs.rsp = si.sp;
         snap.regs.rip = si.pc;
@@ -319,12 +559,15 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             return false;
         /* Only a complete stack is worth reusing while the thread stays blocked: a truncated
          * one (code mapped after the maps were read, say) is taken again next time. */
-        if (end == UNWIND_COMPLETE)
+        if (end == UNWIND_COMPLETE) {
             set_last(th, id, run, pcount);
-        else
+            learn_perf_stack(th, si.sp);
+        } else {
             sampler_thread_reset(th);
+        }
         push(t, th, now_ns(), id);
         t->stats.samples_blocked++;
+        t->stats.ns_blocked += now_ns() - t0;
         young_name(th);
         return false;
     }
@@ -346,6 +589,8 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
     }
     sampler_thread_reset(th);
     th->blk_valid = false;
+    if (perf_oneshot(t, th, tick_ns))
+        return false;
     return interrupt(t, th, tick_ns);
 }
 
@@ -496,8 +741,13 @@ void sampler_sample_one(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     if (t->state != T_ATTACHED || th->zombie || !th->born)
         return;
-    if (sample_wall(t, th, tick_ns))
+    if (sample_wall(t, th, tick_ns)) {
+        uint64_t t0 = now_ns();
+        awaiting = true;
         await_stops(t, 1);
+        awaiting = false;
+        t->stats.ns_stopped += now_ns() - t0;
+    }
 }
 
 void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
@@ -510,6 +760,8 @@ void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
      * the maps is copied up to UNKNOWN_STACK_COPY. */
     if (t->maps_dirty && tick_ns - t->maps_read_ns > 20 * NS_PER_MS)
         target_refresh_maps(t);
+    /* What the kernel sampled since the last tick (one-shot samples of that tick). */
+    sampler_flush(t);
     for (size_t i = 0; i < t->nthreads; i++) {
         struct thread *th = t->threads[i];
         if (th->zombie || !th->born) {
@@ -530,8 +782,13 @@ void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
         }
         interrupted += sample_wall(t, th, tick_ns);
     }
-    if (interrupted)
+    if (interrupted) {
+        uint64_t t0 = now_ns();
+        awaiting = true;
         await_stops(t, interrupted);
+        awaiting = false;
+        t->stats.ns_stopped += now_ns() - t0;
+    }
     /* Threads that appeared in the last YOUNG_NS: read their names at every tick, after the
      * stops, so a short-lived thread's samples carry the name it gives itself. */
     for (size_t i = 0; t->state == T_ATTACHED && i < t->nthreads; i++)
@@ -582,9 +839,15 @@ void sampler_on_stop(struct thread *th)
         t->stats.failed_copy++;
         return;
     }
-    uint32_t id = unwind_and_intern(t, th, NULL);
+    enum unwind_end end;
+    uint32_t id = unwind_and_intern(t, th, &end);
+    if (end == UNWIND_COMPLETE)
+        learn_perf_stack(th, snap.regs.rsp);
     if (id == STACK_NONE)
         return;
     push(t, th, stopped, id);
     t->stats.samples_stopped++;
+    /* Handling the stop (inside await_stops that is counted there). */
+    if (!awaiting)
+        t->stats.ns_stopped += now_ns() - stopped;
 }

@@ -266,41 +266,39 @@ static void cpu_credit_tick(struct sched *s)
         run_tick(s, now_ns(), true);
 }
 
-static void perf_close(struct thread *th)
+/* How many samples the perf source's rings gather before waking profd: one wake-up about
+ * every 20 ms (each costs the target a cross-CPU wake-up, ~35 us here), at most 3 (the ring
+ * holds twice that: with 16 KiB copies, 128 KiB per busy thread). Before a slice the rings
+ * are read anyway (sampler_flush). */
+static unsigned perf_batch(const struct sched *s)
 {
-    if (th->perf_fd < 0)
-        return;
-    ev_io_stop(g.loop, &th->perf_io);
-    if (th->perf_buf)
-        munmap(th->perf_buf, 2 * (size_t)g.page);
-    close(th->perf_fd);
-    fds_give(1);
-    th->perf_fd = -1;
-    th->perf_buf = NULL;
+    uint64_t n = 20 * NS_PER_MS / (s->eff_interval_ns ? s->eff_interval_ns : 1);
+    return n < 1 ? 1 : n > 3 ? 3 : (unsigned)n;
 }
 
-/* Overflows recorded in a perf event's ring since we last looked (and consume them). */
-static unsigned perf_consume(struct thread *th)
+static void on_perf(struct ev_loop *loop, ev_io *w, int revents);
+
+/* A thread's cputime event: counting only (a page of ring) until it has used an interval
+ * of CPU, then with stacks: threads that never run cost no ring memory. */
+static int perf_open_as(struct sched *s, struct thread *th, bool stacks)
 {
-    struct perf_event_mmap_page *mp = th->perf_buf;
-    uint64_t head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE);
-    uint64_t tail = mp->data_tail;
-    const uint8_t *data = (const uint8_t *)th->perf_buf + g.page;
-    uint64_t size = (uint64_t)g.page;
-    unsigned n = 0;
-    while (tail + sizeof(struct perf_event_header) <= head) {
-        struct perf_event_header h;
-        /* A header never straddles the end: records are 8-byte aligned in a power-of-two
-         * buffer. */
-        memcpy(&h, data + (tail & (size - 1)), sizeof(h));
-        if (h.size < sizeof(h))
-            break;
-        if (h.type == PERF_RECORD_SAMPLE)
-            n++;
-        tail += h.size;
-    }
-    __atomic_store_n(&mp->data_tail, head, __ATOMIC_RELEASE);
-    return n;
+    int r = sampler_perf_open_continuous(s->t, th, s->eff_interval_ns, perf_batch(s), stacks);
+    if (r < 0)
+        return r;
+    ev_io_init(&th->perf_io, on_perf, th->ps.fd, EV_READ);
+    th->perf_io.data = th;
+    ev_io_start(g.loop, &th->perf_io);
+    return 0;
+}
+
+static int perf_open(struct sched *s, struct thread *th)
+{
+    return perf_open_as(s, th, false);
+}
+
+static void perf_close(struct thread *th)
+{
+    sampler_perf_close(th);
 }
 
 static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
@@ -309,12 +307,40 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
     (void)revents;
     struct thread *th = w->data;
     struct sched *s = &th->t->sched;
-    unsigned n = perf_consume(th);
+    if (sampler_perf_has_stacks(th)) {
+        /* The kernel's copies: no stop, the samples are recorded as they are read. */
+        uint64_t c0 = thread_cpu_ns();
+        uint64_t before = th->t->stats.samples_perf;
+        sampler_drain_thread(th->t, th);
+        uint64_t n = th->t->stats.samples_perf - before;
+        th->t->stats.ticks += n;
+        uint64_t c = thread_cpu_ns() - c0;
+        s->cost_ns += c;
+        s->win_cost_ns += c;
+        s->ticks += n;
+        s->win_ticks += n;
+        if (n) {
+            s->last_tick_ns = now_ns();
+        } else {
+            struct pollfd pfd = {.fd = th->ps.fd, .events = POLLIN};
+            if (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLHUP))
+                ev_io_stop(g.loop, &th->perf_io);
+        }
+        /* An unwind found the copy too short: a larger one from now on. */
+        if (th->ps.stack_size && th->perf_stack > th->ps.stack_size && s->running) {
+            int r = perf_open_as(s, th, true);
+            if (r < 0 && r != -ESRCH)
+                log_debug("pid %d: thread %d: no larger perf event: %s", s->t->pid, th->tid,
+                          strerror(-r));
+        }
+        return;
+    }
+    unsigned n = perfs_drain(&th->ps, NULL, NULL, NULL, NULL);
     if (n == 0) {
         /* Nothing new: either an overflow already consumed with the one before (the fd
          * stayed readable), or the thread is gone (POLLHUP for ever after; its exit
          * follows): only then stop watching. */
-        struct pollfd pfd = {.fd = th->perf_fd, .events = POLLIN};
+        struct pollfd pfd = {.fd = th->ps.fd, .events = POLLIN};
         if (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLHUP))
             ev_io_stop(g.loop, &th->perf_io);
         return;
@@ -325,39 +351,15 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
      * (to randomize it, as credit() does) restarts the count from the ioctl, which lost the
      * ~0.1 ms since the overflow: 8% of the samples at 999 Hz. */
     run_tick(s, now_ns(), true);
-}
-
-static int perf_open(struct sched *s, struct thread *th)
-{
-    struct perf_event_attr pa;
-    memset(&pa, 0, sizeof(pa));
-    pa.size = sizeof(pa);
-    pa.type = PERF_TYPE_SOFTWARE;
-    pa.config = PERF_COUNT_SW_TASK_CLOCK;
-    pa.sample_period = s->eff_interval_ns;
-    pa.wakeup_events = 1;
-    if (!fds_take(1))
-        return -EMFILE; /* the descriptor budget for threads is used up (fds.h) */
-    int fd = (int)syscall(SYS_perf_event_open, &pa, th->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        fds_give(1);
-        return -e;
+    /* It runs: from now on the kernel copies its stack at each sample (its first sample
+     * above was a stop). */
+    if (s->running && th->t->sampler != SAMPLER_PTRACE && !th->perf_refused &&
+        th->t->state == T_ATTACHED) {
+        int r = perf_open_as(s, th, true);
+        if (r < 0 && r != -ESRCH)
+            log_debug("pid %d: thread %d: no perf event with stacks: %s", s->t->pid, th->tid,
+                      strerror(-r));
     }
-    /* Without its ring buffer the event polls as POLLHUP at once. */
-    void *buf = mmap(NULL, 2 * (size_t)g.page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (buf == MAP_FAILED) {
-        int e = errno;
-        close(fd);
-        fds_give(1);
-        return -e;
-    }
-    th->perf_fd = fd;
-    th->perf_buf = buf;
-    ev_io_init(&th->perf_io, on_perf, fd, EV_READ);
-    th->perf_io.data = th;
-    ev_io_start(g.loop, &th->perf_io);
-    return 0;
 }
 
 static int timer_open(struct sched *s)
@@ -504,13 +506,14 @@ static int start_cputime(struct sched *s)
 
 static void stop_sources(struct sched *s)
 {
+    sampler_flush(s->t); /* what the kernel sampled before the change is kept */
     disarm(s);
     if (s->have_cpu_timer) {
         timer_delete(s->cpu_timer);
         s->have_cpu_timer = false;
     }
     for (size_t i = 0; i < s->t->nthreads; i++)
-        perf_close(s->t->threads[i]);
+        perf_close(s->t->threads[i]); /* continuous or one-shot: the next mode opens its own */
 }
 
 static void fold_throttled(struct sched *s, uint64_t now)
@@ -625,7 +628,6 @@ bool sched_event(struct sched *s)
 
 void sched_thread_added(struct sched *s, struct thread *th)
 {
-    th->perf_fd = -1;
     if (s->running && s->mode == SCHED_CPUTIME && s->source == CPU_SRC_PERF) {
         int r = perf_open(s, th);
         if (r < 0)
@@ -644,6 +646,7 @@ struct cJSON *sched_describe(const struct sched *s)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "mode", sched_mode_name(s->mode));
+    cJSON_AddStringToObject(o, "sampler", sampler_kind_name(s->t->sampler));
     if (s->mode == SCHED_CPUTIME)
         cJSON_AddStringToObject(o, "cputime_source", cpu_source_name(s->source));
     cJSON_AddNumberToObject(o, "hz", s->hz);
@@ -681,7 +684,7 @@ static int rearm(struct sched *s, uint64_t now)
                 struct thread *th = s->t->threads[i];
                 /* The event keeps counting at its old period: a rate the budget did not
                  * choose, for that thread. */
-                if (th->perf_fd >= 0 && ioctl(th->perf_fd, PERF_EVENT_IOC_PERIOD, &period) < 0)
+                if (th->ps.fd >= 0 && th->ps.continuous && perfs_set_period(&th->ps, period) < 0)
                     log_warn("pid %d: thread %d keeps its previous sampling period: "
                              "PERF_EVENT_IOC_PERIOD: %s", s->t->pid, th->tid, strerror(errno));
             }

@@ -10,6 +10,7 @@
 
 #include "perms.h"
 #include "proto.h"
+#include "sampler.h"
 #include "schedule.h"
 
 struct pending;
@@ -53,6 +54,7 @@ struct server_config {
     const char *socket_path;
     unsigned default_hz;
     enum sched_mode default_mode;
+    enum sampler_kind default_sampler;
     uint64_t default_buffer_ns;
     unsigned max_hz;
     uint64_t max_buffer_ns;

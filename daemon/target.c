@@ -196,7 +196,7 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     } else {
         err = EMFILE;
     }
-    th->perf_fd = -1;
+    perfs_stream_init(&th->ps);
     if (th->schedstat_fd < 0 || th->syscall_fd < 0)
         t->nthreads_nofiles++;
     if (err && err != ENOENT && err != ESRCH && !t->warned_task_files) {
@@ -233,6 +233,7 @@ static void thread_remove(struct thread *th)
     remember_name(t, th->tid, th->name, now_ns());
     sampler_thread_reset(th);
     sched_thread_removed(&t->sched, th);
+    sampler_perf_close(th); /* a one-shot event of the wall-clock modes */
     for (struct thread **p = &tid_hash[(unsigned)th->tid % TID_BUCKETS]; *p; p = &(*p)->hnext) {
         if (*p == th) {
             *p = th->hnext;
@@ -590,7 +591,7 @@ static size_t ring_max_entries(unsigned hz, uint64_t buffer_ns)
 }
 
 int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
-                  struct target **out, char *why, size_t whylen)
+                  enum sampler_kind sampler, struct target **out, char *why, size_t whylen)
 {
     why[0] = '\0';
     if (pid <= 0)
@@ -609,8 +610,19 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
         snprintf(why, whylen, "profd cannot profile itself");
         return -EPERM;
     }
+    if (sampler == SAMPLER_PERF) {
+        /* Asked for the kernel's copies only: refused now rather than stopping threads. */
+        int r = sampler_probe(pid);
+        if (r < 0 && r != -ESRCH) {
+            snprintf(why, whylen, "sampler perf: the kernel refuses a perf event on process "
+                     "%d (%s; profd needs CAP_PERFMON or kernel.perf_event_paranoid <= 1 and "
+                     "room under its locked-memory limits)", pid, strerror(-r));
+            return r == -EMFILE || r == -ENFILE || r == -ENOMEM ? r : -EPERM;
+        }
+    }
     struct target *t = xcalloc(1, sizeof(*t));
     t->pid = pid;
+    t->sampler = sampler;
     t->status_fd = -1;
     t->pidfd = -1;
     pid_t tgid = read_tgid(pid);
@@ -1591,5 +1603,7 @@ size_t target_memory(const struct target *t)
     for (size_t i = 0; i < t->nepochs; i++)
         m += t->epochs[i].maps.n * sizeof(struct map_entry);
     m += t->maps.n * sizeof(struct map_entry);
+    for (size_t i = 0; i < t->nthreads; i++)
+        m += perfs_bytes(&t->threads[i]->ps); /* the kernel's rings: locked memory */
     return m;
 }

@@ -6,8 +6,10 @@
 #include <sys/types.h>
 
 #include "maps.h"
+#include "perfsample.h"
 #include "perms.h"
 #include "ring.h"
+#include "sampler.h"
 #include "schedule.h"
 #include "stacks.h"
 #include "unwind.h"
@@ -67,9 +69,14 @@ struct thread {
     uint64_t cpu_seen_ns;
     uint64_t cpu_credit_ns;
     uint64_t cpu_thresh_ns;     /* CPU to the next sample (random around the interval) */
-    int perf_fd;                /* its perf task-clock event (perf source), or -1 */
-    void *perf_buf;
-    ev_io perf_io;
+    /* Its perf event (perfsample.h): continuous in cputime (perf source), one-shot in the
+     * wall-clock modes (opened the first time it is seen running). */
+    struct perf_stream ps;
+    ev_io perf_io;              /* cputime: the ring's wake-ups */
+    uint32_t perf_stack;        /* stack bytes its samples should copy (grows, never shrinks) */
+    uint16_t perf_deep_left;    /* running samples still to take by a stop: its stack is
+                                   deeper than the kernel copies */
+    bool perf_refused;          /* its event could not be opened: sampled by stopping */
     struct thread *hnext;       /* tid hash chain */
 };
 
@@ -99,6 +106,15 @@ struct target_stats {
     uint64_t samples_stopped; /* taken in a ptrace stop */
     uint64_t samples_blocked; /* taken without stopping (thread blocked in a syscall) */
     uint64_t samples_reused;  /* thread had not run: previous stack recorded again */
+    uint64_t samples_perf;    /* the kernel's copy at a perf sample (no stop) */
+    uint64_t ns_stopped, ns_blocked, ns_perf; /* profd's time (loop thread) per path */
+    uint64_t perf_armed;      /* one-shot samples asked for */
+    uint64_t perf_expired;    /* one-shot asked for, not taken (the thread blocked first) */
+    uint64_t perf_lost;       /* samples the kernel dropped (PERF_RECORD_LOST) */
+    uint64_t perf_no_regs;    /* samples without user registers */
+    uint64_t perf_short;      /* copies too short for a complete unwind (copy enlarged) */
+    uint64_t fallback_deep;   /* running threads stopped: stack deeper than the kernel copies */
+    uint64_t fallback_refused; /* running threads stopped: no perf event for them */
     uint64_t unwind_complete;
     uint64_t unwind_truncated;
     uint64_t unwind_too_deep;
@@ -130,6 +146,8 @@ struct target {
     struct proc_creds creds; /* at attach, updated at exec: checked after the process exits */
     bool creds_changed;      /* an exec changed them (set-user-ID): CAP_SYS_PTRACE needed */
     unsigned hz;
+    enum sampler_kind sampler; /* asked for at attach */
+    int perf_err;           /* why perf events were refused for it (-errno), 0: none */
     uint64_t buffer_ns;
     uint64_t attach_ns;
     uint64_t start_time;    /* the process's start (/proc/PID/stat): with pid, its identity */
@@ -181,9 +199,10 @@ void targets_shutdown(uint64_t timeout_ns);
  * -EINVAL (pid is a thread, not a process; an exited target of that pid is replaced when
  * another process has the pid now, see target_is_previous), -EMFILE/-ENFILE/-ENOMEM (profd is out of
  * descriptors or memory to even look at it), -EIO (seized, but it cannot be sampled: its
- * maps, the unwinder or the schedule could not be set up; why says which and why). */
+ * maps, the unwinder or the schedule could not be set up; why says which and why). With
+ * sampler perf, -EPERM also when the kernel refuses perf events on it. */
 int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
-                  struct target **out, char *why, size_t whylen);
+                  enum sampler_kind sampler, struct target **out, char *why, size_t whylen);
 /* Begin detaching; done() is called when every thread is released (possibly at once). */
 void target_detach(struct target *t, void (*done)(struct target *, void *, int), void *ctx);
 struct target *target_find(pid_t pid);

@@ -115,7 +115,8 @@ static void attach_now(struct txn_proc *tp)
     }
     char why[256] = "";
     int r = target_attach(tp->pid, server_cfg.default_mode, server_cfg.default_hz,
-                          server_cfg.default_buffer_ns, &t, why, sizeof(why));
+                          server_cfg.default_buffer_ns, server_cfg.default_sampler, &t, why,
+                          sizeof(why));
     if (r < 0) {
         tp->attach_err = r;
         snprintf(tp->attach_why, sizeof(tp->attach_why), "%s", why[0] ? why : strerror(-r));

@@ -112,8 +112,13 @@ static int access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int
             s->max_read = addr + sizeof(*val);
         return 0;
     }
-    if (addr >= s->base && addr - s->base >= s->len && addr - s->base - s->len < 65536)
+    if (addr >= s->base && addr - s->base >= s->len && addr - s->base - s->len < 65536) {
         s->short_copy = true; /* probably stack just above the copy */
+        /* The thread has run on since the kernel's copy: its live stack there now holds
+         * other frames, which would unwind into nonsense. */
+        if (s->sealed)
+            return -UNW_EINVAL;
+    }
     return read_cached(c->u, addr, val);
 }
 
@@ -678,11 +683,17 @@ int snapshot_copy_stack(pid_t tid, uint64_t sp, uint64_t limit, struct snapshot 
         return -errno;
     if (got == 0)
         return -EFAULT;
+    snapshot_reset(s);
     s->base = base;
     s->len = (size_t)got;
+    return 0;
+}
+
+void snapshot_reset(struct snapshot *s)
+{
     s->max_read = 0;
     s->short_copy = false;
+    s->sealed = false;
     s->bp_tried = false;
     s->bp_found = false;
-    return 0;
 }

@@ -23,6 +23,8 @@ struct snapshot {
     size_t cap;         /* size of data */
     uint64_t max_read;  /* highest stack address the unwind read, plus one word */
     bool short_copy;    /* the unwind wanted stack above the copy */
+    bool sealed;        /* a copy from the past (the kernel's, at a perf sample): the live
+                           stack above it is not read in its place */
     uint8_t *data;
 };
 
@@ -89,3 +91,5 @@ int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int m
  * holding sp: the stack's top), at most s->cap bytes, with process_vm_readv (works on
  * running threads, unlike PEEKDATA). Fills s->base/len/hit_cap. Returns 0 or -errno. */
 int snapshot_copy_stack(pid_t tid, uint64_t sp, uint64_t limit, struct snapshot *s);
+/* Forget what an unwind learned of the previous copy (before a new copy is put in). */
+void snapshot_reset(struct snapshot *s);

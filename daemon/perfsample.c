@@ -1,0 +1,303 @@
+/* perfsample.c: a thread's perf event and its ring (see perfsample.h). */
+#include "perfsample.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+#include "unwind.h"
+
+/* perf's x86-64 user register mask: AX BX CX DX SI DI BP SP IP FLAGS CS SS (bits 0-11) and
+ * R8-R15 (bits 16-23), 20 values in bit order. */
+#define REGS_MASK 0xff0fffULL
+#define NREGS 20
+/* Room for one record beside its stack: header, tid, time, abi, registers, sizes. */
+#define RECORD_OVERHEAD 256u
+
+static struct perfs_totals totals;
+static long page_size;
+/* One record, copied out of the ring when it wraps around the ring's end. */
+static uint8_t *scratch;
+
+void perfs_stream_init(struct perf_stream *ps)
+{
+    memset(ps, 0, sizeof(*ps));
+    ps->fd = -1;
+}
+
+static size_t ring_data_size(uint32_t stack_size, unsigned records)
+{
+    size_t need = ((size_t)stack_size + RECORD_OVERHEAD) * (records ? records : 1);
+    size_t sz = (size_t)page_size;
+    while (sz < need)
+        sz <<= 1;
+    return sz;
+}
+
+/* At paranoid 2 and above, without CAP_PERFMON, an event on another process must exclude
+ * the kernel: the first refusal teaches every later open. Samples then skip the ticks that
+ * land while the thread is in the kernel (a running thread in a system call). */
+static bool need_exclude_kernel;
+
+int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t stack_size,
+               bool continuous, unsigned batch)
+{
+    if (!page_size)
+        page_size = sysconf(_SC_PAGESIZE);
+    if (!scratch) {
+        scratch = malloc(65536);
+        if (!scratch)
+            return -ENOMEM;
+    }
+    perfs_stream_init(ps);
+    if (stack_size) {
+        stack_size = (stack_size + 7) & ~7u;
+        if (stack_size > PERFS_MAX_STACK)
+            stack_size = PERFS_MAX_STACK;
+    }
+    struct perf_event_attr pa;
+    memset(&pa, 0, sizeof(pa));
+    pa.size = sizeof(pa);
+    pa.type = PERF_TYPE_SOFTWARE;
+    pa.config = PERF_COUNT_SW_TASK_CLOCK;
+    pa.sample_period = period_ns;
+    pa.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME;
+    if (stack_size) {
+        pa.sample_type |= PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+        pa.sample_regs_user = REGS_MASK;
+        pa.sample_stack_user = stack_size;
+    }
+    pa.use_clockid = 1;
+    pa.clockid = CLOCK_MONOTONIC;
+    pa.exclude_hv = 1;
+    pa.disabled = !continuous;
+    size_t data = ring_data_size(stack_size, continuous && stack_size ? 2 * batch : 1);
+    if (continuous) {
+        if (stack_size) {
+            /* Wake the reader when about `batch` samples wait. */
+            pa.watermark = 1;
+            pa.wakeup_watermark = (uint32_t)((stack_size + RECORD_OVERHEAD) * (batch ? batch : 1));
+            if (pa.wakeup_watermark > data / 2)
+                pa.wakeup_watermark = (uint32_t)(data / 2);
+        } else {
+            pa.wakeup_events = 1;
+        }
+    } else {
+        /* Never woken: the one sample is read at the next tick. */
+        pa.watermark = 1;
+        pa.wakeup_watermark = (uint32_t)data;
+    }
+    int fd = -1;
+    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+        pa.exclude_kernel = need_exclude_kernel;
+        fd = (int)syscall(SYS_perf_event_open, &pa, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+        if (fd < 0 && (errno == EACCES || errno == EPERM) && !need_exclude_kernel)
+            need_exclude_kernel = true;
+        else
+            break;
+    }
+    if (fd < 0) {
+        int e = errno;
+        totals.open_failed++;
+        totals.last_err = -e;
+        return -e;
+    }
+    void *buf = mmap(NULL, (size_t)page_size + data, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (buf == MAP_FAILED) {
+        /* EPERM: past perf_event_mlock_kb and RLIMIT_MEMLOCK (the locked-memory limits). */
+        int e = errno == EPERM ? ENOMEM : errno;
+        close(fd);
+        totals.open_failed++;
+        totals.last_err = -e;
+        return -e;
+    }
+    ps->fd = fd;
+    ps->buf = buf;
+    ps->data_size = data;
+    ps->stack_size = stack_size;
+    ps->continuous = continuous;
+    ps->period_ns = period_ns;
+    totals.streams++;
+    totals.opened++;
+    totals.ring_bytes += (size_t)page_size + data;
+    return 0;
+}
+
+void perfs_close(struct perf_stream *ps)
+{
+    if (ps->fd < 0)
+        return;
+    munmap(ps->buf, (size_t)page_size + ps->data_size);
+    close(ps->fd);
+    totals.streams--;
+    totals.ring_bytes -= (size_t)page_size + ps->data_size;
+    perfs_stream_init(ps);
+}
+
+int perfs_arm(struct perf_stream *ps, uint64_t now)
+{
+    if (ps->fd < 0)
+        return -EBADF;
+    if (ioctl(ps->fd, PERF_EVENT_IOC_REFRESH, 1) < 0)
+        return -errno;
+    ps->armed = true;
+    ps->armed_ns = now;
+    return 0;
+}
+
+void perfs_disarm(struct perf_stream *ps)
+{
+    if (ps->fd >= 0 && ps->armed)
+        ioctl(ps->fd, PERF_EVENT_IOC_DISABLE, 0);
+    ps->armed = false;
+}
+
+int perfs_set_period(struct perf_stream *ps, uint64_t period_ns)
+{
+    if (ps->fd < 0)
+        return -EBADF;
+    if (ioctl(ps->fd, PERF_EVENT_IOC_PERIOD, &period_ns) < 0)
+        return -errno;
+    ps->period_ns = period_ns;
+    return 0;
+}
+
+size_t perfs_bytes(const struct perf_stream *ps)
+{
+    return ps->fd < 0 ? 0 : (size_t)page_size + ps->data_size;
+}
+
+void perfs_get_totals(struct perfs_totals *t)
+{
+    *t = totals;
+}
+
+static int take(const uint8_t **p, const uint8_t *end, void *dst, size_t n)
+{
+    if ((size_t)(end - *p) < n)
+        return -EINVAL;
+    memcpy(dst, *p, n);
+    *p += n;
+    return 0;
+}
+
+int perfs_parse_sample(const uint8_t *rec, size_t len, struct perf_sample *out,
+                       struct snapshot *snap)
+{
+    const uint8_t *p = rec, *end = rec + len;
+    struct perf_event_header h;
+    if (take(&p, end, &h, sizeof(h)) < 0 || h.type != PERF_RECORD_SAMPLE || h.size != len)
+        return -EINVAL;
+    uint32_t ids[2];
+    uint64_t time;
+    if (take(&p, end, ids, sizeof(ids)) < 0 || take(&p, end, &time, sizeof(time)) < 0)
+        return -EINVAL;
+    memset(out, 0, sizeof(*out));
+    out->tid = (pid_t)ids[1];
+    out->time_ns = time;
+    if (p == end)
+        return 0; /* a counting stream: no registers or stack */
+    uint64_t abi;
+    if (take(&p, end, &abi, sizeof(abi)) < 0)
+        return -EINVAL;
+    uint64_t regs[NREGS];
+    if (abi != PERF_SAMPLE_REGS_ABI_NONE && take(&p, end, regs, sizeof(regs)) < 0)
+        return -EINVAL;
+    uint64_t size;
+    if (take(&p, end, &size, sizeof(size)) < 0 || size > (size_t)(end - p))
+        return -EINVAL;
+    const uint8_t *stack = p;
+    p += size;
+    uint64_t dyn = 0;
+    if (size && (take(&p, end, &dyn, sizeof(dyn)) < 0 || dyn > size))
+        return -EINVAL;
+    if (p != end)
+        return -EINVAL;
+    /* No user registers: a sample in a kernel thread, or of a thread on its way out. */
+    if (abi != PERF_SAMPLE_REGS_ABI_64 || !snap || dyn > snap->cap)
+        return 0;
+    struct user_regs_struct *r = &snap->regs;
+    memset(r, 0, sizeof(*r));
+    r->rax = regs[0];
+    r->rbx = regs[1];
+    r->rcx = regs[2];
+    r->rdx = regs[3];
+    r->rsi = regs[4];
+    r->rdi = regs[5];
+    r->rbp = regs[6];
+    r->rsp = regs[7];
+    r->rip = regs[8];
+    r->eflags = regs[9];
+    r->cs = regs[10];
+    r->ss = regs[11];
+    r->r8 = regs[12];
+    r->r9 = regs[13];
+    r->r10 = regs[14];
+    r->r11 = regs[15];
+    r->r12 = regs[16];
+    r->r13 = regs[17];
+    r->r14 = regs[18];
+    r->r15 = regs[19];
+    snapshot_reset(snap);
+    snap->full_regs = true;
+    snap->sealed = true;
+    snap->base = r->rsp;
+    snap->len = (size_t)dyn;
+    memcpy(snap->data, stack, (size_t)dyn);
+    out->user = true;
+    out->stack_asked = (size_t)size;
+    return 0;
+}
+
+unsigned perfs_drain(struct perf_stream *ps, struct snapshot *snap, perfs_sample_fn fn,
+                     void *ctx, uint64_t *lost)
+{
+    if (ps->fd < 0)
+        return 0;
+    struct perf_event_mmap_page *mp = (struct perf_event_mmap_page *)ps->buf;
+    uint64_t head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE);
+    uint64_t tail = mp->data_tail;
+    const uint8_t *data = ps->buf + page_size;
+    uint64_t mask = ps->data_size - 1;
+    unsigned n = 0;
+    while (tail + sizeof(struct perf_event_header) <= head) {
+        struct perf_event_header h;
+        /* A header never straddles the end: records are 8-byte aligned in a power-of-two
+         * ring. */
+        memcpy(&h, data + (tail & mask), sizeof(h));
+        if (h.size < sizeof(h) || h.size > head - tail)
+            break;
+        const uint8_t *rec = data + (tail & mask);
+        if ((tail & mask) + h.size > ps->data_size) {
+            size_t first = ps->data_size - (tail & mask);
+            memcpy(scratch, rec, first);
+            memcpy(scratch + first, data, h.size - first);
+            rec = scratch;
+        }
+        if (h.type == PERF_RECORD_SAMPLE) {
+            struct perf_sample s;
+            if (perfs_parse_sample(rec, h.size, &s, ps->stack_size ? snap : NULL) == 0) {
+                n++;
+                if (fn)
+                    fn(ctx, &s, snap);
+            }
+        } else if (h.type == PERF_RECORD_LOST && h.size >= sizeof(h) + 16) {
+            uint64_t l;
+            memcpy(&l, rec + sizeof(h) + 8, sizeof(l));
+            totals.lost += l;
+            if (lost)
+                *lost += l;
+        }
+        tail += h.size;
+    }
+    __atomic_store_n(&mp->data_tail, head, __ATOMIC_RELEASE);
+    if (n && !ps->continuous)
+        ps->armed = false;
+    return n;
+}

@@ -1,0 +1,88 @@
+/* perfsample.h: a thread's perf event, whose samples the kernel takes: a task-clock event on
+ * one thread with its own ring, carrying (for stack samples) the thread's user registers and
+ * the top of its user stack, copied by the kernel in the sampling interrupt. The thread is
+ * never stopped; its copy is unwound later, like a ptrace copy.
+ *
+ * Two uses:
+ *   continuous  cputime: one sample per period of the thread's CPU time, for as long as
+ *               the event is open; the ring wakes its reader once it holds a few samples
+ *               (a wake-up per sample costs the target ~60 us here, batched ~25 us);
+ *   one-shot    the wall-clock modes: the event is disabled; perfs_arm at a tick enables
+ *               it for one sample, taken after ONESHOT_PERIOD_NS of the thread's CPU time
+ *               (the closest perf has to "sample this thread now"; with 10 us it took
+ *               none here), and read at the next tick or before a slice.
+ * Samples are stamped on CLOCK_MONOTONIC (use_clockid), the clock of the buffers, slices
+ * and transactions. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/user.h>
+
+struct snapshot;
+
+#define ONESHOT_PERIOD_NS 100000u
+/* The kernel's bound on a stack copy (perf caps sample_stack_user below 65535, 8-aligned). */
+#define PERFS_MAX_STACK 65528u
+#define PERFS_MIN_STACK 8192u
+
+struct perf_stream {
+    int fd;              /* -1: none */
+    uint8_t *buf;        /* the mmapped ring: a header page, then data_size bytes */
+    size_t data_size;    /* a power of two */
+    uint32_t stack_size; /* bytes of stack per sample; 0: no registers or stack (counts only) */
+    bool continuous;
+    bool armed;          /* one-shot: enabled, its sample not yet read */
+    uint64_t armed_ns;   /* when (the tick) */
+    uint64_t period_ns;
+};
+
+/* Why perf_event_open or the ring's mmap was refused, for status and the log. */
+struct perfs_totals {
+    uint64_t streams;     /* open now */
+    uint64_t ring_bytes;  /* mapped now */
+    uint64_t opened, open_failed;
+    uint64_t lost;        /* samples the kernel dropped (PERF_RECORD_LOST) */
+    int last_err;         /* -errno of the latest refusal, 0: none */
+};
+
+void perfs_stream_init(struct perf_stream *ps);
+/* Open a task-clock event on tid: period_ns of its CPU time per sample; stack_size bytes of
+ * stack per sample (0: none); continuous (enabled now, the ring wakes its reader when it holds
+ * about `batch` samples) or one-shot (disabled until perfs_arm). Returns 0 or -errno
+ * (-EACCES/-EPERM: perf refused by perf_event_paranoid, capabilities or a seccomp filter;
+ * -EMFILE; -ENOMEM: no locked memory for the ring, perf_event_mlock_kb then RLIMIT_MEMLOCK). */
+int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t stack_size,
+               bool continuous, unsigned batch);
+void perfs_close(struct perf_stream *ps);
+/* One-shot: enable the event for one sample. Returns 0 or -errno. */
+int perfs_arm(struct perf_stream *ps, uint64_t now);
+/* One-shot: disable an armed event (its sample no longer wanted). */
+void perfs_disarm(struct perf_stream *ps);
+/* Continuous: a new period (restarts the count). */
+int perfs_set_period(struct perf_stream *ps, uint64_t period_ns);
+
+struct perf_sample {
+    uint64_t time_ns; /* CLOCK_MONOTONIC, when the kernel took it */
+    pid_t tid;
+    bool user;        /* registers and a stack copy are in the snapshot */
+    size_t stack_asked; /* stack bytes asked for (the copy's length is in the snapshot) */
+};
+/* Called for each sample read; with stack samples, snap holds its registers and copy. */
+typedef void (*perfs_sample_fn)(void *ctx, const struct perf_sample *s, struct snapshot *snap);
+
+/* Read every record in the ring, in order: samples go to fn (snap is the scratch copy,
+ * whose cap must be at least PERFS_MAX_STACK); returns the number of samples, and adds the
+ * samples the kernel reported lost to *lost. A record that does not parse ends the read:
+ * the ring is emptied. */
+unsigned perfs_drain(struct perf_stream *ps, struct snapshot *snap, perfs_sample_fn fn,
+                     void *ctx, uint64_t *lost);
+/* Bytes of ring mapped for ps. */
+size_t perfs_bytes(const struct perf_stream *ps);
+void perfs_get_totals(struct perfs_totals *t);
+/* Parse one PERF_RECORD_SAMPLE of a stack stream (exposed for the fuzzer): rec/len the
+ * whole record, header included. Returns 0 or -EINVAL. */
+int perfs_parse_sample(const uint8_t *rec, size_t len, struct perf_sample *out,
+                       struct snapshot *snap);
