@@ -179,5 +179,13 @@ with Daemon("--symbolizer-timeout", "2") as d, Program("busy", 1) as b:
         check_timing(took >= 1.9, "... after the 2 s timeout, not before (%.1f s)" % took)
         wait_until(lambda: not os.path.exists("/proc/%d" % sym["pid"]), 10,
                    "the hung helper to be killed and reaped")
-        prof = d.slice(c.pid, "--last", 1)
-        check("burn" in functions(prof), "the next slice is symbolized again")
+        # The new helper reads the modules afresh: under ASan on a loaded machine that can
+        # take longer than the 2 s timeout again (then that module is given up after its
+        # second failure, and the others are symbolized). Symbols must come back within a
+        # few slices, each answered.
+        tries = []
+        for _ in range(5):
+            tries.append(functions(d.slice(c.pid, "--last", 1)))
+            if "burn" in tries[-1]:
+                break
+        check("burn" in tries[-1], "the next slices are symbolized again (%d tries)" % len(tries))
