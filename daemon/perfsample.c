@@ -77,7 +77,9 @@ int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t s
     pa.clockid = CLOCK_MONOTONIC;
     pa.exclude_hv = 1;
     pa.disabled = !continuous;
-    size_t data = ring_data_size(stack_size, continuous && stack_size ? 2 * batch : 1);
+    /* A continuous ring holds its batch and 8 samples more: the reader may be late (a busy
+     * machine) by that many periods before the kernel drops samples (counted as lost). */
+    size_t data = ring_data_size(stack_size, continuous && stack_size ? batch + 8 : 1);
     if (continuous) {
         if (stack_size) {
             /* Wake the reader when about `batch` samples wait. */

@@ -30,6 +30,15 @@ static volatile sig_atomic_t stop_timer_fired;
 static long ncpus = 1;
 static bool awaiting; /* in await_stops: its time is counted as the stops' cost */
 
+/* The loop thread's CPU time: what each path costs profd (wall time would count the
+ * moments it was preempted, by the very threads it samples on a busy machine). */
+static uint64_t cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
 static void on_stop_timer(int sig)
 {
     (void)sig;
@@ -309,7 +318,6 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
         t->stats.perf_no_regs++;
         return;
     }
-    uint64_t t0 = now_ns();
     enum unwind_end end;
     uint32_t id = unwind_and_intern(t, th, &end);
     if (end == UNWIND_COMPLETE) {
@@ -328,7 +336,6 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
         push(t, th, ps->time_ns, id);
         t->stats.samples_perf++;
     }
-    t->stats.ns_perf += now_ns() - t0;
 }
 
 void sampler_drain_thread(struct target *t, struct thread *th)
@@ -337,7 +344,9 @@ void sampler_drain_thread(struct target *t, struct thread *th)
         return;
     struct drain_ctx c = {t, th};
     uint64_t lost = 0;
-    perfs_drain(&th->ps, &snap, on_perf_sample, &c, &lost);
+    uint64_t t0 = cpu_now();
+    if (perfs_drain(&th->ps, &snap, on_perf_sample, &c, &lost))
+        t->stats.ns_perf += cpu_now() - t0;
     if (lost) {
         t->stats.perf_lost += lost;
         t->sched.missed += lost;
@@ -377,7 +386,7 @@ static int perf_open(struct target *t, struct thread *th, bool continuous, uint6
     struct perfs_totals pt;
     perfs_get_totals(&pt);
     uint64_t max = memory_max();
-    size_t ring = ((size_t)stack + 256) * (continuous && stack ? 2 * batch : 1) + 8192;
+    size_t ring = ((size_t)stack + 256) * (continuous && stack ? batch + 8 : 1) + 8192;
     if (memory_over() || (max && pt.ring_bytes + ring > max / 4))
         return -ENOMEM;
     if (!fds_take(1))
@@ -529,7 +538,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             break;
         /* Blocked in a system call: sample from (sp, pc) without stopping it. */
         perf_expire(t, th);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = cpu_now();
         memset(&snap.regs, 0, sizeof(snap.regs));
         snap.regs.rsp = si.sp;
         snap.regs.rip = si.pc;
@@ -567,7 +576,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         }
         push(t, th, now_ns(), id);
         t->stats.samples_blocked++;
-        t->stats.ns_blocked += now_ns() - t0;
+        t->stats.ns_blocked += cpu_now() - t0;
         young_name(th);
         return false;
     }
@@ -742,11 +751,11 @@ void sampler_sample_one(struct target *t, struct thread *th, uint64_t tick_ns)
     if (t->state != T_ATTACHED || th->zombie || !th->born)
         return;
     if (sample_wall(t, th, tick_ns)) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = cpu_now();
         awaiting = true;
         await_stops(t, 1);
         awaiting = false;
-        t->stats.ns_stopped += now_ns() - t0;
+        t->stats.ns_stopped += cpu_now() - t0;
     }
 }
 
@@ -783,11 +792,11 @@ void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
         interrupted += sample_wall(t, th, tick_ns);
     }
     if (interrupted) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = cpu_now();
         awaiting = true;
         await_stops(t, interrupted);
         awaiting = false;
-        t->stats.ns_stopped += now_ns() - t0;
+        t->stats.ns_stopped += cpu_now() - t0;
     }
     /* Threads that appeared in the last YOUNG_NS: read their names at every tick, after the
      * stops, so a short-lived thread's samples carry the name it gives itself. */
@@ -809,6 +818,7 @@ void sampler_on_stop(struct thread *th)
 {
     struct target *t = th->t;
     uint64_t stopped = now_ns();
+    uint64_t c0 = awaiting ? 0 : cpu_now();
     th->interrupt_pending = false;
     t->stats.stop_latency_ns += stopped - th->interrupt_sent_ns;
     int copy_err = -1;
@@ -849,5 +859,5 @@ void sampler_on_stop(struct thread *th)
     t->stats.samples_stopped++;
     /* Handling the stop (inside await_stops that is counted there). */
     if (!awaiting)
-        t->stats.ns_stopped += now_ns() - stopped;
+        t->stats.ns_stopped += cpu_now() - c0;
 }

@@ -107,7 +107,7 @@ struct target_stats {
     uint64_t samples_blocked; /* taken without stopping (thread blocked in a syscall) */
     uint64_t samples_reused;  /* thread had not run: previous stack recorded again */
     uint64_t samples_perf;    /* the kernel's copy at a perf sample (no stop) */
-    uint64_t ns_stopped, ns_blocked, ns_perf; /* profd's time (loop thread) per path */
+    uint64_t ns_stopped, ns_blocked, ns_perf; /* profd's CPU time (loop thread) per path */
     uint64_t perf_armed;      /* one-shot samples asked for */
     uint64_t perf_expired;    /* one-shot asked for, not taken (the thread blocked first) */
     uint64_t perf_lost;       /* samples the kernel dropped (PERF_RECORD_LOST) */

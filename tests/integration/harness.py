@@ -33,6 +33,7 @@ PROFCTL = os.path.join(BUILD, "client", "profctl")
 PROGRAMS = os.path.join(BUILD, "tests", "programs")
 SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SLOW = float(os.environ.get("PROFD_SLOW", "1"))
+SAMPLER = os.environ.get("PROFD_SAMPLER")  # forced on every daemon a test starts
 # Under a slow wrapper (valgrind) rates and latencies are not the daemon's own: only
 # correctness is checked then.
 TIMING = SLOW == 1
@@ -110,6 +111,10 @@ class Daemon:
         if "--config" not in args and "-c" not in args:
             # Hermetic: never the machine's own profd.conf.
             cmd += ["--config", "/dev/null"]
+        # The same test on another sampling path (tests/integration/meson.build registers
+        # the transparency tests again with PROFD_SAMPLER=ptrace).
+        if SAMPLER and "--sampler" not in args:
+            cmd += ["--sampler", SAMPLER]
         w = os.environ.get("PROFD_WRAPPER") if wrapper else None
         if w:
             cmd = w.split() + cmd

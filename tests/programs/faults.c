@@ -6,6 +6,10 @@
  *   timerfd_settime  timerfd_settime() that arms a timer fails with EINVAL
  *   signalfd         signalfd() of a mask holding SIGRTMIN+1 (profd's CPU-clock timers'
  *                    signal; libev's own signalfd is left alone) fails with EMFILE
+ *   perf             perf_event_open() fails with EACCES (as under perf_event_paranoid 3,
+ *                    or a seccomp filter without it)
+ *   perf_mmap        mmap() of a perf event's ring fails with EPERM (as past the
+ *                    locked-memory limits)
  * With PROFD_FAULTS_WHILE=PATH, the faults apply only while PATH exists.
  *
  * PROFD_CHAOS=ACTION:POINT:N (tests/integration/test_chaos.py) kills (ACTION "kill": SIGKILL)
@@ -33,6 +37,7 @@
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -236,4 +241,59 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
     if (!real)
         real = (ssize_t(*)(int, const struct msghdr *, int))dlsym(RTLD_NEXT, "sendmsg");
     return real(fd, msg, flags);
+}
+
+/* syscall(): perf_event_open has no libc wrapper; profd calls it through syscall(). */
+long syscall(long nr, ...)
+{
+    va_list ap;
+    va_start(ap, nr);
+    long a[6];
+    for (int i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    if (nr == SYS_perf_event_open && active("perf")) {
+        errno = EACCES;
+        return -1;
+    }
+    static long (*real)(long, ...);
+    if (!real)
+        real = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
+    return real(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+static bool is_perf_fd(int fd)
+{
+    char path[64], target[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    if (n < 0)
+        return false;
+    target[n] = '\0';
+    return strcmp(target, "anon_inode:[perf_event]") == 0;
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (fd >= 0 && (flags & MAP_SHARED) && active("perf_mmap") && is_perf_fd(fd)) {
+        errno = EPERM;
+        return MAP_FAILED;
+    }
+    static void *(*real)(void *, size_t, int, int, int, off_t);
+    if (!real)
+        real = (void *(*)(void *, size_t, int, int, int, off_t))dlsym(RTLD_NEXT, "mmap");
+    return real(addr, len, prot, flags, fd, off);
+}
+
+/* profd is built with 64-bit file offsets: its mmap is mmap64. */
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
+{
+    if (fd >= 0 && (flags & MAP_SHARED) && active("perf_mmap") && is_perf_fd(fd)) {
+        errno = EPERM;
+        return MAP_FAILED;
+    }
+    static void *(*real)(void *, size_t, int, int, int, off64_t);
+    if (!real)
+        real = (void *(*)(void *, size_t, int, int, int, off64_t))dlsym(RTLD_NEXT, "mmap64");
+    return real(addr, len, prot, flags, fd, off);
 }

@@ -1,0 +1,158 @@
+"""The sampling paths of running threads: the kernel's copy (perf events) and the ptrace stop.
+
+- sampler perf, wall clock (alarm): no thread is ever stopped; the busy threads' samples are
+  the kernel's copies (one-shot task-clock samples asked for at each tick), unwound
+  completely (99.5%+, through a frame holding an 8 KiB array), with the program's 60/30/10
+  split; each busy thread has a sample for nearly every tick.
+- sampler ptrace: the same program by stops only; no perf event open.
+- cputime with perf: the task-clock events carry the copies; only each thread's first sample
+  is a stop.
+- A stack deeper than the first copy: the copy grows (copy_too_short counted) and later
+  samples unwind completely; deeper than the kernel copies at all (65 528 bytes): those
+  threads' running samples are taken by a stop, complete too.
+- perf events refused (perf_event_open fails, a preloaded library): --sampler perf refuses
+  the attach naming why; auto samples by stopping, and status says why.
+- Every profile's metadata names the sampler.
+"""
+import json
+import os
+from harness import *
+
+FAULTS = os.path.join(PROGRAMS, "libprofdfaults.so")
+HZ = 199
+
+
+def fault_env(faults):
+    return {"LD_PRELOAD": FAULTS, "PROFD_FAULTS": faults,
+            "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+
+
+def split(prof):
+    """Shares of work_alpha/beta/gamma among the busy threads' samples, in percent."""
+    n = {"work_alpha": 0, "work_beta": 0, "work_gamma": 0}
+    for stack, c in prof.items():
+        for f in n:
+            if ";" + f + ";" in stack + ";":
+                n[f] += c
+    tot = sum(n.values())
+    return {f: 100.0 * v / tot for f, v in n.items()} if tot else {}, tot
+
+
+def split_ok(shares):
+    want = {"work_alpha": 60, "work_beta": 30, "work_gamma": 10}
+    return shares and all(abs(shares[f] - want[f]) <= 5 for f in want)
+
+
+def complete_pct(st):
+    return st["unwind"]["complete_pct"]
+
+
+# 1. sampler perf, alarm: no stop at all.
+with Daemon() as d, Program("busy", 2) as p:
+    d.ctl("attach", p.pid, "--hz", HZ, "--mode", "alarm", "--sampler", "perf")
+    st = d.wait_samples(p.pid, 3 * 400, timeout=60)
+    st = d.target_status(p.pid)
+    prof = d.slice(p.pid, "--last", 60)
+    shares, n = split(prof)
+    log("perf/alarm: %s; split %s of %d" % ({k: st[k] for k in ("paths", "perf", "unwind")},
+                                            shares, n))
+    check(st["threads_stopped"] == 0 and st["paths"]["ptrace"]["samples"] == 0 and
+          st["paths"]["perf"]["samples"] > 0 and st["perf"]["sampler"] == "perf",
+          "sampler perf (alarm): the busy threads sampled from the kernel's copy, never stopped "
+          "(%d kernel copies, %d stops)" % (st["paths"]["perf"]["samples"], st["threads_stopped"]))
+    check(complete_pct(st) >= 99.5,
+          "... their stacks unwind completely (%.2f%%, through the 8 KiB array frame)"
+          % complete_pct(st))
+    check(split_ok(shares), "... the 60/30/10 split within 5 points (%s)"
+          % {k: round(v, 1) for k, v in shares.items()})
+    # A sample per busy thread for (nearly) every tick: the one-shots not yet taken at the
+    # next tick (a thread that waited for a CPU) are counted, not made up.
+    perf = st["paths"]["perf"]["samples"]
+    check(perf >= 0.8 * 2 * st["ticks"] - 4,
+          "... one sample per busy thread and tick (%d kernel copies for 2 threads x %d ticks; "
+          "%d asked for, %d not yet taken at the next tick)"
+          % (perf, st["ticks"], st["perf"]["oneshot_asked"], st["skipped"]["still_stopping"]))
+    check(st["perf"]["events"] == 2 and st["perf"]["ring_bytes"] > 0,
+          "... one perf event per running thread, its ring counted (%d events, %d bytes)"
+          % (st["perf"]["events"], st["perf"]["ring_bytes"]))
+    r = d.ctl("slice", p.pid, "--last", 1, "--format", "sentry")
+    meta = json.loads(r.stdout)
+    text = json.dumps(meta)
+    check('"sampler": "perf"' in text, "the profile's metadata names the sampler")
+
+# 2. sampler ptrace: stops only.
+with Daemon() as d, Program("busy", 2) as p:
+    d.ctl("attach", p.pid, "--hz", HZ, "--mode", "alarm", "--sampler", "ptrace")
+    d.wait_samples(p.pid, 3 * 300, timeout=60)
+    st = d.target_status(p.pid)
+    shares, n = split(d.slice(p.pid, "--last", 60))
+    check(st["paths"]["perf"]["samples"] == 0 and st["perf"]["events"] == 0 and
+          st["paths"]["ptrace"]["samples"] > 0 and st["threads_stopped"] > 0 and
+          complete_pct(st) >= 99.5 and split_ok(shares),
+          "sampler ptrace (alarm): running threads stopped, no perf event; complete (%.2f%%), "
+          "60/30/10 (%s)" % (complete_pct(st), {k: round(v, 1) for k, v in shares.items()}))
+
+# 3. cputime: the task-clock events carry the copies.
+with Daemon() as d, Program("busy", 2) as p:
+    d.ctl("attach", p.pid, "--hz", HZ, "--mode", "cputime", "--sampler", "perf")
+    d.wait_samples(p.pid, 2 * 300, timeout=60)
+    st = d.target_status(p.pid)
+    shares, n = split(d.slice(p.pid, "--last", 60))
+    log("perf/cputime: %s" % {k: st[k] for k in ("paths", "perf", "unwind", "sampling")})
+    check(st["sampling"]["cputime_source"] == "perf" and
+          st["paths"]["perf"]["samples"] >= 0.95 * st["samples"] and
+          st["threads_stopped"] <= 3 and complete_pct(st) >= 99.5 and split_ok(shares),
+          "cputime, sampler perf: the kernel's copies (%d of %d samples; %d stops, the "
+          "threads' first), complete (%.2f%%), 60/30/10 (%s)"
+          % (st["paths"]["perf"]["samples"], st["samples"], st["threads_stopped"],
+             complete_pct(st), {k: round(v, 1) for k, v in shares.items()}))
+
+# 4. Deep stacks: the copy grows; deeper than the kernel copies, a stop.
+with Daemon() as d, Program("deep", 2) as p:
+    d.ctl("attach", p.pid, "--hz", HZ, "--sampler", "perf")
+    d.wait_samples(p.pid, 3 * 300, timeout=60)
+    st = d.target_status(p.pid)
+    prof = d.slice(p.pid, "--last", 1)
+    deep = sum(c for s, c in prof.items() if "spin_deep" in s)
+    ok = sum(c for s, c in prof.items() if "spin_deep" in s and "start_thread" in s)
+    log("deep 2: %s" % {k: st[k] for k in ("paths", "perf", "unwind")})
+    check(st["perf"]["copy_too_short"] > 0 and st["threads_stopped"] == 0 and deep > 0 and
+          ok >= 0.99 * deep,
+          "a 48 KiB stack: the first copies were too short (%d), the copy grew, and the last "
+          "second's samples unwind to start_thread (%d of %d), without a stop"
+          % (st["perf"]["copy_too_short"], ok, deep))
+with Daemon() as d, Program("deep", 4) as p:
+    d.ctl("attach", p.pid, "--hz", HZ, "--sampler", "perf")
+    d.wait_samples(p.pid, 3 * 300, timeout=60)
+    st = d.target_status(p.pid)
+    prof = d.slice(p.pid, "--last", 1)
+    deep = sum(c for s, c in prof.items() if "spin_deep" in s)
+    ok = sum(c for s, c in prof.items() if "spin_deep" in s and "start_thread" in s)
+    log("deep 4: %s" % {k: st[k] for k in ("paths", "perf", "unwind")})
+    check(st["perf"]["stopped_stack_too_deep"] > 0 and st["paths"]["ptrace"]["samples"] > 0 and
+          deep > 0 and ok >= 0.95 * deep,
+          "a 96 KiB stack (deeper than the kernel copies): running samples by a stop (%d), "
+          "which unwind to start_thread (%d of %d in the last second)"
+          % (st["perf"]["stopped_stack_too_deep"], ok, deep))
+
+# 5. perf events refused.
+with Daemon(env=fault_env("perf")) as d, Program("busy", 2) as p:
+    r = d.ctl("attach", p.pid, "--sampler", "perf", check_rc=False)
+    check(r.returncode == 5 and "perf event" in r.stderr,
+          "perf refused: --sampler perf refuses the attach, saying why (exit %d: %s)"
+          % (r.returncode, r.stderr.strip()))
+    check(d.target_status(p.pid) is None, "... and the process is not attached")
+    d.ctl("attach", p.pid, "--hz", HZ)
+    d.wait_samples(p.pid, 300, timeout=60)
+    st = d.target_status(p.pid)
+    check(st["paths"]["perf"]["samples"] == 0 and st["paths"]["ptrace"]["samples"] > 0 and
+          "error" in st["perf"] and complete_pct(st) >= 99.5,
+          "... auto: running threads sampled by stopping them, status says why (%r)"
+          % st["perf"].get("error"))
+with Daemon(env=fault_env("perf_mmap")) as d, Program("busy", 2) as p:
+    d.ctl("attach", p.pid, "--hz", HZ)
+    d.wait_samples(p.pid, 300, timeout=60)
+    st = d.target_status(p.pid)
+    check(st["paths"]["ptrace"]["samples"] > 0 and st["perf"]["events"] == 0 and
+          complete_pct(st) >= 99.5,
+          "no locked memory for the rings: sampled by stopping (%r)" % st["perf"].get("error"))
