@@ -19,6 +19,10 @@ handled. Then bursts of 30 ignored signals at each waiting thread, 1, 2, 5 and 1
   idle for these bursts: a thread stopped for every sample takes such signals after each
   stop, which profd cannot prevent (about a quarter of bursts of single SIGWINCH still see
   an EINTR then, as many as without the guard).
+- the case as reported: single SIGWINCHs sent to the process while the computing thread is
+  busy. Sampled from the kernel's copies (the default where perf events are allowed) no
+  thread is stopped for a sample: at most 1% as above (measured 0 or 1 of 600). On the
+  forced ptrace path (the test registered again with PROFD_SAMPLER=ptrace) not checked.
 
 The same with the program built with frame pointers (as Ubuntu and Fedora build)."""
 import os
@@ -176,6 +180,27 @@ def run(prog):
         check(not total, "%s: %d SIGWINCH sent to each of %s, %s ms apart (tgkill): no EINTR, "
               "no early timeout (%s)" % (prog, BURST, "/".join(BURST_TARGETS),
                                          "/".join(map(str, CADENCES_MS)), where or "none"))
+
+        # The case as reported (issue 9): single SIGWINCHs sent to the process at each
+        # waiting thread's id while the computing thread is busy. Sampled from the kernel's
+        # copies, no thread is stopped and resumed for a sample, so none takes a signal at
+        # its resume whose wake-up was meant for another (stopped at every tick, as on the
+        # forced ptrace path, about a quarter of such bursts saw an EINTR: not checked
+        # there). What remains is ptrace's own: each ignored signal still stops the thread
+        # that takes it (no ptrace option filters signals), and another thread resumed from
+        # such a stop can take the next one: as rare as with the pairs below (0 or 1 of 600).
+        if SAMPLER != "ptrace":
+            st = d.target_status(p.pid)
+            total, where = bursts(p, lambda tid: os.kill(tid, signal.SIGWINCH))
+            st2 = d.target_status(p.pid)
+            n = sum(total.values())
+            check(n <= SHARED_EINTR_MAX and st2["threads_stopped"] == st["threads_stopped"],
+                  "%s: %d SIGWINCH sent to the process at each of %s, %s ms apart (kill), the "
+                  "computing thread busy and sampled from the kernel's copies (%d samples, no "
+                  "stop): %d EINTR or early timeouts (at most %d) (%s)"
+                  % (prog, BURST, "/".join(BURST_TARGETS), "/".join(map(str, CADENCES_MS)),
+                     st2["paths"]["perf"]["samples"] - st["paths"]["perf"]["samples"], n,
+                     SHARED_EINTR_MAX, where or "none"))
 
         # Bursts of SIGWINCH+SIGURG pairs sent to the process at each waiting thread's id,
         # the computing thread idle (blocked in read, as `calm` makes it).
