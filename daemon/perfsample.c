@@ -45,16 +45,20 @@ static size_t ring_data_size(uint32_t stack_size, unsigned records)
  * land while the thread is in the kernel (a running thread in a system call). */
 static bool need_exclude_kernel;
 
-int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t stack_size,
-               bool continuous, unsigned batch)
+int perfs_init(void)
 {
     if (!page_size)
         page_size = sysconf(_SC_PAGESIZE);
-    if (!scratch) {
+    if (!scratch)
         scratch = malloc(65536);
-        if (!scratch)
-            return -ENOMEM;
-    }
+    return scratch ? 0 : -ENOMEM;
+}
+
+int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t stack_size,
+               bool continuous, unsigned batch)
+{
+    if (perfs_init() < 0)
+        return -ENOMEM;
     perfs_stream_init(ps);
     if (stack_size) {
         stack_size = (stack_size + 7) & ~7u;
@@ -273,7 +277,7 @@ unsigned perfs_drain(struct perf_stream *ps, struct snapshot *snap, perfs_sample
         /* A header never straddles the end: records are 8-byte aligned in a power-of-two
          * ring. */
         memcpy(&h, data + (tail & mask), sizeof(h));
-        if (h.size < sizeof(h) || h.size > head - tail)
+        if (h.size < sizeof(h) || h.size > head - tail || h.size > ps->data_size)
             break;
         const uint8_t *rec = data + (tail & mask);
         if ((tail & mask) + h.size > ps->data_size) {

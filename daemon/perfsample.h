@@ -48,6 +48,8 @@ struct perfs_totals {
     int last_err;         /* -errno of the latest refusal, 0: none */
 };
 
+/* The page size and the scratch record (perfs_open calls it). Returns 0 or -ENOMEM. */
+int perfs_init(void);
 void perfs_stream_init(struct perf_stream *ps);
 /* Open a task-clock event on tid: period_ns of its CPU time per sample; stack_size bytes of
  * stack per sample (0: none); continuous (enabled now, the ring wakes its reader when it holds

@@ -65,10 +65,12 @@ with Daemon() as d, Program("busy", 2) as p:
           % complete_pct(st))
     check(split_ok(shares), "... the 60/30/10 split within 5 points (%s)"
           % {k: round(v, 1) for k, v in shares.items()})
-    # A sample per busy thread for (nearly) every tick: the one-shots not yet taken at the
-    # next tick (a thread that waited for a CPU) are counted, not made up.
+    # A sample per busy thread for every tick, or a counted reason: a one-shot not yet
+    # taken at the next tick (the thread waited for a CPU: often on a loaded machine) is
+    # counted, not made up.
     perf = st["paths"]["perf"]["samples"]
-    check(perf >= 0.8 * 2 * st["ticks"] - 4,
+    check(perf + st["skipped"]["still_stopping"] >= 0.95 * 2 * st["ticks"] - 4 and
+          perf >= 0.25 * 2 * st["ticks"],
           "... one sample per busy thread and tick (%d kernel copies for 2 threads x %d ticks; "
           "%d asked for, %d not yet taken at the next tick)"
           % (perf, st["ticks"], st["perf"]["oneshot_asked"], st["skipped"]["still_stopping"]))

@@ -21,9 +21,15 @@ with Daemon() as d, Program("busy", 2) as p:
     # Workers are named busy-1, busy-2; with --thread-ids: "busy-1-TID". Main is "busy-PID".
     busy = {s: c for s, c in prof.items() if re.match(r"busy-\d+-\d+;", s)}
     total = sum(busy.values())
-    check_timing(total >= HZ * secs * 2 * 0.5,
-                 "busy threads sampled at about %d Hz each (%d samples in %.1f s)"
-                 % (HZ, total, secs), d)
+    # Every tick gives each busy thread a sample, or says why not: its previous sample
+    # (a stop, or the kernel's one-shot) still to come because the thread waited for a CPU,
+    # which on a loaded machine happens often (measured here with a load of 9 on 2 CPUs:
+    # from 7% to 65% of ticks, on either path). Counted, never silently lost.
+    pending = st["skipped"]["still_stopping"]
+    check(total + pending >= 0.95 * 2 * st["ticks"] and total >= 0.25 * 2 * st["ticks"],
+          "busy threads: a sample or a counted reason at each of %d ticks (%d samples, %d "
+          "still to come at the next tick; %.1f s, %d Hz)" % (st["ticks"], total, pending,
+                                                            secs, HZ))
     complete = gamma_total = gamma_complete = 0
     share = {"work_alpha": 0, "work_beta": 0, "work_gamma": 0}
     bad = []
