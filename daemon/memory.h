@@ -26,7 +26,8 @@ struct cJSON;
  * growth from then on. */
 void memory_configure(uint64_t max_memory);
 uint64_t memory_max(void);
-/* The count every target's ring and stack table share (their acct). */
+/* The count every target's ring and stack table share (their acct), and the perf events'
+ * rings (sampler.c). */
 struct memacct *memory_samples(void);
 /* Slices: copies handed to the worker and results not yet sent (loop thread). */
 void memory_slices_add(ssize_t delta);

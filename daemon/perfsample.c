@@ -277,7 +277,9 @@ unsigned perfs_drain(struct perf_stream *ps, struct snapshot *snap, perfs_sample
         /* A header never straddles the end: records are 8-byte aligned in a power-of-two
          * ring. */
         memcpy(&h, data + (tail & mask), sizeof(h));
-        if (h.size < sizeof(h) || h.size > head - tail || h.size > ps->data_size)
+        /* (The kernel's records are 8-byte multiples: anything else is not a record, and
+         * the next header would straddle the end.) */
+        if (h.size < sizeof(h) || h.size % 8 || h.size > head - tail || h.size > ps->data_size)
             break;
         const uint8_t *rec = data + (tail & mask);
         if ((tail & mask) + h.size > ps->data_size) {

@@ -366,6 +366,7 @@ void sampler_perf_close(struct thread *th)
         return;
     if (ev_is_active(&th->perf_io))
         ev_io_stop(th->t->sched.loop, &th->perf_io);
+    memacct_sub(memory_samples(), perfs_bytes(&th->ps));
     perfs_close(&th->ps);
     fds_give(1);
 }
@@ -381,17 +382,22 @@ bool sampler_perf_has_stacks(const struct thread *th)
 static int perf_open(struct target *t, struct thread *th, bool continuous, uint64_t period,
                      uint32_t stack, unsigned batch)
 {
-    /* The rings are locked memory: a quarter of max_memory at most, so that they never
-     * crowd out the samples themselves. Past it, threads are sampled by stopping them. */
+    /* The rings hold samples (locked memory): they count with the samples, within the
+     * three quarters of max_memory these may take, and take a quarter of max_memory at most,
+     * so that they never crowd out the buffers. Past it, threads are sampled by stopping
+     * them. */
     struct perfs_totals pt;
     perfs_get_totals(&pt);
     uint64_t max = memory_max();
     size_t ring = ((size_t)stack + 256) * (continuous && stack ? batch + 8 : 1) + 8192;
-    if (memory_over() || (max && pt.ring_bytes + ring > max / 4))
+    if (memory_over() || (max && pt.ring_bytes + ring > max / 4) ||
+        !memacct_room(memory_samples(), ring))
         return -ENOMEM;
     if (!fds_take(1))
         return -EMFILE;
     int r = perfs_open(&th->ps, th->tid, period, stack, continuous, batch);
+    if (r == 0)
+        memacct_add(memory_samples(), perfs_bytes(&th->ps));
     if (r < 0) {
         fds_give(1);
         if (r != -ESRCH && t->perf_err != r) {

@@ -46,6 +46,9 @@ static struct {
     int sig_err;              /* why there is no sigfd (-errno) */
 } g = {.sigfd = -1, .overhead = 1.0, .sig_err = -ENOSYS};
 
+/* The running schedules. */
+static LIST_HEAD(, sched) live_scheds = LIST_HEAD_INITIALIZER(live_scheds);
+
 static const char *const mode_names[] = {"sleep", "event", "alarm", "cputime"};
 static const char *const source_names[] = {"auto", "perf", "timer", "poll"};
 
@@ -102,7 +105,8 @@ static void run_tick(struct sched *s, uint64_t tick_ns, bool cpu_only)
 {
     uint64_t c0 = thread_cpu_ns();
     s->last_tick_ns = tick_ns;
-    target_sample(s->t, tick_ns, cpu_only);
+    if (s->t->state == T_ATTACHED)
+        sampler_tick(s->t, tick_ns, cpu_only);
     uint64_t c = thread_cpu_ns() - c0;
     s->ticks++;
     s->cost_ns += c;
@@ -396,11 +400,15 @@ static void on_cpu_signal(struct ev_loop *loop, ev_io *w, int revents)
     ssize_t n;
     while ((n = read(g.sigfd, si, sizeof(si))) > 0) {
         for (size_t i = 0; i < (size_t)n / sizeof(si[0]); i++) {
-            struct target *t = target_find((pid_t)si[i].ssi_int);
-            if (!t || t->state != T_ATTACHED || !t->sched.running ||
-                t->sched.mode != SCHED_CPUTIME || t->sched.source != CPU_SRC_TIMER)
+            /* By pid, not by pointer: a signal may outlive its schedule. */
+            struct sched *s;
+            LIST_FOREACH(s, &live_scheds, link)
+                if (s->t->pid == (pid_t)si[i].ssi_int)
+                    break;
+            if (!s || s->t->state != T_ATTACHED || s->mode != SCHED_CPUTIME ||
+                s->source != CPU_SRC_TIMER)
                 continue;
-            cpu_credit_tick(&t->sched);
+            cpu_credit_tick(s);
         }
     }
 }
@@ -556,6 +564,8 @@ int sched_start(struct sched *s, struct ev_loop *loop, struct target *t, enum sc
     s->win_start_ns = now_ns();
     int r = start_sources(s);
     s->running = r == 0;
+    if (s->running)
+        LIST_INSERT_HEAD(&live_scheds, s, link);
     if (r < 0) {
         ev_io_stop(loop, &s->tio);
         close(s->tfd);
@@ -569,6 +579,7 @@ void sched_stop(struct sched *s)
     if (!s->loop || !s->running)
         return;
     s->running = false;
+    LIST_REMOVE(s, link);
     fold_throttled(s, now_ns());
     s->win_cost_ns = s->win_ticks = 0;
     stop_sources(s);
@@ -740,13 +751,14 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
     g.win_loop_cpu_ns = loop_cpu;
     size_t n = 0;
     uint64_t ticks_cpu = 0;
-    for (struct target *t = targets_first(); t; t = t->next) {
-        if (t->state != T_ATTACHED || !t->sched.running)
+    struct sched *s;
+    LIST_FOREACH(s, &live_scheds, link) {
+        if (s->t->state != T_ATTACHED)
             continue;
         n++;
-        ticks_cpu += t->sched.win_cost_ns;
-        if (t->sched.timer_err)
-            timer_result(&t->sched, rearm(&t->sched, now));
+        ticks_cpu += s->win_cost_ns;
+        if (s->timer_err)
+            timer_result(s, rearm(s, now));
     }
     if (!n)
         return;
@@ -760,10 +772,10 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
     }
     struct sched **v = xmalloc(n * sizeof(*v));
     size_t k = 0;
-    for (struct target *t = targets_first(); t; t = t->next) {
-        if (t->state != T_ATTACHED || !t->sched.running)
+    LIST_FOREACH(s, &live_scheds, link) {
+        if (s->t->state != T_ATTACHED)
             continue;
-        struct sched *s = &t->sched;
+        struct target *t = s->t;
         double secs = (double)(now - s->win_start_ns) / 1e9;
         if (secs <= 0)
             secs = BUDGET_PERIOD_S;

@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
+#include <sys/queue.h>
 
 #include <ev.h>
 
@@ -48,6 +49,9 @@ struct sched {
     struct ev_loop *loop;
     struct target *t;
     bool running;
+    /* Every running schedule, for the budget and the CPU timers' signal (schedule.c keeps
+     * them itself: it calls nothing in target.c). */
+    LIST_ENTRY(sched) link;
     enum sched_mode mode;
     enum cpu_source source; /* in use (cputime only) */
     unsigned hz;            /* requested */

@@ -1492,12 +1492,6 @@ void target_set_hz(struct target *t, unsigned hz)
     t->ring.max_entries = ring_max_entries(hz, t->buffer_ns);
 }
 
-void target_sample(struct target *t, uint64_t tick_ns, bool cpu_only)
-{
-    if (t->state != T_ATTACHED)
-        return;
-    sampler_tick(t, tick_ns, cpu_only);
-}
 
 void target_thread_refresh_name(struct thread *th)
 {

@@ -237,9 +237,6 @@ void targets_housekeeping(uint64_t now);
 void target_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns);
 /* Change the rate of t (and the bound of its buffer with it). */
 void target_set_hz(struct target *t, unsigned hz);
-/* Sample every thread of t once, or with cpu_only only the threads marked cpu_due that are
- * on a CPU (called by the scheduler). */
-void target_sample(struct target *t, uint64_t tick_ns, bool cpu_only);
 
 /* Resume a thread from a ptrace stop, passing sig (0 for none). ESRCH is ignored: the thread
  * died meanwhile and its exit status follows. */

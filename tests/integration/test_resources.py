@@ -260,7 +260,11 @@ with Daemon("--max-memory", "2M") as d, Program("busy", 1) as other:
             def clients_heavy():
                 m = d.status()["daemon"]["memory"]
                 return m if m["clients_bytes"] > MAX // 3 else None
-            m = wait_until(clients_heavy, 20, "the unread replies to be counted")
+            try:
+                m = wait_until(clients_heavy, 20, "the unread replies to be counted")
+            except SystemExit:
+                log("memory then: %s; sent %d" % (d.status()["daemon"]["memory"], sent))
+                raise
             log("memory with a client that does not read: %s" % m)
             r = c.call({"cmd": "slice", "pid": big.pid, "last_ns": 50 * 10**6})
             check(err(r).get("code") == "limit" and "max_memory" in err(r).get("message", ""),
