@@ -441,7 +441,7 @@ int sampler_probe(pid_t pid)
  * instead. */
 static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
 {
-    if (t->sampler == SAMPLER_PTRACE || th->perf_refused)
+    if (t->sampler == SAMPLER_PTRACE || th->perf_refused || boundary)
         return false;
     if (th->ps.fd >= 0 && th->ps.continuous) {
         /* cputime's counting event (the thread's first interval of CPU, or no room for
@@ -494,6 +494,11 @@ static void perf_expire(struct target *t, struct thread *th)
 
 /* Sample one thread, stopping it only if it is running. Returns whether it was
  * interrupted (its sample completes when the stop arrives). */
+/* A transaction's boundary is a sample at that moment: a running thread is stopped for it
+ * rather than sampled after 0.1 ms more of its CPU (by then it may have left the
+ * transaction). */
+static bool boundary;
+
 static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns, bool cpu_only)
 {
     uint64_t run, pcount;
@@ -756,7 +761,10 @@ void sampler_sample_one(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     if (t->state != T_ATTACHED || th->zombie || !th->born)
         return;
-    if (sample_wall(t, th, tick_ns)) {
+    boundary = true;
+    bool stopped = sample_wall(t, th, tick_ns);
+    boundary = false;
+    if (stopped) {
         uint64_t t0 = cpu_now();
         awaiting = true;
         await_stops(t, 1);
