@@ -29,6 +29,10 @@ static bool have_stop_timer;
 static volatile sig_atomic_t stop_timer_fired;
 static long ncpus = 1;
 static bool awaiting; /* in await_stops: its time is counted as the stops' cost */
+/* Taking a transaction's boundary sample, which is a sample at that moment: a running thread
+ * is stopped for it rather than sampled after 0.1 ms more of its CPU (by then it may have
+ * left the transaction). */
+static bool boundary;
 
 /* The loop thread's CPU time: what each path costs profd (wall time would count the
  * moments it was preempted, by the very threads it samples on a busy machine). */
@@ -494,11 +498,6 @@ static void perf_expire(struct target *t, struct thread *th)
 
 /* Sample one thread, stopping it only if it is running. Returns whether it was
  * interrupted (its sample completes when the stop arrives). */
-/* A transaction's boundary is a sample at that moment: a running thread is stopped for it
- * rather than sampled after 0.1 ms more of its CPU (by then it may have left the
- * transaction). */
-static bool boundary;
-
 static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns, bool cpu_only)
 {
     uint64_t run, pcount;
