@@ -147,22 +147,33 @@ static int describe(int fd, struct elf_info *info)
     struct symp_w *w = xmalloc(sizeof(*w));
     uint8_t *buf = xmalloc(SYMP_MAX_MSG);
     symp_w_init(w, SYMP_DESCRIBE);
-    int r = symhelper_send(describer, w, fd);
-    if (r == 0) {
-        int rfd;
-        ssize_t n = symhelper_recv(describer, buf, &rfd);
-        if (rfd >= 0)
-            close(rfd);
-        if (n <= 0) {
-            r = -EAGAIN;
-        } else if ((r = module_read_description(buf, (size_t)n, info)) == -EPROTO) {
-            symhelper_fail(describer, "sent a malformed description of a file");
-            r = -EAGAIN;
+    int r = -EAGAIN;
+    /* A helper killed just before (its end of the socket not closed yet when
+     * symhelper_ensure looked) takes the request and answers nothing: ask a new one, once.
+     * (A file that crashes the helper costs two starts, then it is given up for.) */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        r = symhelper_send(describer, w, fd);
+        if (r == 0) {
+            int rfd;
+            ssize_t n = symhelper_recv(describer, buf, &rfd);
+            if (rfd >= 0)
+                close(rfd);
+            if (n == -ECONNRESET && attempt == 0)
+                continue;
+            if (n <= 0) {
+                r = -EAGAIN;
+            } else if ((r = module_read_description(buf, (size_t)n, info)) == -EPROTO) {
+                symhelper_fail(describer, "sent a malformed description of a file");
+                r = -EAGAIN;
+            } else {
+                symhelper_ok(describer);
+            }
         } else {
-            symhelper_ok(describer);
+            if ((r == -EPIPE || r == -ECONNRESET) && attempt == 0)
+                continue;
+            r = -EAGAIN;
         }
-    } else {
-        r = -EAGAIN;
+        break;
     }
     if (r == -EAGAIN)
         log_debug("cannot read an ELF file's headers: %s", symhelper_error(describer));
