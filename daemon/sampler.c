@@ -336,6 +336,7 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
             th->perf_stack = th->ps.stack_size * 2 > PERFS_MAX_STACK ? PERFS_MAX_STACK
                                                                      : th->ps.stack_size * 2;
     }
+    th->perf_last_ns = ps->time_ns;
     if (id != STACK_NONE) {
         push(t, th, ps->time_ns, id);
         t->stats.samples_perf++;

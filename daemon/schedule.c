@@ -292,6 +292,7 @@ static int perf_open_as(struct sched *s, struct thread *th, bool stacks)
     ev_io_init(&th->perf_io, on_perf, th->ps.fd, EV_READ);
     th->perf_io.data = th;
     ev_io_start(g.loop, &th->perf_io);
+    th->perf_last_ns = 0; /* idle from the next look of the budget on (shrink_idle_rings) */
     return 0;
 }
 
@@ -682,6 +683,23 @@ struct cJSON *sched_describe(const struct sched *s)
     return o;
 }
 
+/* A cputime thread that has not run for this long goes back to a counting event (a page of
+ * ring instead of room for a dozen stack copies) until it runs again. */
+#define RING_IDLE_NS (10 * NS_PER_SEC)
+
+static void shrink_idle_rings(struct sched *s, uint64_t now)
+{
+    for (size_t i = 0; i < s->t->nthreads; i++) {
+        struct thread *th = s->t->threads[i];
+        if (!sampler_perf_has_stacks(th) || !th->ps.continuous)
+            continue;
+        if (!th->perf_last_ns)
+            th->perf_last_ns = now; /* opened since the last look */
+        else if (now - th->perf_last_ns > RING_IDLE_NS && perf_open_as(s, th, false) == 0)
+            th->perf_last_ns = 0;
+    }
+}
+
 /* ---- the budget ---- */
 
 /* Set s's timer for its current interval from now: after a change of scale (a new grid),
@@ -806,6 +824,8 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
         s->win_missed = s->missed;
         s->win_start_ns = now;
         v[k++] = s;
+        if (s->mode == SCHED_CPUTIME && s->source == CPU_SRC_PERF)
+            shrink_idle_rings(s, now);
     }
     if (g.max_cpu_pct > 0) {
         /* Only the budget: when the machine cannot give the loop even that much (every

@@ -77,6 +77,7 @@ struct thread {
     uint16_t perf_deep_left;    /* running samples still to take by a stop: its stack is
                                    deeper than the kernel copies */
     bool perf_refused;          /* its event could not be opened: sampled by stopping */
+    uint64_t perf_last_ns;      /* its latest sample from the kernel's copy */
     struct thread *hnext;       /* tid hash chain */
 };
 
