@@ -276,9 +276,11 @@ with Daemon("--max-cpu", "5") as d:
 # one's rate is measured with the busy process sampled at 1 Hz (as good as alone), then at
 # 499 Hz, three times in turn: on a machine shared with other work, what the daemon gets
 # of the CPUs changes from one second to the next, and alternating spreads that over both.
+# Slow to stop: the slow target is sampled by stops (--sampler ptrace); from the kernel's
+# copies its threads are never stopped, and there is nothing to wait for.
 with Daemon() as d, Program("sleeper", 2 * NCPU) as slow, Program("sleeper", 0) as quick:
     d.ctl("attach", quick.pid, "--hz", 499)
-    d.ctl("attach", slow.pid, "--hz", 1)
+    d.ctl("attach", slow.pid, "--hz", 1, "--sampler", "ptrace")
 
     def quick_ticks(slow_hz):
         d.ctl("configure", slow.pid, "--hz", slow_hz)
