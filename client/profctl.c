@@ -333,10 +333,20 @@ static int cmd_status(int fd, pid_t pid)
         if (*str(m, "timer_error"))
             printf("  TIMER FAILING: %s: no tick until it can be set again (retried every "
                    "0.25 s)\n", str(m, "timer_error"));
-        printf("  samples %.0f (%.0f in buffer): %.0f stopped, %.0f blocked without stopping, "
-               "%.0f idle (not run since last)\n",
-               num(t, "samples"), num(t, "buffered"), num(k, "stopped"),
+        printf("  samples %.0f (%.0f in buffer): %.0f from the kernel's copy, %.0f stopped, %.0f "
+               "blocked without stopping, %.0f idle (not run since last)\n",
+               num(t, "samples"), num(t, "buffered"), num(k, "kernel_copy"), num(k, "stopped"),
                num(k, "blocked_without_stop"), num(k, "idle_reused"));
+        const cJSON *paths = cJSON_GetObjectItemCaseSensitive(t, "paths");
+        const cJSON *pf = cJSON_GetObjectItemCaseSensitive(t, "perf");
+        const cJSON *pp = cJSON_GetObjectItemCaseSensitive(paths, "perf");
+        const cJSON *pr = cJSON_GetObjectItemCaseSensitive(paths, "proc");
+        const cJSON *pt = cJSON_GetObjectItemCaseSensitive(paths, "ptrace");
+        printf("  sampler %s: profd's CPU per sample %.1f us (kernel's copy), %.1f us (/proc), "
+               "%.1f us (stop); %.0f perf events, %.0f KiB of rings, %.0f lost%s%s\n",
+               str(pf, "sampler"), num(pp, "us_per_sample"), num(pr, "us_per_sample"),
+               num(pt, "us_per_sample"), num(pf, "events"), num(pf, "ring_bytes") / 1024,
+               num(pf, "lost"), *str(pf, "error") ? "; perf refused: " : "", str(pf, "error"));
         printf("  unwinds %.1f%% complete (%.0f truncated, %.0f too deep)\n",
                num(u, "complete_pct"), num(u, "truncated"), num(u, "too_deep"));
         printf("  skipped: %.0f still stopping, %.0f stopped by job control, %.0f resuming from "
@@ -480,10 +490,10 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(res, "sampling");
     if (m) {
         bool cpu = !strcmp(str(m, "mode"), "cputime");
-        fprintf(stderr, "profctl: sampled %s at %d Hz%s%s; now %.1f Hz effective%s, %.0f ticks "
-                        "missed since attach\n",
+        fprintf(stderr, "profctl: sampled %s at %d Hz%s%s (sampler %s); now %.1f Hz effective%s, "
+                        "%.0f ticks missed since attach\n",
                 str(m, "mode"), (int)num(m, "hz"), cpu ? " of CPU time, source " : "",
-                cpu ? str(m, "cputime_source") : "", num(m, "effective_hz"),
+                cpu ? str(m, "cputime_source") : "", str(m, "sampler"), num(m, "effective_hz"),
                 cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "throttled"))
                     ? " (throttled by the CPU budget)"
                     : "",

@@ -221,8 +221,8 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     n, nthreads, secs, fmt, written = summary(r)
     lines = r.stderr.splitlines()
     check(r.stdout == "" and len(lines) == 2 and
-          re.match(r"^profctl: sampled alarm at 499 Hz; now 499.0 Hz effective, \d+ ticks "
-                   r"missed since attach$", lines[1]),
+          re.match(r"^profctl: sampled alarm at 499 Hz \(sampler auto\); now 499.0 Hz "
+                   r"effective, \d+ ticks missed since attach$", lines[1]),
           "slice -o: nothing on stdout; on stderr the summary, then how it was sampled (%r)"
           % r.stderr)
     check(written == out and fmt == "collapsed" and n == sum(counts.values()) > 0 and
