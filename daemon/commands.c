@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fds.h"
+#include "lateness.h"
 #include "log.h"
 #include "memory.h"
 #include "modules.h"
@@ -119,6 +120,8 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(o, "ticks", (double)s->ticks);
     cJSON_AddNumberToObject(o, "achieved_hz", secs > 0 ? (double)s->ticks / secs : 0);
     cJSON_AddItemToObject(o, "sampling", sched_describe(&t->sched));
+    /* alarm: how late its ticks ran against the grid (the loop thread busy elsewhere). */
+    cJSON_AddItemToObject(o, "tick_lateness", lateness_describe(&t->sched.lateness));
     cJSON *k = cJSON_AddObjectToObject(o, "sampled");
     cJSON_AddNumberToObject(k, "stopped", (double)s->samples_stopped);
     cJSON_AddNumberToObject(k, "blocked_without_stop", (double)s->samples_blocked);
