@@ -15,7 +15,8 @@ most a Sentry profile holds) in Sentry's, and compares the other
 target's ticks while the slice was being answered (from the request to the reply) with its
 ticks over a window of the same length without a slice, right after: how late they ran
 (status "tick_lateness": the daemon's histogram of tick time minus due time, diffed between
-two status replies), and how many were missed (a tick whose whole interval passed is
+two status replies; the reply is read whole but parsed only after the second), and how many
+were missed (a tick whose whole interval passed is
 missed, not run late). Medians over the runs. The daemon runs with --max-cpu 0 so that the
 budget does not change the rates between runs.
 
@@ -64,10 +65,19 @@ class Client:
         self.call({"cmd": "hello", "version": 1})
 
     def call(self, obj):
+        return self.parse(obj, self.call_raw(obj))
+
+    def call_raw(self, obj):
+        """The reply's bytes, unparsed (parsing a Sentry profile of tens of megabytes takes
+        this process's CPU, which the daemon's loop thread would then compete for)."""
         data = json.dumps(obj).encode()
         self.s.sendall(struct.pack(">I", len(data)) + data)
         n = struct.unpack(">I", self._recv(4))[0]
-        r = json.loads(self._recv(n))
+        return self._recv(n)
+
+    @staticmethod
+    def parse(obj, raw):
+        r = json.loads(raw)
         if "error" in r:
             raise RuntimeError("%s: %s" % (obj.get("cmd"), r["error"]["message"]))
         return r["result"]
@@ -140,7 +150,7 @@ def main():
     build = os.path.abspath(args.build)
     d = tempfile.mkdtemp(prefix="profd-slice-bench-")
     sock = os.path.join(d, "profd.sock")
-    logf = open(os.path.join(d, "profd.log"), "w")
+    logf = open(os.environ.get("BENCH_LOG", os.path.join(d, "profd.log")), "w")
     daemon = subprocess.Popen([os.path.join(build, "daemon", "profd"), "--socket", sock,
                                "--config", "/dev/null", "--max-cpu", "0"],
                               stdout=logf, stderr=subprocess.STDOUT)
@@ -180,10 +190,12 @@ def main():
                 t0 = time.monotonic()
                 # Sentry profiles hold at most 30 s (relay's limit): slice that much.
                 last = 30 if fmt == "sentry" else 60
-                res = c.call({"cmd": "slice", "pid": big.pid, "last_ns": last * 10**9,
-                              "format": fmt})
+                req = {"cmd": "slice", "pid": big.pid, "last_ns": last * 10**9, "format": fmt}
+                raw = c.call_raw(req)
                 t1 = time.monotonic()
                 s1 = st()
+                res = c.parse(req, raw)
+                del raw
                 during = window_stats(s0, s1)
                 # The same length without a slice.
                 b0 = st()
