@@ -72,12 +72,12 @@ size_t slice_estimate(const struct target *t, uint64_t start_ns, uint64_t end_ns
 
 /* The copy of a window in progress (slice_begin, slice_copy_step). */
 struct slice_copy {
-    struct ring_reader rd;   /* first: the reader's callbacks get this */
+    struct ring_reader rd; /* first: the reader's callbacks get this */
     struct slice_job *job;
-    struct target *t;        /* NULL once the target is gone (its maps copied by then) */
-    uint32_t *remap;         /* target stack id -> index in job->stacks + 1 (0: none yet) */
+    struct target *t; /* NULL once the target is gone (its maps copied by then) */
+    uint32_t *remap;  /* target stack id -> index in job->stacks + 1 (0: none yet) */
     size_t nremap;
-    uint64_t *hashes;        /* per job stack: the hash of the stack it was copied from */
+    uint64_t *hashes; /* per job stack: the hash of the stack it was copied from */
     size_t cap_samples, cap_stacks;
     bool maps_copied;
 };

@@ -27,7 +27,12 @@ unsigned worker_queue_length(void);
 
 /* What the loop thread spends on slices, measured around each piece of that work: the
  * request (slice_begin), each copy step, and handing the reply over. */
-enum worker_loop_kind { WORKER_LOOP_REQUEST, WORKER_LOOP_COPY, WORKER_LOOP_REPLY, WORKER_LOOP_KINDS };
+enum worker_loop_kind {
+    WORKER_LOOP_REQUEST,
+    WORKER_LOOP_COPY,
+    WORKER_LOOP_REPLY,
+    WORKER_LOOP_KINDS
+};
 struct worker_loop_mark {
     uint64_t wall_ns, cpu_ns;
 };
