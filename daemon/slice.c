@@ -276,16 +276,6 @@ bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken)
     return true;
 }
 
-struct slice_job *slice_collect(struct target *t, uint64_t start_ns, uint64_t end_ns,
-                                enum slice_format format)
-{
-    struct slice_job *job = slice_begin(t, start_ns, end_ns, format);
-    size_t taken;
-    while (!slice_copy_step(job, SIZE_MAX, &taken))
-        ;
-    return job;
-}
-
 void slice_set_requester(struct slice_job *job, const struct peer *p)
 {
     free((void *)job->creds.groups);

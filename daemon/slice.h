@@ -120,9 +120,6 @@ struct slice_job *slice_begin(struct target *t, uint64_t start_ns, uint64_t end_
 /* Copy up to max more samples (and the stacks they use) into the job; *taken: how many.
  * Returns whether the copy is complete (then job->copy is NULL). Loop thread. */
 bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken);
-/* slice_begin and every step at once (tests). */
-struct slice_job *slice_collect(struct target *t, uint64_t start_ns, uint64_t end_ns,
-                                enum slice_format format);
 /* Symbolize as this client (its uid, gid, groups and file capabilities); NULL: as nobody. */
 void slice_set_requester(struct slice_job *job, const struct peer *p);
 /* Add a transaction (tid > 0) to the job; name is copied. */
