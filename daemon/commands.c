@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fds.h"
+#include "lateness.h"
 #include "log.h"
 #include "memory.h"
 #include "modules.h"
@@ -119,6 +120,8 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(o, "ticks", (double)s->ticks);
     cJSON_AddNumberToObject(o, "achieved_hz", secs > 0 ? (double)s->ticks / secs : 0);
     cJSON_AddItemToObject(o, "sampling", sched_describe(&t->sched));
+    /* alarm: how late its ticks ran against the grid (the loop thread busy elsewhere). */
+    cJSON_AddItemToObject(o, "tick_lateness", lateness_describe(&t->sched.lateness));
     cJSON *k = cJSON_AddObjectToObject(o, "sampled");
     cJSON_AddNumberToObject(k, "stopped", (double)s->samples_stopped);
     cJSON_AddNumberToObject(k, "blocked_without_stop", (double)s->samples_blocked);
@@ -328,6 +331,8 @@ static cJSON *cmd_status(struct request *r)
     cJSON_AddNumberToObject(d, "targets", (double)visible);
     cJSON_AddNumberToObject(d, "modules", (double)modules_count());
     cJSON_AddNumberToObject(d, "slices_queued", worker_queue_length());
+    /* What the loop thread spent on slices (the rest is the worker's). */
+    cJSON_AddItemToObject(d, "slice_loop", worker_describe_loop());
     cJSON_AddItemToObject(d, "memory", memory_describe());
     /* The unprivileged helpers that parse what targets control. */
     struct symhelper_stats hs[4];
@@ -499,13 +504,12 @@ static cJSON *cmd_detach(struct request *r)
     return NULL;
 }
 
-/* A slice is back from the worker. */
-static void slice_done(struct slice_job *job)
+/* The reply to a slice (worker thread, once it is built): made and encoded here, so that
+ * the loop thread only hands the bytes over (printing a Sentry profile of 30 s of 8 threads
+ * takes longer than many ticks' intervals). */
+static void slice_reply(struct slice_job *job)
 {
-    struct pending *p = job->ctx;
     cJSON *reply;
-    log_debug("slice of %d: %zu samples, built in %.2f ms", job->pid, job->nsamples,
-              (double)job->build_ns / 1e6);
     if (job->err < 0) {
         reply = proto_error_reply(NULL, PE_INTERNAL, "could not build the profile: %s",
                                   strerror(-job->err));
@@ -518,13 +522,7 @@ static void slice_done(struct slice_job *job)
         cJSON_AddNumberToObject(res, "samples", (double)job->nsamples);
         cJSON_AddNumberToObject(res, "threads", (double)job->nthreads_out);
         cJSON_AddNumberToObject(res, "stacks", (double)job->nstacks);
-        size_t trunc = 0;
-        for (size_t i = 0; i < job->nsamples; i++) {
-            uint32_t s = job->samples[i].stack;
-            if (s != STACK_NONE && (job->stacks[s].flags & STACK_TRUNCATED))
-                trunc++;
-        }
-        cJSON_AddNumberToObject(res, "truncated_samples", (double)trunc);
+        cJSON_AddNumberToObject(res, "truncated_samples", (double)job->truncated);
         cJSON_AddNumberToObject(res, "build_ms", (double)job->build_ns / 1e6);
         if (job->sym_error)
             cJSON_AddStringToObject(res, "symbols_error", job->sym_error);
@@ -563,11 +561,43 @@ static void slice_done(struct slice_job *job)
         }
         reply = result_reply(NULL, res);
     }
-    if (p)
-        pending_finish(p, reply);
-    else
-        cJSON_Delete(reply);
+    /* As pending_finish would: the request's id last. */
+    if (job->reply_id) {
+        cJSON_AddItemToObject(reply, "id", job->reply_id);
+        job->reply_id = NULL;
+    }
+    char *text = cJSON_PrintUnformatted(reply);
+    cJSON_Delete(reply);
+    if (!text || frame_encode(&job->reply_frame, text, strlen(text)) < 0)
+        strbuf_finish(&job->reply_frame); /* the loop thread answers with an error */
+    free(text);
+    free(job->data);
+    job->data = NULL;
+    slice_job_drop_copy(job);
+}
+
+/* A slice is back from the worker (loop thread): hand its reply over. */
+static void slice_done(struct slice_job *job)
+{
+    struct worker_loop_mark m;
+    worker_loop_begin(&m);
+    struct pending *p = job->ctx;
+    log_debug("slice of %d: %zu samples, built in %.2f ms", job->pid, job->nsamples,
+              (double)job->build_ns / 1e6);
+    if (p && job->reply_frame.len) {
+        pending_finish_frame(p, &job->reply_frame);
+    } else if (p) {
+        /* Cancelled (profd is exiting), or a reply that could not be encoded. */
+        int err = job->err < 0 ? -job->err : ENOMEM;
+        pending_finish(p, proto_error_reply(NULL, err == ECANCELED ? PE_SHUTTING_DOWN : PE_INTERNAL,
+                                            "could not build the profile: %s", strerror(err)));
+    }
+    /* A reply not taken over (the requester went away, or had output waiting): the worker
+     * allocated it, the worker frees it (see server.c's out_release). */
+    worker_free_later(job->reply_frame.buf);
+    job->reply_frame = (struct strbuf){0};
     slice_job_free(job);
+    worker_loop_end(&m, WORKER_LOOP_REPLY, 0);
 }
 
 /* A slice request waiting for its window's last samples. */
@@ -651,10 +681,13 @@ static bool stops_in_flight(struct target *t, uint64_t to)
     return false;
 }
 
-/* Copy the window out of the ring and hand it to the worker. */
-static void slice_start(struct slice_wait *w, const struct target *t)
+/* Hand the window to the worker, which copies it out of the ring a bounded number of samples
+ * at a time between other events, then builds it. */
+static void slice_start(struct slice_wait *w, struct target *t)
 {
-    struct slice_job *job = slice_collect(t, w->from, w->to, w->format);
+    struct worker_loop_mark m;
+    worker_loop_begin(&m);
+    struct slice_job *job = slice_begin(t, w->from, w->to, w->format);
     job->thread_ids = w->thread_ids;
     slice_set_requester(job, w->p->client ? &w->p->client->peer : NULL);
     if (w->txn.name) {
@@ -669,9 +702,12 @@ static void slice_start(struct slice_wait *w, const struct target *t)
         txn_each(job->pid, collect_txn, job);
     }
     job->ctx = w->p;
+    job->reply_id = w->p->id ? cJSON_Duplicate(w->p->id, 1) : NULL;
+    job->finish = slice_reply;
     job->done = slice_done;
     worker_submit(job);
     slice_wait_free(w);
+    worker_loop_end(&m, WORKER_LOOP_REQUEST, 0);
 }
 
 /* Up to 50 ms for stops that belong to the window; then slice what there is. */

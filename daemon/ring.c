@@ -17,6 +17,17 @@ void ring_init(struct ring *r, uint64_t span_ns, size_t max_entries, ring_evict_
 
 static void drop_oldest(struct ring *r)
 {
+    /* A reader that has yet to read the oldest entry takes it now; the others' indexes
+     * move down by one. */
+    for (struct ring_reader *rd = r->readers; rd; rd = rd->link) {
+        if (!rd->end)
+            continue;
+        if (!rd->next)
+            rd->take(rd, ring_at(r, 0));
+        else
+            rd->next--;
+        rd->end--;
+    }
     if (r->evict)
         r->evict(r->evict_ctx, ring_at(r, 0));
     r->head = (r->head + 1) & (r->cap - 1);
@@ -27,6 +38,15 @@ void ring_finish(struct ring *r)
 {
     while (r->len)
         drop_oldest(r);
+    while (r->readers) {
+        struct ring_reader *rd = r->readers;
+        r->readers = rd->link;
+        rd->ring = NULL;
+        rd->link = NULL;
+        rd->next = rd->end = 0;
+        if (rd->gone)
+            rd->gone(rd);
+    }
     memacct_sub(r->acct, r->cap * sizeof(*r->v));
     free(r->v);
     r->v = NULL;
@@ -113,6 +133,14 @@ int ring_push(struct ring *r, const struct ring_entry *e)
     }
     r->v[(r->head + i) & (r->cap - 1)] = *e;
     r->len++;
+    for (struct ring_reader *rd = r->readers; rd; rd = rd->link) {
+        if (i < rd->next) {
+            rd->next++;
+            rd->end++;
+        } else if (i < rd->end) {
+            rd->end++;
+        }
+    }
     return 0;
 }
 
@@ -132,4 +160,39 @@ size_t ring_lower_bound(const struct ring *r, uint64_t t)
 size_t ring_memory(const struct ring *r)
 {
     return r->cap * sizeof(struct ring_entry);
+}
+
+void ring_reader_attach(struct ring *r, struct ring_reader *rd, size_t first, size_t last)
+{
+    rd->next = first < r->len ? first : r->len;
+    rd->end = last < r->len ? last : r->len;
+    if (rd->end < rd->next)
+        rd->end = rd->next;
+    rd->ring = r;
+    rd->link = r->readers;
+    r->readers = rd;
+}
+
+size_t ring_reader_step(struct ring_reader *rd, size_t max)
+{
+    size_t n = 0;
+    while (rd->ring && rd->next < rd->end && n < max) {
+        rd->take(rd, ring_at(rd->ring, rd->next));
+        rd->next++;
+        n++;
+    }
+    return n;
+}
+
+void ring_reader_detach(struct ring_reader *rd)
+{
+    if (!rd->ring)
+        return;
+    for (struct ring_reader **p = &rd->ring->readers; *p; p = &(*p)->link)
+        if (*p == rd) {
+            *p = rd->link;
+            break;
+        }
+    rd->ring = NULL;
+    rd->link = NULL;
 }

@@ -15,6 +15,22 @@ struct ring_entry {
 /* Called for every entry dropped from the buffer (so its stack reference can be released). */
 typedef void (*ring_evict_fn)(void *ctx, const struct ring_entry *e);
 
+/* A reader that copies a range of the buffer out a few entries at a time (a slice, copied
+ * across loop iterations so that a large one never holds up the loop). The ring keeps its
+ * place while entries are dropped or inserted, and hands it any entry of the range it has
+ * not read yet before dropping that entry (before evict, so the entry's stack is still
+ * there). Entries inserted inside the unread part of the range (late samples of a tick) are
+ * read too; entries inserted before it or after it are not. */
+struct ring_reader {
+    size_t next, end; /* [next, end): indexes (0: the oldest) still to be read */
+    void (*take)(struct ring_reader *rd, const struct ring_entry *e);
+    /* The ring is being finished, after every entry of the range was taken: the reader is
+     * detached already. NULL: nothing to do. */
+    void (*gone)(struct ring_reader *rd);
+    struct ring *ring;        /* NULL once detached */
+    struct ring_reader *link; /* the ring's readers */
+};
+
 struct ring {
     struct ring_entry *v;
     size_t cap;         /* allocated slots (power of two) */
@@ -30,6 +46,7 @@ struct ring {
     struct memacct *acct;
     uint64_t dropped_mem; /* entries dropped because acct had no room */
     uint64_t no_room_ns;  /* when acct last had no room (growth is retried 100 ms later) */
+    struct ring_reader *readers;
 };
 
 void ring_init(struct ring *r, uint64_t span_ns, size_t max_entries, ring_evict_fn evict,
@@ -50,3 +67,12 @@ static inline const struct ring_entry *ring_at(const struct ring *r, size_t i)
 /* Index of the first entry with t_ns >= t (len if none). Binary search. */
 size_t ring_lower_bound(const struct ring *r, uint64_t t);
 size_t ring_memory(const struct ring *r);
+
+/* Read entries [first, last) with rd (its take and gone set), in steps. */
+void ring_reader_attach(struct ring *r, struct ring_reader *rd, size_t first, size_t last);
+/* Take up to max more entries, oldest first; returns how many were taken. When none is left
+ * (rd->next == rd->end) the range is read (entries dropped meanwhile were taken as they
+ * went). */
+size_t ring_reader_step(struct ring_reader *rd, size_t max);
+/* Stop reading (no-op if detached already). */
+void ring_reader_detach(struct ring_reader *rd);

@@ -190,7 +190,8 @@ static uint64_t jitter(uint64_t span)
 
 static int arm_alarm(struct sched *s)
 {
-    return arm_at(s, s->next_ns + jitter(s->eff_interval_ns / ALARM_JITTER_DIV));
+    s->due_ns = s->next_ns + jitter(s->eff_interval_ns / ALARM_JITTER_DIV);
+    return arm_at(s, s->due_ns);
 }
 
 /* Stop the timerfd; one that cannot be stopped is closed by sched_stop or re-set by the next
@@ -427,6 +428,7 @@ static void on_timer(struct ev_loop *loop, ev_io *w, int revents)
     uint64_t now = now_ns();
     switch (s->mode) {
     case SCHED_ALARM:
+        lateness_record(&s->lateness, s->due_ns, now);
         /* Ticks whose interval has passed entirely are missed, not made up in a burst. */
         if (now >= s->next_ns + s->eff_interval_ns) {
             uint64_t k = (now - s->next_ns) / s->eff_interval_ns;

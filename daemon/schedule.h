@@ -27,6 +27,8 @@
 
 #include <ev.h>
 
+#include "lateness.h"
+
 struct target;
 struct thread;
 
@@ -64,6 +66,8 @@ struct sched {
     int tfd;
     ev_io tio;
     uint64_t next_ns;       /* alarm: start of the next tick's interval on the grid */
+    uint64_t due_ns;        /* alarm: when the armed tick is due (its lateness is measured) */
+    struct lateness lateness; /* alarm: how late ticks ran */
     timer_t cpu_timer;      /* cputime's timer source */
     bool have_cpu_timer;
 

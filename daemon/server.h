@@ -96,6 +96,9 @@ void client_send(struct client *c, cJSON *reply);
 /* Finish an asynchronous request: send its reply if the client is still there, then resume
  * reading its requests. Frees p. */
 void pending_finish(struct pending *p, cJSON *reply);
+/* The same with a reply already encoded for the wire, request id included (the worker makes
+ * slices' replies); its buffer may be taken over (frame is left empty). */
+void pending_finish_frame(struct pending *p, struct strbuf *frame);
 
 /* commands.c: handle one request. Returns the reply, or NULL when it will be sent later
  * through a pending (then reading from the client pauses until it is). */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "containers.h"
 #include "memory.h"
@@ -69,10 +70,155 @@ size_t slice_estimate(const struct target *t, uint64_t start_ns, uint64_t end_ns
            n * (format == SLICE_SENTRY ? BUILD_BYTES_SENTRY : BUILD_BYTES_COLLAPSED);
 }
 
-struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint64_t end_ns,
-                                enum slice_format format)
+/* The copy of a window in progress (slice_begin, slice_copy_step). */
+struct slice_copy {
+    struct ring_reader rd; /* first: the reader's callbacks get this */
+    struct slice_job *job;
+    struct target *t; /* NULL once the target is gone (its maps copied by then) */
+    uint32_t *remap;  /* target stack id -> index in job->stacks + 1 (0: none yet) */
+    size_t nremap;
+    uint64_t *hashes; /* per job stack: the hash of the stack it was copied from */
+    size_t cap_samples, cap_stacks;
+    bool maps_copied;
+};
+
+/* The samples' array. A large one is mapped here rather than taken from malloc: at the request,
+ * on the loop thread, glibc took 400-500 us for 750 KB (its heap grown and trimmed with brk
+ * at every turn); a mapping costs one system call, and its pages are touched as the copy
+ * steps reach them. It is grown with mremap (late samples), and unmapped on the worker thread
+ * once the profile is built. */
+#define SAMPLES_MAP_MIN (64 * 1024)
+
+static void samples_resize(struct slice_job *job, size_t n)
+{
+    size_t bytes = n * sizeof(*job->samples);
+    if (job->samples_mapped) {
+        void *p = mremap(job->samples, job->samples_mapped, bytes, MREMAP_MAYMOVE);
+        if (p == MAP_FAILED)
+            abort(); /* as xrealloc does */
+        job->samples = p;
+        job->samples_mapped = bytes;
+    } else if (bytes >= SAMPLES_MAP_MIN) {
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            abort();
+        if (job->nsamples)
+            memcpy(p, job->samples, job->nsamples * sizeof(*job->samples));
+        free(job->samples);
+        job->samples = p;
+        job->samples_mapped = bytes;
+    } else {
+        job->samples = xrealloc(job->samples, bytes);
+    }
+}
+
+/* Count n more bytes as the job's (memory.h's slices). */
+static void account(struct slice_job *job, size_t n)
+{
+    job->mem_bytes += n;
+    memory_slices_add((ssize_t)n);
+}
+
+/* One entry of the window, read by the ring (at a step, or as it drops the entry): copied
+ * with its stack, renumbered. The entry is still in the ring, so its stack is the one it
+ * was recorded with: an id seen before may since have been freed and given to another stack
+ * (an entry inserted late), which its hash tells apart. */
+static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
+{
+    struct slice_copy *c = (struct slice_copy *)rd;
+    struct slice_job *job = c->job;
+    if (job->nsamples == c->cap_samples) {
+        size_t ncap = c->cap_samples ? c->cap_samples * 2 : 64;
+        samples_resize(job, ncap);
+        account(job, (ncap - c->cap_samples) * sizeof(*job->samples));
+        c->cap_samples = ncap;
+    }
+    struct ring_entry *out = &job->samples[job->nsamples++];
+    *out = *e;
+    const struct stack_entry *se = stacks_get(&c->t->stacks, e->stack);
+    if (!se) {
+        out->stack = STACK_NONE;
+        return;
+    }
+    if (e->stack >= c->nremap) {
+        size_t n = c->t->stacks.cap > e->stack ? c->t->stacks.cap : (size_t)e->stack + 1;
+        c->remap = xrealloc(c->remap, n * sizeof(*c->remap));
+        memset(c->remap + c->nremap, 0, (n - c->nremap) * sizeof(*c->remap));
+        account(job, (n - c->nremap) * sizeof(*c->remap));
+        c->nremap = n;
+    }
+    uint32_t k = c->remap[e->stack];
+    if (k && c->hashes[k - 1] == se->hash) {
+        out->stack = k - 1;
+        return;
+    }
+    if (job->nstacks == c->cap_stacks) {
+        size_t ncap = c->cap_stacks ? c->cap_stacks * 2 : 64;
+        job->stacks = xrealloc(job->stacks, ncap * sizeof(*job->stacks));
+        c->hashes = xrealloc(c->hashes, ncap * sizeof(*c->hashes));
+        account(job, (ncap - c->cap_stacks) * (sizeof(*job->stacks) + sizeof(*c->hashes)));
+        c->cap_stacks = ncap;
+    }
+    struct slice_stack *ss = &job->stacks[job->nstacks];
+    ss->epoch = se->epoch;
+    ss->n = se->n;
+    ss->flags = se->flags;
+    ss->ips = xmalloc((se->n ? se->n : 1) * sizeof(uint64_t));
+    memcpy(ss->ips, se->ips, se->n * sizeof(uint64_t));
+    account(job, (se->n ? se->n : 1) * sizeof(uint64_t));
+    c->hashes[job->nstacks] = se->hash;
+    c->remap[e->stack] = (uint32_t)job->nstacks + 1;
+    out->stack = (uint32_t)job->nstacks++;
+    /* The generations the stacks come from: their maps are copied at the end. */
+    bool have = false;
+    for (size_t j = 0; j < job->nepochs && !have; j++)
+        have = job->epochs[j].epoch == se->epoch;
+    if (!have) {
+        job->epochs = xrealloc(job->epochs, (job->nepochs + 1) * sizeof(*job->epochs));
+        job->epochs[job->nepochs++] = (struct slice_epoch){.epoch = se->epoch};
+        account(job, sizeof(*job->epochs));
+    }
+}
+
+/* Copy the maps of the generations the stacks come from (at the end of the copy, when they
+ * hold every mapping the window's samples can be in, or when the target goes). */
+static void copy_epoch_maps(struct slice_copy *c)
+{
+    struct slice_job *job = c->job;
+    if (c->maps_copied || !c->t)
+        return;
+    c->maps_copied = true;
+    for (size_t i = 0; i < job->nepochs; i++) {
+        const struct maps *m = target_epoch_maps(c->t, job->epochs[i].epoch);
+        if (!m)
+            continue;
+        copy_maps(&job->epochs[i].maps, m);
+        account(job, m->n * sizeof(struct map_entry));
+    }
+}
+
+/* The target's ring is being finished (the target is being freed): every entry of the
+ * window has just been taken. Its maps are still there: copy them now. */
+static void copy_gone(struct ring_reader *rd)
+{
+    struct slice_copy *c = (struct slice_copy *)rd;
+    copy_epoch_maps(c);
+    c->t = NULL;
+}
+
+static void copy_free(struct slice_copy *c)
+{
+    ring_reader_detach(&c->rd);
+    free(c->remap);
+    free(c->hashes);
+    free(c);
+}
+
+struct slice_job *slice_begin(struct target *t, uint64_t start_ns, uint64_t end_ns,
+                              enum slice_format format)
 {
     struct slice_job *job = xcalloc(1, sizeof(*job));
+    account(job, sizeof(*job));
     job->format = format;
     job->pid = t->pid;
     memcpy(job->comm, t->comm, sizeof(job->comm));
@@ -84,40 +230,6 @@ struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint6
     job->end_ns = end_ns;
     job->realtime_offset_ns = (int64_t)(realtime_ns() - now_ns());
     slice_set_requester(job, NULL);
-
-    size_t first = ring_lower_bound(&t->ring, start_ns);
-    size_t last = ring_lower_bound(&t->ring, end_ns == UINT64_MAX ? end_ns : end_ns + 1);
-    job->nsamples = last > first ? last - first : 0;
-    job->samples = xmalloc((job->nsamples ? job->nsamples : 1) * sizeof(*job->samples));
-    /* Renumber the stacks the window uses: old id -> new index. */
-    uint32_t *remap = xmalloc((t->stacks.cap ? t->stacks.cap : 1) * sizeof(*remap));
-    for (uint32_t i = 0; i < t->stacks.cap; i++)
-        remap[i] = STACK_NONE;
-    size_t cap = 0;
-    for (size_t i = 0; i < job->nsamples; i++) {
-        const struct ring_entry *e = ring_at(&t->ring, first + i);
-        job->samples[i] = *e;
-        const struct stack_entry *se = stacks_get(&t->stacks, e->stack);
-        if (!se) {
-            job->samples[i].stack = STACK_NONE;
-            continue;
-        }
-        if (remap[e->stack] == STACK_NONE) {
-            if (job->nstacks == cap) {
-                cap = cap ? cap * 2 : 64;
-                job->stacks = xrealloc(job->stacks, cap * sizeof(*job->stacks));
-            }
-            struct slice_stack *ss = &job->stacks[job->nstacks];
-            ss->epoch = se->epoch;
-            ss->n = se->n;
-            ss->flags = se->flags;
-            ss->ips = xmalloc((se->n ? se->n : 1) * sizeof(uint64_t));
-            memcpy(ss->ips, se->ips, se->n * sizeof(uint64_t));
-            remap[e->stack] = (uint32_t)job->nstacks++;
-        }
-        job->samples[i].stack = remap[e->stack];
-    }
-    free(remap);
 
     /* Names: departed threads' (oldest first), then live threads', so that the last entry
      * for a tid, which the builder takes, is the most recent. */
@@ -131,32 +243,37 @@ struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint6
         memcpy(tn->name, t->threads[i]->name, sizeof(tn->name));
         tn->last_seen_ns = job->end_ns;
     }
+    account(job, job->nnames * sizeof(*job->names));
 
-    /* Maps of the generations the stacks come from. */
-    for (size_t i = 0; i < job->nstacks; i++) {
-        uint32_t ep = job->stacks[i].epoch;
-        bool have = false;
-        for (size_t j = 0; j < job->nepochs; j++)
-            have |= job->epochs[j].epoch == ep;
-        if (have)
-            continue;
-        const struct maps *m = target_epoch_maps(t, ep);
-        job->epochs = xrealloc(job->epochs, (job->nepochs + 1) * sizeof(*job->epochs));
-        struct slice_epoch *se = &job->epochs[job->nepochs++];
-        se->epoch = ep;
-        if (m)
-            copy_maps(&se->maps, m);
-        else
-            memset(&se->maps, 0, sizeof(se->maps));
-    }
-    job->mem_bytes = sizeof(*job) + job->nsamples * sizeof(*job->samples) +
-                     job->nstacks * sizeof(*job->stacks) + job->nnames * sizeof(*job->names);
-    for (size_t i = 0; i < job->nstacks; i++)
-        job->mem_bytes += job->stacks[i].n * sizeof(uint64_t);
-    for (size_t i = 0; i < job->nepochs; i++)
-        job->mem_bytes += job->epochs[i].maps.n * sizeof(struct map_entry);
-    memory_slices_add((ssize_t)job->mem_bytes);
+    /* The samples: read by slice_copy_step, a bounded number at a time. */
+    struct slice_copy *c = xcalloc(1, sizeof(*c));
+    c->job = job;
+    c->t = t;
+    c->rd.take = copy_take;
+    c->rd.gone = copy_gone;
+    size_t first = ring_lower_bound(&t->ring, start_ns);
+    size_t last = ring_lower_bound(&t->ring, end_ns == UINT64_MAX ? end_ns : end_ns + 1);
+    c->cap_samples = last > first ? last - first : 1;
+    samples_resize(job, c->cap_samples);
+    account(job, c->cap_samples * sizeof(*job->samples));
+    ring_reader_attach(&t->ring, &c->rd, first, last);
+    job->copy = c;
     return job;
+}
+
+bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken)
+{
+    struct slice_copy *c = job->copy;
+    *taken = 0;
+    if (!c)
+        return true;
+    *taken = ring_reader_step(&c->rd, max);
+    if (c->rd.ring && c->rd.next < c->rd.end)
+        return false;
+    copy_epoch_maps(c);
+    copy_free(c);
+    job->copy = NULL;
+    return true;
 }
 
 void slice_set_requester(struct slice_job *job, const struct peer *p)
@@ -180,37 +297,60 @@ void slice_set_requester(struct slice_job *job, const struct peer *p)
     };
 }
 
+void slice_job_drop_copy(struct slice_job *job)
+{
+    /* nsamples and nstacks stay: the reply says how many there were. */
+    if (job->samples_mapped)
+        munmap(job->samples, job->samples_mapped);
+    else
+        free(job->samples);
+    job->samples = NULL;
+    job->samples_mapped = 0;
+    for (size_t i = 0; job->stacks && i < job->nstacks; i++)
+        free(job->stacks[i].ips);
+    free(job->stacks);
+    job->stacks = NULL;
+    free(job->names);
+    job->names = NULL;
+    job->nnames = 0;
+    for (size_t i = 0; i < job->ntxns; i++)
+        free(job->txns[i].name);
+    free(job->txns);
+    job->txns = NULL;
+    job->ntxns = job->cap_txns = 0;
+    free(job->sample_path);
+    job->sample_path = NULL;
+    for (size_t i = 1; i < job->npaths; i++)
+        free(job->paths[i]);
+    free(job->paths);
+    job->paths = NULL;
+    job->npaths = 0;
+}
+
 void slice_job_free(struct slice_job *job)
 {
     if (!job)
         return;
+    if (job->copy)
+        copy_free(job->copy);
     memory_slices_add(-(ssize_t)job->mem_bytes);
     free((void *)job->creds.groups);
     free(job->sym_error);
     free(job->exe);
     cJSON_Delete(job->sampling);
-    free(job->samples);
-    for (size_t i = 0; i < job->nstacks; i++)
-        free(job->stacks[i].ips);
-    free(job->stacks);
-    free(job->names);
     for (size_t i = 0; i < job->nepochs; i++)
         maps_finish(&job->epochs[i].maps);
     free(job->epochs);
     free(job->txn.id);
     free(job->txn.name);
     free(job->txn.trace_id);
-    for (size_t i = 0; i < job->ntxns; i++)
-        free(job->txns[i].name);
-    free(job->txns);
     free(job->only_txn);
-    free(job->sample_path);
-    for (size_t i = 1; i < job->npaths; i++)
-        free(job->paths[i]);
-    free(job->paths);
+    slice_job_drop_copy(job);
     free(job->data);
     if (job->json)
         cJSON_Delete(job->json);
+    cJSON_Delete(job->reply_id);
+    strbuf_finish(&job->reply_frame);
     free(job);
 }
 
@@ -734,6 +874,11 @@ void slice_run(struct slice_job *job, struct symbolizer *sym)
                                    "%s", why[0] ? why : "the symbolizer failed");
     }
     symbolizer_begin(sym, NULL);
+    for (size_t i = 0; i < job->nsamples; i++) {
+        uint32_t st = job->samples[i].stack;
+        if (st != STACK_NONE && (job->stacks[st].flags & STACK_TRUNCATED))
+            job->truncated++;
+    }
     if (r < 0) {
         job->err = r;
         return;

@@ -1,5 +1,6 @@
-/* slice.h: a window of a target's samples, copied out on the loop thread and turned into a
- * symbolized, formatted profile on the worker thread. */
+/* slice.h: a window of a target's samples, copied out on the loop thread a bounded number
+ * of entries at a time (worker.c drives the copy between other events), then turned into a
+ * symbolized, formatted profile and its reply on the worker thread. */
 #pragma once
 
 #include <stdbool.h>
@@ -11,9 +12,11 @@
 #include "profile.h"
 #include "ring.h"
 #include "target.h"
+#include "util.h"
 
 struct symbolizer;
 struct peer;
+struct slice_copy;
 
 enum slice_format {
     SLICE_COLLAPSED,
@@ -56,6 +59,7 @@ struct slice_job {
     int64_t realtime_offset_ns;
     struct ring_entry *samples; /* .stack indexes stacks[] */
     size_t nsamples;
+    size_t samples_mapped;      /* samples is a mapping of this many bytes (0: malloc'd) */
     struct slice_stack *stacks;
     size_t nstacks;
     struct thread_name *names;
@@ -86,6 +90,15 @@ struct slice_job {
     uint64_t build_ns;  /* time spent symbolizing and formatting */
     char *sym_error;    /* why some frames were left unsymbolized, or NULL */
     size_t mem_bytes;   /* the copy's size, counted in memory.h's slices */
+    /* The copy of the samples while it is being made (slice_copy_step), else NULL. */
+    struct slice_copy *copy;
+    /* On the worker thread after slice_run, if set: make the reply (reply_frame, encoded for
+     * the wire with reply_id) and let go of what only that needed, so that the loop thread
+     * has only to hand it over. */
+    void (*finish)(struct slice_job *job);
+    struct cJSON *reply_id;
+    struct strbuf reply_frame;
+    size_t truncated;   /* samples whose stack is truncated (slice_run) */
     /* Completion, on the loop thread. ctx NULL: the requester went away. */
     void (*done)(struct slice_job *job);
     void *ctx;
@@ -97,10 +110,16 @@ struct slice_job {
  * samples it has. */
 size_t slice_estimate(const struct target *t, uint64_t start_ns, uint64_t end_ns,
                       enum slice_format format, size_t *nsamples);
-/* Copy samples of t with start_ns <= time <= end_ns into a new job (counted in memory.h's
- * slices until slice_job_free). */
-struct slice_job *slice_collect(const struct target *t, uint64_t start_ns, uint64_t end_ns,
-                                enum slice_format format);
+/* A new job for t's samples with start_ns <= time <= end_ns: what it needs of the target
+ * but the samples is copied now, the samples by slice_copy_step (everything it holds is
+ * counted in memory.h's slices until slice_job_free). Until the copy is complete the job
+ * keeps its place in t's ring: entries the ring drops meanwhile are copied as it drops
+ * them, and if t is freed meanwhile the copy completes then. */
+struct slice_job *slice_begin(struct target *t, uint64_t start_ns, uint64_t end_ns,
+                              enum slice_format format);
+/* Copy up to max more samples (and the stacks they use) into the job; *taken: how many.
+ * Returns whether the copy is complete (then job->copy is NULL). Loop thread. */
+bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken);
 /* Symbolize as this client (its uid, gid, groups and file capabilities); NULL: as nobody. */
 void slice_set_requester(struct slice_job *job, const struct peer *p);
 /* Add a transaction (tid > 0) to the job; name is copied. */
@@ -111,6 +130,9 @@ void slice_add_txn(struct slice_job *job, int32_t tid, uint64_t start_ns, uint64
 void slice_tag_txns(struct slice_job *job);
 /* Build the profile (symbolize) and format it. Runs on the worker thread. */
 void slice_run(struct slice_job *job, struct symbolizer *sym);
+/* Free the samples, stacks, names and transactions (once the profile is built: worker
+ * thread); their bytes stay counted until slice_job_free, on the loop thread. */
+void slice_job_drop_copy(struct slice_job *job);
 /* Build only the symbolized profile (tests, and slice_run). Returns 0 or -ENOMEM. */
 int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, struct profile *p);
 void slice_job_free(struct slice_job *job);

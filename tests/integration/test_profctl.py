@@ -173,11 +173,15 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     dfields = {"version", "pid", "uptime_s", "cpu_s", "user_s", "system_s", "max_rss_kib",
                "clients", "targets", "modules", "slices_queued", "default_hz",
                "default_buffer_s", "samples", "budget_cpu_pct", "symbolizers", "memory",
-               "descriptors"}
+               "descriptors", "slice_loop"}
     check(set(st["daemon"]) == dfields and st["daemon"]["pid"] == d.pid and
           st["daemon"]["targets"] == 2 and st["daemon"]["default_hz"] == 101 and
           st["daemon"]["default_buffer_s"] == 60 and st["daemon"]["clients"] == 1 and
-          st["daemon"]["samples"] == sum(x["samples"] for x in st["targets"]) > 0,
+          st["daemon"]["samples"] == sum(x["samples"] for x in st["targets"]) > 0 and
+          set(st["daemon"]["slice_loop"]) == {"copy_step_max_entries", "copy_step_max_us",
+                                              "request", "copy", "reply"} and
+          set(st["daemon"]["slice_loop"]["copy"]) == {"count", "total_ms", "max_us",
+                                                      "max_cpu_us", "samples", "max_samples"},
           "status --json: daemon fields and values (%r)" % st["daemon"])
     sfields = fields | {"ticks", "achieved_hz", "sampled", "unwind", "skipped", "failed",
                         "threads_stopped", "threads_stopped_per_tick", "stop_latency_us_avg",
@@ -185,7 +189,7 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
                         "group_stops",
                         "threads_seen", "stacks", "memory_bytes", "ring_dropped_full",
                         "sampling", "transaction_boundaries", "dropped_max_memory",
-                        "threads_without_files", "paths", "perf"}
+                        "threads_without_files", "paths", "perf", "tick_lateness"}
     ts = {x["pid"]: x for x in st["targets"]}
     check(sorted(ts) == sorted([p.pid, q.pid]) and set(ts[p.pid]) == sfields and
           set(ts[p.pid]["sampled"]) == {"stopped", "blocked_without_stop", "idle_reused",
@@ -197,11 +201,20 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
                                         "resuming_from_job_control", "off_cpu_when_due"} and
           set(ts[p.pid]["failed"]) == {"thread_exited", "registers", "stack_copy",
                                        "torn_copy_retried"} and
-          ts[p.pid]["transaction_boundaries"] == {"sampled": 0, "skipped_within_interval": 0},
+          ts[p.pid]["transaction_boundaries"] == {"sampled": 0, "skipped_within_interval": 0} and
+          set(ts[p.pid]["tick_lateness"]) == {"ticks", "max_us", "mean_us", "p50_us", "p99_us",
+                                              "last_second", "histogram_us"},
           "status --json: every target with the documented fields (%s)"
           % sorted(set(ts[p.pid]) ^ sfields))
     check(ts[p.pid]["ticks"] > 0 and 0 < ts[p.pid]["achieved_hz"] < 600,
           "status --json: ticks counted, achieved_hz at most about the 499 asked")
+    lat = ts[p.pid]["tick_lateness"]
+    check(lat["ticks"] > 0 and sum(b[2] for b in lat["histogram_us"]) == lat["ticks"] and
+          all(b[0] < b[1] or b[1] == -1 for b in lat["histogram_us"]) and
+          lat["p50_us"] <= lat["p99_us"] <= lat["max_us"],
+          "status --json: tick_lateness counts every alarm tick in its histogram (%d ticks, "
+          "p50 %.0f us, p99 %.0f us, max %.0f us)"
+          % (lat["ticks"], lat["p50_us"], lat["p99_us"], lat["max_us"]))
     check_timing(ts[p.pid]["achieved_hz"] > 200,
                  "status --json: achieved_hz near the 499 asked (%.1f)" % ts[p.pid]["achieved_hz"],
                  d)

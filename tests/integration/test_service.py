@@ -381,6 +381,8 @@ if have("setpriv") and not WRAPPED:
         bp.wait()
         shutil.rmtree(hidden, ignore_errors=True)
     stop(up)
+    # (Its unwind tables are read from the process's memory: test_deleted shows deleted
+    # and replaced files unwinding completely.)
     check(uid_line.split()[1] == str(nobody) and "work_alpha" in r.stdout and
           "(deleted)" not in r.stdout and st["sampling"].get("cputime_source") == "perf",
           "as uid %d with only CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_PERFMON and "

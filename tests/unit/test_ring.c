@@ -1,6 +1,7 @@
 /* test_ring.c: the sample ring: wrap-around, expiry by age and by count with the evict
  * callback, out-of-order inserts against a reference model, lower-bound search on wrapped
- * buffers, and its memory bound. */
+ * buffers, its memory bound, and readers that copy a range out in steps while the ring goes
+ * on. */
 #include "ring.h"
 #include "check.h"
 #include "util.h"
@@ -423,6 +424,185 @@ static void test_memacct_bound(void)
     free(log.v);
 }
 
+/* ---- readers: a range copied out in steps while the ring goes on ---- */
+
+static unsigned long long seq_clock; /* orders takes against evictions */
+
+struct reading {
+    struct ring_reader rd;
+    struct ring_entry *v;
+    unsigned long long *when;
+    size_t n, cap;
+    int gone;
+};
+
+static void reading_take(struct ring_reader *rd, const struct ring_entry *e)
+{
+    struct reading *x = (struct reading *)rd;
+    if (x->n == x->cap) {
+        x->cap = x->cap ? x->cap * 2 : 256;
+        x->v = xrealloc(x->v, x->cap * sizeof(*x->v));
+        x->when = xrealloc(x->when, x->cap * sizeof(*x->when));
+    }
+    x->when[x->n] = seq_clock++;
+    x->v[x->n++] = *e;
+}
+
+static void reading_gone(struct ring_reader *rd)
+{
+    ((struct reading *)rd)->gone++;
+}
+
+struct seqlog {
+    struct evlog log;
+    unsigned long long *when;
+};
+
+static void record_evict_seq(void *ctx, const struct ring_entry *e)
+{
+    struct seqlog *l = ctx;
+    if (l->log.n == l->log.cap)
+        l->when = xrealloc(l->when, (l->log.cap ? l->log.cap * 2 : 256) * sizeof(*l->when));
+    l->when[l->log.n] = seq_clock++;
+    record_evict(&l->log, e);
+}
+
+/* A full ring of 1000 entries, a reader on entries 100..899 read 7 at a time while 3 new
+ * samples a step push the oldest out (the reader's unread ones among them), with late
+ * samples inserted before the unread part, inside it and after it: the reader gets exactly
+ * the range plus the late samples inserted inside its unread part, in time order, each once,
+ * and every entry of the range that was dropped was taken before it was evicted. */
+static void test_reader_while_ring_moves(void)
+{
+    enum { MAX = 1000 };
+    struct seqlog sl = {0};
+    struct ring r;
+    ring_init(&r, UINT64_MAX, MAX, record_evict_seq, &sl);
+    for (uint32_t i = 0; i < MAX; i++) {
+        struct ring_entry e = entry(1000 + (uint64_t)i * 10, i);
+        CHECK_INT(ring_push(&r, &e), 0);
+    }
+    struct reading x = {.rd = {.take = reading_take, .gone = reading_gone}};
+    ring_reader_attach(&r, &x.rd, 100, 900);
+    uint32_t next_seq = MAX, late_seq = 1000000;
+    uint64_t newest = 1000 + (uint64_t)(MAX - 1) * 10;
+    size_t expect_extra = 0, steps = 0;
+    bool inside_done = false, before_done = false;
+    while (x.rd.next < x.rd.end) {
+        ring_reader_step(&x.rd, 7);
+        steps++;
+        for (int k = 0; k < 3; k++) {
+            newest += 10;
+            struct ring_entry e = entry(newest, next_seq++);
+            CHECK_INT(ring_push(&r, &e), 0);
+        }
+        if (steps == 20 && x.rd.end > x.rd.next + 10) {
+            /* Inside the unread part: between two of its entries. */
+            uint64_t t = ring_at(&r, x.rd.next + 5)->t_ns + 5;
+            struct ring_entry e = entry(t, late_seq++);
+            CHECK_INT(ring_push(&r, &e), 0);
+            expect_extra++;
+            inside_done = true;
+        }
+        if (steps == 30 && x.rd.next > 2) {
+            /* Before it: among entries already read. */
+            uint64_t t = ring_at(&r, x.rd.next - 2)->t_ns + 5;
+            struct ring_entry e = entry(t, late_seq++);
+            CHECK_INT(ring_push(&r, &e), 0);
+            before_done = true;
+        }
+    }
+    CHECK(inside_done && before_done);
+    CHECK_U64(x.n, 800 + expect_extra);
+    bool ordered = true, all = true;
+    for (size_t i = 1; i < x.n; i++)
+        ordered &= x.v[i - 1].t_ns <= x.v[i].t_ns;
+    CHECK(ordered);
+    /* Every original entry 100..899, once. */
+    size_t k = 0;
+    for (uint32_t want = 100; want < 900; want++) {
+        while (k < x.n && x.v[k].stack >= 1000000)
+            k++;
+        all &= k < x.n && x.v[k].stack == want;
+        k++;
+    }
+    CHECK(all);
+    /* Entries of the range that were evicted were taken first. */
+    size_t evicted_in_range = 0;
+    bool before_evict = true;
+    for (size_t i = 0; i < sl.log.n; i++) {
+        uint32_t st = sl.log.v[i].stack;
+        if (st < 100 || st >= 900)
+            continue;
+        evicted_in_range++;
+        for (size_t j = 0; j < x.n; j++)
+            if (x.v[j].stack == st)
+                before_evict &= x.when[j] < sl.when[i];
+    }
+    CHECK(evicted_in_range > 100); /* the ring did push unread entries out */
+    CHECK(before_evict);
+    CHECK_INT(x.gone, 0);
+    ring_reader_detach(&x.rd);
+    CHECK(r.readers == NULL);
+    ring_finish(&r);
+    CHECK_INT(x.gone, 0);
+    free(x.v);
+    free(x.when);
+    free(sl.log.v);
+    free(sl.when);
+}
+
+/* Finishing the ring with two readers part way: each takes the rest of its range, then is
+ * told the ring is gone, detached. A detached reader takes nothing more. */
+static void test_reader_finish_and_detach(void)
+{
+    struct evlog log = {0};
+    struct ring r;
+    ring_init(&r, UINT64_MAX, 1u << 20, record_evict, &log);
+    for (uint32_t i = 0; i < 600; i++) {
+        struct ring_entry e = entry(1000 + (uint64_t)i * 10, i);
+        CHECK_INT(ring_push(&r, &e), 0);
+    }
+    struct reading a = {.rd = {.take = reading_take, .gone = reading_gone}};
+    struct reading b = {.rd = {.take = reading_take, .gone = reading_gone}};
+    struct reading c = {.rd = {.take = reading_take, .gone = reading_gone}};
+    ring_reader_attach(&r, &a.rd, 10, 500);
+    ring_reader_attach(&r, &b.rd, 0, 600);
+    ring_reader_attach(&r, &c.rd, 200, 300);
+    CHECK_U64(ring_reader_step(&a.rd, 100), 100);
+    CHECK_U64(ring_reader_step(&b.rd, 599), 599);
+    CHECK_U64(ring_reader_step(&c.rd, 10), 10);
+    ring_reader_detach(&c.rd);
+    CHECK_U64(ring_reader_step(&c.rd, 10), 0);
+    ring_finish(&r);
+    CHECK_U64(a.n, 490);
+    CHECK_U64(a.v[0].stack, 10);
+    CHECK_U64(a.v[489].stack, 499);
+    CHECK_U64(b.n, 600);
+    CHECK_U64(b.v[599].stack, 599);
+    CHECK_U64(c.n, 10);
+    CHECK_INT(a.gone, 1);
+    CHECK_INT(b.gone, 1);
+    CHECK_INT(c.gone, 0);
+    CHECK(a.rd.ring == NULL && b.rd.ring == NULL);
+    CHECK_U64(ring_reader_step(&a.rd, 10), 0);
+    ring_reader_detach(&a.rd); /* detached already: nothing */
+    CHECK_U64(log.n, 600);
+    /* A range past the end is clamped; an empty one reads nothing. */
+    ring_init(&r, UINT64_MAX, 1u << 20, record_evict, &log);
+    struct ring_entry e = entry(5, 5);
+    CHECK_INT(ring_push(&r, &e), 0);
+    struct reading d = {.rd = {.take = reading_take}};
+    ring_reader_attach(&r, &d.rd, 0, 10);
+    CHECK_U64(d.rd.end, 1);
+    CHECK_U64(ring_reader_step(&d.rd, 10), 1);
+    ring_finish(&r); /* gone NULL: fine */
+    CHECK(d.rd.ring == NULL);
+    free(a.v), free(a.when), free(b.v), free(b.when), free(c.v), free(c.when);
+    free(d.v), free(d.when);
+    free(log.v);
+}
+
 int main(void)
 {
     RUN(test_wraps_around_many_times);
@@ -433,5 +613,7 @@ int main(void)
     RUN(test_memory_bounded);
     RUN(test_finish_evicts_all);
     RUN(test_memacct_bound);
+    RUN(test_reader_while_ring_moves);
+    RUN(test_reader_finish_and_detach);
     return check_status("test_ring");
 }
