@@ -112,32 +112,31 @@ with Daemon() as d, Program("busy", 2) as p:
              complete_pct(st), {k: round(v, 1) for k, v in shares.items()}))
 
 # 4. Deep stacks: the copy grows; deeper than the kernel copies, a stop.
-with Daemon() as d, Program("deep", 2) as p:
-    d.ctl("attach", p.pid, "--hz", HZ, "--sampler", "perf")
-    d.wait_samples(p.pid, 3 * 300, timeout=60)
-    st = d.target_status(p.pid)
-    prof = d.slice(p.pid, "--last", 1)
-    deep = sum(c for s, c in prof.items() if "spin_deep" in s)
-    ok = sum(c for s, c in prof.items() if "spin_deep" in s and "start_thread" in s)
-    log("deep 2: %s" % {k: st[k] for k in ("paths", "perf", "unwind")})
-    check(st["perf"]["copy_too_short"] > 0 and st["threads_stopped"] == 0 and deep > 0 and
-          ok >= 0.99 * deep,
-          "a 48 KiB stack: the first copies were too short (%d), the copy grew, and the last "
-          "second's samples unwind to start_thread (%d of %d), without a stop"
-          % (st["perf"]["copy_too_short"], ok, deep))
-with Daemon() as d, Program("deep", 4) as p:
-    d.ctl("attach", p.pid, "--hz", HZ, "--sampler", "perf")
-    d.wait_samples(p.pid, 3 * 300, timeout=60)
-    st = d.target_status(p.pid)
-    prof = d.slice(p.pid, "--last", 1)
-    deep = sum(c for s, c in prof.items() if "spin_deep" in s)
-    ok = sum(c for s, c in prof.items() if "spin_deep" in s and "start_thread" in s)
-    log("deep 4: %s" % {k: st[k] for k in ("paths", "perf", "unwind")})
-    check(st["perf"]["stopped_stack_too_deep"] > 0 and st["paths"]["ptrace"]["samples"] > 0 and
-          deep > 0 and ok >= 0.95 * deep,
-          "a 96 KiB stack (deeper than the kernel copies): running samples by a stop (%d), "
-          "which unwind to start_thread (%d of %d in the last second)"
-          % (st["perf"]["stopped_stack_too_deep"], ok, deep))
+def deep(levels):
+    """Status, and (samples in spin_deep, those unwound to start_thread) in the last second,
+    of deep LEVELS sampled with --sampler perf."""
+    with Daemon() as d, Program("deep", levels) as p:
+        d.ctl("attach", p.pid, "--hz", HZ, "--sampler", "perf")
+        d.wait_samples(p.pid, 3 * 300, timeout=60)
+        st = d.target_status(p.pid)
+        prof = d.slice(p.pid, "--last", 1)
+    log("deep %d: %s" % (levels, {k: st[k] for k in ("paths", "perf", "unwind")}))
+    return (st, sum(c for s, c in prof.items() if "spin_deep" in s),
+            sum(c for s, c in prof.items() if "spin_deep" in s and "start_thread" in s))
+
+
+st, n, ok = deep(2)
+check(st["perf"]["copy_too_short"] > 0 and st["threads_stopped"] == 0 and n > 0 and
+      ok >= 0.99 * n,
+      "a 48 KiB stack: the first copies were too short (%d), the copy grew, and the last "
+      "second's samples unwind to start_thread (%d of %d), without a stop"
+      % (st["perf"]["copy_too_short"], ok, n))
+st, n, ok = deep(4)
+check(st["perf"]["stopped_stack_too_deep"] > 0 and st["paths"]["ptrace"]["samples"] > 0 and
+      n > 0 and ok >= 0.95 * n,
+      "a 96 KiB stack (deeper than the kernel copies): running samples by a stop (%d), "
+      "which unwind to start_thread (%d of %d in the last second)"
+      % (st["perf"]["stopped_stack_too_deep"], ok, n))
 
 # 5. perf events refused.
 with Daemon(env=fault_env("perf")) as d, Program("busy", 2) as p:

@@ -273,9 +273,15 @@ static bool is_perf_fd(int fd)
     return strcmp(target, "anon_inode:[perf_event]") == 0;
 }
 
+/* A perf event's ring mapped while perf_mmap is active: refused. */
+static bool refuse_perf_ring(int flags, int fd)
+{
+    return fd >= 0 && (flags & MAP_SHARED) && active("perf_mmap") && is_perf_fd(fd);
+}
+
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-    if (fd >= 0 && (flags & MAP_SHARED) && active("perf_mmap") && is_perf_fd(fd)) {
+    if (refuse_perf_ring(flags, fd)) {
         errno = EPERM;
         return MAP_FAILED;
     }
@@ -288,7 +294,7 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 /* profd is built with 64-bit file offsets: its mmap is mmap64. */
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
 {
-    if (fd >= 0 && (flags & MAP_SHARED) && active("perf_mmap") && is_perf_fd(fd)) {
+    if (refuse_perf_ring(flags, fd)) {
         errno = EPERM;
         return MAP_FAILED;
     }
