@@ -64,8 +64,12 @@ try:
 
     # 2. ... and when it execs: said, and read again once they can be.
     with Daemon(env=fault_env("maps", MARKER)) as d, \
-            Program("execer", int(1500 * SLOW), os.path.join(PROGRAMS, "busy"), 2) as p:
+            Program("execer", int(4000 * SLOW), os.path.join(PROGRAMS, "busy"), 2) as p:
         d.ctl("attach", p.pid, "--hz", 199)
+        # (The exec comes 4 s after the start: an attach slower than that, on a loaded
+        # machine, would see the new program already, and no exec.)
+        check(d.target_status(p.pid)["comm"] == "execer",
+              "(set-up) attached before the exec")
         fail_now(True)
         wait_until(lambda: d.target_status(p.pid)["comm"] == "busy", 15, "the exec to be seen")
         check("process %d exec'd and its maps cannot be read (Permission denied)" % p.pid

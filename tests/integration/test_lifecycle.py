@@ -67,7 +67,7 @@ with Daemon() as ref, Program("sleeper", 0) as idle, Daemon() as d, \
     # machine the reference gets its 999 Hz; on a busy one, what a daemon can get.
     check_timing(st["achieved_hz"] > 0.6 * ref_hz,
                  "the tick rate held up (%.0f Hz of 999; %.0f Hz for an idle process beside "
-                 "it)" % (st["achieved_hz"], ref_hz))
+                 "it)" % (st["achieved_hz"], ref_hz), d)
     log("failures: %s" % st["failed"])
 
 # A target that exits: its samples stay available. (It computes for 2 s, x PROFD_SLOW: a
