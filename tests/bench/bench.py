@@ -1,31 +1,50 @@
 #!/usr/bin/env python3
 """bench.py: what sampling costs, profd against the alternatives, measured in one run.
 
-    python3 tests/bench/bench.py --build BUILD_DIR [--quick] [--out FILE]
+    python3 tests/bench/bench.py --build BUILD_DIR [--quick] [--out FILE] [--parts LIST]
+                                 [--profd-nice N] [--raw FILE] [--report-from FILE...]
 
 Run as root on the machine the numbers are for (never under `meson test`: a shared, noisy
 machine makes timings meaningless as pass/fail). Prints a Markdown report (and writes it to
 --out). Compares, in the same run and interleaved repetition by repetition:
 
-  profd        the daemon from BUILD_DIR on a private socket, driven by profctl
-  perf         `perf record -e cpu-clock -F HZ --call-graph dwarf -k CLOCK_MONOTONIC -p PID`
-  gperftools   libprofiler.so preloaded (CPUPROFILE, CPUPROFILE_FREQUENCY=HZ)
-  nothing      the same target with no profiler
+  profd         the daemon from BUILD_DIR on a private socket, driven by profctl, with
+                `--sampler perf` (running threads sampled from the kernel's copy of their
+                registers and stack, never stopped), in the `cputime` and `alarm` modes
+  profd-ptrace  the same with `--sampler ptrace` (running threads stopped with
+                PTRACE_INTERRUPT for their sample), in the same two modes
+  perf          `perf record -e cpu-clock -F HZ --call-graph dwarf -k CLOCK_MONOTONIC -p PID`
+  gperftools    libprofiler.so preloaded (CPUPROFILE, CPUPROFILE_FREQUENCY=HZ)
+  nothing       the same target with no profiler
 
-Measurements (the report states next to each figure how it was measured):
-  1. pause per sample of a busy thread (tests/bench/pausemeter: a spin on CLOCK_MONOTONIC
-     recording every gap above a threshold with its start), p50/p99, and the mean excess
-     stolen time per sample, at 101 and 999 Hz;
-  2. profiler CPU per sample once warm, and profd's unwind completeness;
-  3. a process with 50 idle threads and 1 busy one (tests/programs/idlers): threads stopped
-     per tick, daemon CPU per tick and per sample, at 101 and 999 Hz;
-  4. the floor: tests/bench/ptrace_floor, one bare ptrace stop per period (1 ms, 9.9 ms).
+Measurements, each a part that --parts can select (the report states next to each figure
+how it was measured):
+  busy    1. pause per sample of a busy thread (tests/bench/pausemeter: a spin on
+             CLOCK_MONOTONIC recording every gap above a threshold with its start), p50/p99,
+             and the mean excess stolen time per sample, at 101 and 999 Hz;
+          2. profiler CPU per sample once warm, and profd's unwind completeness;
+  idlers  3. a process with 50 idle threads and 1 busy one (tests/programs/idlers): threads
+             stopped per tick, daemon CPU per tick and per sample, at 101 and 999 Hz;
+  floor   4. the floor: tests/bench/ptrace_floor, one bare ptrace stop per period (1 ms,
+             9.9 ms);
+  scale   5. 100 mostly idle services of 5 threads (tests/programs/idlesvc) attached at
+             101 Hz alarm within the default CPU budget, and of 10 threads: throttling,
+             daemon CPU and memory, the cost of one more idle thread per tick; both samplers;
+  host    6. a busy host: one tests/programs/busy process per CPU, each with a busy thread,
+             at 101 and 999 Hz, alarm and cputime, both samplers: the achieved rate against
+             the requested one, daemon CPU and memory, and unwind completeness on the 8 KiB
+             array frame of busy.c;
+  where   7. where profd (perf)'s CPU goes: `perf record --call-graph dwarf` of profd itself
+             while it samples the busy target, shares of the parts of its tick.
+--profd-nice N runs profd (alone) as profd.service does (Nice=-10), --raw keeps the
+measurements, --report-from prints their report again (merging files part by part).
 Only processes this script starts are signalled, by pid.
 """
 
 import argparse
 import json
 import os
+import pickle
 import platform
 import re
 import shutil
@@ -46,6 +65,47 @@ PROFD_WINDOW_NS = 300_000
 PROFD_BEFORE_NS = 100_000
 WARM_MS = 1000
 RATES = (101, 999)
+# profd's configurations in the busy runs: (tool, mode). cputime is the closest to perf
+# record's own cpu-clock sampling; alarm is profd's default (a wall-clock tick).
+PROFD_TOOLS = ("profd", "profd-ptrace")
+PROFD_MODES = ("cputime", "alarm")
+SAMPLER = {"profd": "perf", "profd-ptrace": "ptrace"}
+# profd (perf sampler) in a wall-clock mode enables a one-shot event at the tick
+# (PERF_EVENT_IOC_REFRESH, a function call on the target's CPU: an interrupt of the target
+# when it is running there), and the kernel samples after 100 us of the thread's CPU: the
+# arming pause is the longest gap starting in [sample - ARM_BEFORE, sample - ARM_AFTER].
+ARM_BEFORE_NS = 250_000
+ARM_AFTER_NS = 50_000
+PARTS = ("busy", "idlers", "floor", "scale", "host", "where")
+# The where part: parts of profd's tick, each the functions whose presence in a perf sample's
+# call chain puts the sample in it (inclusive; the unwind's sigprocmask is also in the
+# unwind, the rest do not nest).
+WHERE = (
+    ("wait", {"epoll_wait"}),
+    ("timer", {"arm_alarm", "timerfd_settime", "__timerfd_settime"}),
+    ("accounting", {"thread_cpu_ns", "cpu_now"}),
+    ("proc", {"proc_read_schedstat", "proc_read_syscall"}),
+    ("arm", {"perfs_arm"}),
+    ("drain", {"perfs_drain"}),
+    ("unwind", {"unwinder_unwind"}),
+    ("sigprocmask_in_unwind", {"__GI___sigprocmask", "__GI___pthread_sigmask",
+                               "pthread_sigmask@GLIBC_2.2.5", "__sigprocmask"}),
+)
+WHERE_TOP = ("wait", "timer", "accounting", "proc", "arm", "drain")
+WHERE_LABEL = {
+    "wait": "waiting in epoll_wait, and the wake-up (context switch into profd)",
+    "timer": "re-arming the tick's timerfd (`arm_alarm`, timerfd_settime)",
+    "accounting": "profd's own cost accounting (CPU-time clocks: `thread_cpu_ns`, `cpu_now`)",
+    "proc": "/proc reads of the thread (`proc_read_schedstat`, `proc_read_syscall`)",
+    "arm": "arming the one-shot event (`perfs_arm`: PERF_EVENT_IOC_REFRESH)",
+    "drain": "reading the ring (`perfs_drain`: copy, unwind, intern)",
+    "unwind": "- of which the unwind (`unwinder_unwind`)",
+    "sigprocmask_in_unwind": "- - of which libunwind's sigprocmask (its global cache lock)",
+    "other": "the rest (the event loop, scheduling the next tick, the budget)",
+}
+# The scale part: seconds between the last attach and the window (the budget re-divides
+# every 0.25 s; a hundred first samples read every thread's maps and stacks).
+SCALE_SETTLE_S = 5
 LIBPROFILER_CANDIDATES = ("/usr/lib/x86_64-linux-gnu/libprofiler.so.0",
                           "/usr/lib/x86_64-linux-gnu/libprofiler.so",
                           "/usr/lib/libprofiler.so.0")
@@ -79,6 +139,11 @@ def median(values):
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
+def med(rs, key):
+    """Median of r[key] over result dicts (None values left out)."""
+    return median([r.get(key) for r in rs])
+
+
 def fmt_us(ns, digits=1):
     if ns is None:
         return "n/a"
@@ -105,6 +170,54 @@ def proc_cpu_ns(pid):
         except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
             pass
     return total
+
+
+def proc_tree(pid):
+    """pid and its descendants (profd's symbolizer helpers are its children), from
+    /proc/PID/task/*/children."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir("/proc/%d/task" % p):
+                try:
+                    with open("/proc/%d/task/%s/children" % (p, tid)) as f:
+                        todo.extend(int(x) for x in f.read().split())
+                except (FileNotFoundError, ProcessLookupError):
+                    pass
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def proc_tree_cpu_ns(pid):
+    """CPU of every thread of pid and of its descendants, in ns (schedstat)."""
+    return sum(proc_cpu_ns(p) or 0 for p in proc_tree(pid))
+
+
+def proc_tree_rss_kib(pid):
+    """(VmRSS, VmHWM) of pid and its descendants, in KiB."""
+    rss = hwm = 0
+    for p in proc_tree(pid):
+        try:
+            with open("/proc/%d/status" % p) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        rss += int(line.split()[1])
+                    elif line.startswith("VmHWM:"):
+                        hwm += int(line.split()[1])
+        except FileNotFoundError:
+            pass
+    return rss, hwm
+
+
+def thread_cpu_ns(pid, tid):
+    try:
+        with open("/proc/%d/task/%d/schedstat" % (pid, tid)) as f:
+            return int(f.read().split()[0])
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
 
 
 def proc_stat_cpu_ns(pid):
@@ -162,18 +275,50 @@ class Daemon:
     """profd on a private socket, driven with profctl; status over the socket directly so
     a status in a measurement window costs no process start."""
 
-    def __init__(self, build, tmp):
+    # --profd-nice: profd alone at this nice value, in a session (autogroup) of its own at
+    # the same value, as profd.service runs it (Nice=-10); None: as everything else.
+    nice = None
+
+    def __init__(self, build, tmp, extra=()):
         self.build = build
         self.socket = os.path.join(tmp, "profd.sock")
         self.logf = open(os.path.join(tmp, "profd.log"), "w")
         self.proc = subprocess.Popen([os.path.join(build, "daemon", "profd"), "--socket",
-                                      self.socket], stdout=self.logf, stderr=subprocess.STDOUT)
+                                      self.socket] + list(extra), stdout=self.logf,
+                                     stderr=subprocess.STDOUT,
+                                     preexec_fn=None if Daemon.nice is None else Daemon._renice)
         deadline = time.monotonic() + 20
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("profd did not start (see %s)" % self.logf.name)
             time.sleep(0.01)
         self.sock = None
+
+    def attach(self, pid, hz, mode=None, sampler=None):
+        """Attach over the socket (no profctl process started: the scale part attaches a
+        hundred targets)."""
+        req = {"cmd": "attach", "pid": pid, "hz": hz}
+        if mode:
+            req["mode"] = mode
+        if sampler:
+            req["sampler"] = sampler
+        return self._call(req)
+
+    def status_all(self):
+        res = self._call({"cmd": "status"})
+        return res["daemon"], {t["pid"]: t for t in res["targets"]}
+
+    @staticmethod
+    def _renice():
+        # Nice values only order processes within one autogroup: a session of its own whose
+        # autogroup has the same nice value.
+        os.setsid()
+        os.setpriority(os.PRIO_PROCESS, 0, Daemon.nice)
+        try:
+            with open("/proc/self/autogroup", "w") as f:
+                f.write(str(Daemon.nice))
+        except OSError:
+            pass
 
     @property
     def pid(self):
@@ -228,12 +373,16 @@ class Daemon:
 class Target:
     """A benchmark target with a line protocol on stdin/stdout."""
 
-    def __init__(self, argv, env=None, stderr=subprocess.DEVNULL):
+    def __init__(self, argv, env=None, stderr=subprocess.DEVNULL, wait_ready=True):
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=stderr, text=True, bufsize=1, env=env)
+        if wait_ready:
+            self.ready()
+
+    def ready(self):
         line = self.proc.stdout.readline()
         if not line.startswith("ready "):
-            raise RuntimeError("%s did not start: %r" % (argv[0], line))
+            raise RuntimeError("%s did not start: %r" % (self.proc.args[0], line))
         self.pid = int(line.split()[1])
 
     def send(self, line):
@@ -295,6 +444,41 @@ def pauses_containing(gaps, times, threshold):
     return out, matched
 
 
+def gaps_before(gaps, times, before_ns, after_ns):
+    """For each time t, the longest gap starting in [t - before, t - after]; 0 if none."""
+    import bisect
+    starts = [g[0] for g in gaps]
+    out = []
+    for t in times:
+        i = bisect.bisect_left(starts, t - before_ns)
+        best = 0
+        while i < len(gaps) and gaps[i][0] <= t - after_ns:
+            best = max(best, gaps[i][1])
+            i += 1
+        out.append(best)
+    return out
+
+
+def paths_delta(st0, st1):
+    """Samples and profd's CPU (ns, its own accounting in the sample path) per path between
+    two statuses of a target."""
+    out = {}
+    for k in ("perf", "proc", "ptrace"):
+        a, b = st0["paths"][k], st1["paths"][k]
+        n = b["samples"] - a["samples"]
+        ns = (b["samples"] * b["us_per_sample"] - a["samples"] * a["us_per_sample"]) * 1e3
+        out[k] = (n, ns)
+    return out
+
+
+def unwind_delta(st0, st1):
+    """(complete, all) unwinds between two statuses of a target."""
+    u0, u1 = st0["unwind"], st1["unwind"]
+    c = u1["complete"] - u0["complete"]
+    n = c + sum(u1[k] - u0[k] for k in ("truncated", "too_deep"))
+    return c, n
+
+
 # ---------------------------------------------------------------------------------------
 # measurement 1 + 2: the busy target
 
@@ -308,14 +492,18 @@ class Bench:
         self.floor = os.path.join(self.build, "tests", "bench", "ptrace_floor")
         self.shim = os.path.join(self.build, "tests", "bench", "libsigprof_times.so")
         self.idlers = os.path.join(self.build, "tests", "programs", "idlers")
+        self.idlesvc = os.path.join(self.build, "tests", "programs", "idlesvc")
+        self.busy = os.path.join(self.build, "tests", "programs", "busy")
         self.libprofiler = next((p for p in LIBPROFILER_CANDIDATES if os.path.exists(p)), None)
         self.perf = shutil.which("perf")
         self.notes = []
         self.waited = 0.0
         self.retries = 0
+        self.raw = {}
+        self.started = time.monotonic()
 
     # -- one run of the busy target under one profiler -----------------------------------
-    def run_busy(self, tool, hz, rep=0):
+    def run_busy(self, tool, hz, rep=0, mode=None):
         a = self.args
         secs, thr = a.secs, a.threshold
         argv = [self.pausemeter, str(WARM_MS), str(secs), str(thr)]
@@ -329,13 +517,14 @@ class Bench:
                         "CPUPROFILE_FREQUENCY": str(hz),
                         "SIGPROF_TIMES_OUT": sigtimes})
         daemon = perf = target = None
-        res = {"tool": tool, "hz": hz, "rep": rep}
+        res = {"tool": tool, "hz": hz, "rep": rep, "mode": mode}
         try:
             target = Target(argv, env=env, stderr=subprocess.PIPE if tool == "gperftools"
                             else subprocess.DEVNULL)
-            if tool == "profd":
+            if tool in PROFD_TOOLS:
                 daemon = Daemon(self.build, tmp)
-                daemon.ctl("attach", target.pid, "--hz", hz)
+                daemon.ctl("attach", target.pid, "--hz", hz, "--mode", mode, "--sampler",
+                           SAMPLER[tool])
                 prof_pid = daemon.pid
             elif tool == "perf":
                 pdata = os.path.join(tmp, "perf.data")
@@ -352,7 +541,7 @@ class Bench:
                 prof_pid = None
             target.send("go")
             t0 = int(target.expect("measuring")[1])
-            c0 = proc_cpu_ns(prof_pid) if prof_pid else None
+            c0 = proc_tree_cpu_ns(prof_pid) if prof_pid else None
             s0 = proc_stat_cpu_ns(prof_pid) if prof_pid else None
             w0 = now_ns()
             lm = LoadMeter(target.pid, prof_pid)
@@ -361,7 +550,7 @@ class Bench:
             st1 = daemon.status(target.pid) if daemon else None
             res["other_load"], res["steal"] = lm.done()
             w1 = now_ns()
-            c1 = proc_cpu_ns(prof_pid) if prof_pid else None
+            c1 = proc_tree_cpu_ns(prof_pid) if prof_pid else None
             s1 = proc_stat_cpu_ns(prof_pid) if prof_pid else None
             t1, ngaps = int(done[1]), int(done[2])
             times = None
@@ -378,6 +567,9 @@ class Bench:
                 res["window_samples"] = st1[1]["samples"] - st0[1]["samples"]
                 res["window_ticks"] = st1[1]["ticks"] - st0[1]["ticks"]
                 res["cpu_getrusage_ns"] = (st1[0]["cpu_s"] - st0[0]["cpu_s"]) * 1e9
+                res["paths"] = paths_delta(st0[1], st1[1])
+                res["unwind"] = unwind_delta(st0[1], st1[1])
+                res["lost"] = st1[1]["perf"]["lost"] - st0[1]["perf"]["lost"]
                 daemon.ctl("detach", target.pid)
             gaps = []
             for _ in range(ngaps):
@@ -398,6 +590,9 @@ class Bench:
                         times.append(int(m.group(2)) * 1_000_000_000 + int(m.group(3)))
                 times.sort()
                 res["window_samples"] = sum(1 for t in times if w0 <= t <= w1)
+                if not times:
+                    log("  perf: no samples of %d in %s (perf record: %r; perf script: %r)"
+                        % (target.pid, pdata, perf.stderr.read()[-300:], sc.stderr[-300:]))
             if tool == "gperftools":
                 err = target.proc.stderr.read()
                 m = re.search(r"interrupts/evictions/bytes = (\d+)/", err)
@@ -421,24 +616,40 @@ class Bench:
                 res["cpu_per_sample_ns"] = res["cpu_ns"] / res["window_samples"]
                 res["cpu_stat_per_sample_ns"] = res["cpu_stat_ns"] / res["window_samples"]
         if tool == "nothing":
-            # Control: virtual ticks at each rate, attributed by the profd rule: what the
+            # Control: virtual ticks at each rate, attributed by each rule: what the
             # attribution picks up with no profiler at all.
-            res["control"] = {}
+            res["control"], res["control_in"], res["control_arm"] = {}, {}, {}
             for rate in RATES:
                 step = 1_000_000_000 // rate
                 vt = list(range(t0 + PROFD_BEFORE_NS, t1 - PROFD_WINDOW_NS, step))
                 p, m, _ = pauses_in_window(gaps, vt, PROFD_WINDOW_NS, self.args.threshold)
                 res["control"][rate] = (m / len(vt), pctl(p, .5), pctl(p, .99))
+                p, m = pauses_containing(gaps, vt, self.args.threshold)
+                res["control_in"][rate] = (m / len(vt), pctl(p, .5), pctl(p, .99))
+                pa = gaps_before(gaps, vt, ARM_BEFORE_NS, ARM_AFTER_NS)
+                both = [x + y for x, y in zip(p, pa)]
+                res["control_arm"][rate] = (sum(1 for x in pa if x) / len(vt), pctl(pa, .5),
+                                            pctl(both, .5), pctl(both, .99))
             return res
         res["n_all"] = sum(1 for t in times if t0 <= t <= t1)
         # Samples whose attribution window lies inside the measured window.
         times = [t for t in times if t0 + PROFD_BEFORE_NS <= t <= t1 - PROFD_WINDOW_NS]
-        if tool == "profd":
+        if tool == "profd-ptrace":
+            # The tick is profd's time; the stop follows it.
             p, m, delays = pauses_in_window(gaps, times, PROFD_WINDOW_NS, thr)
             res["delay_p50"] = pctl(delays, .5)
             res["delay_p99"] = pctl(delays, .99)
         else:
+            # The kernel's sample time (perf, profd's perf sampler) or the handler's entry
+            # (gperftools): inside the pause it causes.
             p, m = pauses_containing(gaps, times, thr)
+        if tool == "profd" and mode != "cputime":
+            # The one-shot event's arming, before the sample (see ARM_BEFORE_NS).
+            pa = gaps_before(gaps, times, ARM_BEFORE_NS, ARM_AFTER_NS)
+            both = [x + y for x, y in zip(p, pa)]
+            res.update(arm_share=sum(1 for x in pa if x) / max(1, len(pa)),
+                       arm_p50=pctl(pa, .5), both_p50=pctl(both, .5),
+                       both_p99=pctl(both, .99))
         res.update(n=len(times), matched=m, p50=pctl(p, .5), p99=pctl(p, .99),
                    rate=len(times) * 1e9 / max(1, dur - PROFD_WINDOW_NS - PROFD_BEFORE_NS))
         return res
@@ -490,6 +701,242 @@ class Bench:
                    restarted=st1["syscalls_restarted"])
         return res
 
+    # -- measurement 5: many mostly idle services ----------------------------------------
+    def run_scale(self, sampler, nthreads, rep=0, budget=True):
+        """a.scale_procs copies of tests/programs/idlesvc with nthreads threads, all attached
+        at 101 Hz alarm with the daemon's default budget (or none: --max-cpu 0); deltas of
+        status over a window after SCALE_SETTLE_S (the budget re-divides every 0.25 s)."""
+        a = self.args
+        secs = a.secs
+        tmp = tempfile.mkdtemp(dir=self.tmp)
+        daemon = None
+        targets = []
+        res = {"sampler": sampler, "threads": nthreads, "rep": rep, "procs": a.scale_procs,
+               "budget": budget}
+        try:
+            for _ in range(a.scale_procs):
+                # Killed at the end; long-lived in case attaching takes long on a busy host.
+                targets.append(Target([self.idlesvc, "3600", str(nthreads)], wait_ready=False))
+            for t in targets:
+                t.ready()
+            pids = [t.pid for t in targets]
+            daemon = Daemon(self.build, tmp, () if budget else ("--max-cpu", "0"))
+            ta = now_ns()
+            for pid in pids:
+                daemon.attach(pid, 101, "alarm", sampler)
+            res["attach_s"] = (now_ns() - ta) / 1e9
+            time.sleep(SCALE_SETTLE_S)
+            tc0 = sum(proc_cpu_ns(p) or 0 for p in pids)
+            c0 = proc_tree_cpu_ns(daemon.pid)
+            lm = LoadMeter(daemon.pid, *pids)
+            d0, st0 = daemon.status_all()
+            w0 = now_ns()
+            time.sleep(secs)
+            d1, st1 = daemon.status_all()
+            w1 = now_ns()
+            c1 = proc_tree_cpu_ns(daemon.pid)
+            tc1 = sum(proc_cpu_ns(p) or 0 for p in pids)
+            res["other_load"], res["steal"] = lm.done()
+            res["rss_kib"], res["hwm_kib"] = proc_tree_rss_kib(daemon.pid)
+            res["accounted_bytes"] = d1["memory"]["total_bytes"]
+        finally:
+            for t in targets:
+                t.end()
+            if daemon:
+                daemon.stop()
+        dur = w1 - w0
+        ticks = samples = 0
+        sampled = {}
+        paths = {"perf": [0, 0], "proc": [0, 0], "ptrace": [0, 0]}
+        rates, effs, thr_end, thr_win, thr_s, ring, missed = [], [], 0, 0, 0.0, 0, 0
+        for pid in pids:
+            x0, x1 = st0.get(pid), st1.get(pid)
+            if not x0 or not x1:
+                continue
+            ticks += x1["ticks"] - x0["ticks"]
+            samples += x1["samples"] - x0["samples"]
+            for k in x1["sampled"]:
+                sampled[k] = sampled.get(k, 0) + x1["sampled"][k] - x0["sampled"][k]
+            for k, (n, ns) in paths_delta(x0, x1).items():
+                paths[k][0] += n
+                paths[k][1] += ns
+            rates.append((x1["ticks"] - x0["ticks"]) * 1e9 / dur)
+            effs.append(x1["sampling"]["effective_hz"])
+            thr_end += bool(x1["sampling"]["throttled"])
+            thr_win += x1["sampling"]["throttled_s"] > x0["sampling"]["throttled_s"]
+            thr_s += x1["sampling"]["throttled_s"]
+            missed += x1["sampling"]["missed"] - x0["sampling"]["missed"]
+            ring += x1["perf"]["ring_bytes"]
+        cpu = c1 - c0
+        res.update(dur_ns=dur, targets=len(rates), ticks=ticks, samples=samples,
+                   sampled=sampled, paths=paths, throttled_end=thr_end,
+                   throttled_window=thr_win, throttled_s=thr_s, ring_bytes=ring,
+                   rate_p50=median(rates), rate_min=min(rates) if rates else None,
+                   eff_p50=median(effs), eff_min=min(effs) if effs else None,
+                   cpu_pct=100 * cpu / dur, cpu_per_tick=cpu / ticks if ticks else None,
+                   cpu_per_sample=cpu / samples if samples else None,
+                   samples_per_s=samples * 1e9 / dur, missed_per_s=missed * 1e9 / dur,
+                   targets_cpu_pct=100 * (tc1 - tc0) / dur,
+                   budget_pct=d1["budget_cpu_pct"])
+        return res
+
+    # -- measurement 6: a busy host ------------------------------------------------------
+    def run_host(self, sampler, mode, hz, rep=0):
+        """One tests/programs/busy process with one busy thread per CPU (a.host_procs),
+        all attached at hz in mode with sampler; over a window after WARM_MS: the busy
+        threads' samples (from a slice of the window) per second of wall time (alarm) or per
+        second of their CPU (cputime), daemon CPU and memory, unwinds."""
+        a = self.args
+        secs = a.secs
+        n = a.host_procs or os.cpu_count()
+        tmp = tempfile.mkdtemp(dir=self.tmp)
+        daemon = None
+        targets = []
+        res = {"sampler": sampler, "mode": mode, "hz": hz, "rep": rep, "procs": n}
+        try:
+            for _ in range(n):
+                targets.append(Target([self.busy, "1", "3600"]))  # killed at the end
+            pids = [t.pid for t in targets]
+            busy = {}  # every thread but main (asleep): busy.c's workers, started by now
+            for pid in pids:
+                for tid in os.listdir("/proc/%d/task" % pid):
+                    if int(tid) != pid:
+                        busy[int(tid)] = pid
+            daemon = Daemon(self.build, tmp)
+            for pid in pids:
+                daemon.attach(pid, hz, mode, sampler)
+            time.sleep(WARM_MS / 1000)
+            c0 = proc_tree_cpu_ns(daemon.pid)
+            b0 = {tid: thread_cpu_ns(pid, tid) for tid, pid in busy.items()}
+            lm = LoadMeter(daemon.pid, *pids)
+            d0, st0 = daemon.status_all()
+            w0 = now_ns()
+            time.sleep(secs)
+            w1 = now_ns()
+            d1, st1 = daemon.status_all()
+            c1 = proc_tree_cpu_ns(daemon.pid)
+            b1 = {tid: thread_cpu_ns(pid, tid) for tid, pid in busy.items()}
+            res["other_load"], res["steal"] = lm.done()
+            res["rss_kib"], res["hwm_kib"] = proc_tree_rss_kib(daemon.pid)
+            res["accounted_bytes"] = d1["memory"]["total_bytes"]
+            counts = {tid: 0 for tid in busy}
+            gamma = gamma_whole = 0
+            for pid in pids:
+                out = os.path.join(tmp, "slice-%d.json" % pid)
+                daemon.ctl("slice", pid, "--from", w0, "--to", w1, "--format", "sentry",
+                           "-o", out)
+                with open(out) as f:
+                    prof = json.load(f)["profile"]
+                funcs = [fr.get("function") for fr in prof["frames"]]
+                for s in prof["samples"]:
+                    tid = int(s["thread_id"])
+                    if tid not in counts:
+                        continue
+                    counts[tid] += 1
+                    names = [funcs[i] for i in prof["stacks"][s["stack_id"]]]
+                    if "work_gamma" in names:
+                        gamma += 1
+                        # Below work_gamma's 8 KiB array: its caller, then the thread's start.
+                        gamma_whole += "worker" in names and "start_thread" in names
+        finally:
+            for t in targets:
+                t.end()
+            if daemon:
+                daemon.stop()
+        dur = w1 - w0
+        per = []
+        for tid, c in counts.items():
+            if mode == "cputime":
+                cpu = (b1[tid] or 0) - (b0[tid] or 0)
+                per.append(c * 1e9 / cpu / hz if cpu else None)
+            else:
+                per.append(c * 1e9 / dur / hz)
+        ticks = samples = lost = comp = unw = 0
+        paths = {"perf": [0, 0], "proc": [0, 0], "ptrace": [0, 0]}
+        ring = missed = thr = 0
+        for pid in pids:
+            x0, x1 = st0[pid], st1[pid]
+            ticks += x1["ticks"] - x0["ticks"]
+            samples += x1["samples"] - x0["samples"]
+            lost += x1["perf"]["lost"] - x0["perf"]["lost"]
+            missed += x1["sampling"]["missed"] - x0["sampling"]["missed"]
+            thr += bool(x1["sampling"]["throttled"])
+            ring += x1["perf"]["ring_bytes"]
+            c, u = unwind_delta(x0, x1)
+            comp += c
+            unw += u
+            for k, (m, ns) in paths_delta(x0, x1).items():
+                paths[k][0] += m
+                paths[k][1] += ns
+        cpu = c1 - c0
+        res.update(dur_ns=dur, achieved=per, achieved_p50=median(per),
+                   achieved_min=min(x for x in per if x is not None) if per else None,
+                   busy_samples=sum(counts.values()),
+                   busy_cpu_pct=100 * sum((b1[t] or 0) - (b0[t] or 0) for t in busy) / dur,
+                   ticks_per_s=ticks * 1e9 / dur / n, samples=samples, lost=lost,
+                   missed=missed, throttled=thr, ring_bytes=ring, paths=paths,
+                   unwind_complete=comp, unwinds=unw,
+                   gamma=gamma, gamma_whole=gamma_whole,
+                   cpu_pct=100 * cpu / dur, cpu_per_sample=cpu / samples if samples else None)
+        return res
+
+    # -- measurement 7: where profd's CPU goes -------------------------------------------
+    def run_where(self, mode, hz):
+        """profd (perf) on pausemeter at hz in mode while `perf record --call-graph dwarf`
+        samples profd's own threads: the share of profd's CPU samples under each part of the
+        tick (WHERE), inclusive. perf's own sampling of profd perturbs it: only shares are
+        kept."""
+        secs = 2 * self.args.secs  # profd uses ~1% of a CPU: room for enough samples of it
+        tmp = tempfile.mkdtemp(dir=self.tmp)
+        target = daemon = rec = None
+        pdata = os.path.join(tmp, "profd.data")
+        res = {"mode": mode, "hz": hz}
+        try:
+            target = Target([self.pausemeter, str(WARM_MS), str(secs + 1), "1000000"])
+            daemon = Daemon(self.build, tmp)
+            daemon.ctl("attach", target.pid, "--hz", hz, "--mode", mode, "--sampler", "perf")
+            target.send("go")
+            target.expect("measuring")
+            rec = subprocess.Popen([self.perf, "record", "-q", "-e", "cpu-clock", "-F", "9999",
+                                    "--call-graph", "dwarf,16384", "-p", str(daemon.pid),
+                                    "-o", pdata], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True)
+            lm = LoadMeter(target.pid, daemon.pid)
+            time.sleep(secs)
+            res["other_load"], res["steal"] = lm.done()
+            end_process(rec, signal.SIGINT)
+            target.expect("done")
+        finally:
+            end_process(rec, signal.SIGINT)
+            if target:
+                target.end()
+            if daemon:
+                daemon.stop()
+        sc = subprocess.run([self.perf, "script", "-i", pdata, "-F", "ip,sym"],
+                            capture_output=True, text=True, timeout=600)
+        counts = {k: 0 for k, _ in WHERE}
+        counts["other"] = 0
+        total = 0
+        for block in sc.stdout.split("\n\n"):
+            syms = set()
+            for line in block.splitlines():
+                parts = line.split(None, 1)
+                if len(parts) == 2:
+                    syms.add(parts[1].replace(" (inlined)", "").strip())
+            if not syms:
+                continue
+            total += 1
+            for k, fns in WHERE:
+                if k == "sigprocmask_in_unwind":
+                    hit = "unwinder_unwind" in syms and bool(syms & fns)
+                else:
+                    hit = bool(syms & fns)
+                counts[k] += hit
+            counts["other"] += not any(syms & fns for k, fns in WHERE if k in WHERE_TOP)
+        res.update(samples=total, shares={k: counts[k] / total if total else None
+                                          for k in counts})
+        return res
+
     # -- measurement 4: the floor ---------------------------------------------------------
     def run_floor(self, pin, interval_us, busy=False):
         n = 1000 if self.args.quick else 1500
@@ -516,7 +963,20 @@ class Bench:
             time.sleep(1)
             self.waited += 1.3
 
-    def retrying(self, fn, what):
+    def save_raw(self, **parts):
+        """Keep the measurements so far (--raw): a failure late in a long run loses none."""
+        if not self.args.raw:
+            return
+        self.raw.update(parts)
+        self.raw.update(waited=self.waited, retries=self.retries, notes=self.notes,
+                        args=vars(self.args), load1=os.getloadavg(),
+                        elapsed=time.monotonic() - self.started)
+        tmp = self.args.raw + ".tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump(self.raw, f)
+        os.replace(tmp, self.args.raw)
+
+    def retrying(self, fn, what, into):
         """Run fn after waiting for a quiet machine; if the rest of the machine still used
         over half a CPU during the run, run it again once (within a budget of retries) and
         keep the second result whatever it is. Retries are counted in the report."""
@@ -528,14 +988,16 @@ class Bench:
             log("  others used %.0f%% of a CPU meanwhile: once more" % (100 * r["other_load"]))
             self.wait_quiet()
             r = fn()
+        into.append(r)
+        self.save_raw()
         return r
 
     # -------------------------------------------------------------------------------------
     def check_tools(self):
-        tools = ["nothing", "profd"]
+        tools = ["nothing", "profd", "profd-ptrace"]
         if os.geteuid() != 0:
             sys.exit("bench.py: run as root (ptrace of other processes, perf)")
-        for p in (self.pausemeter, self.floor, self.idlers,
+        for p in (self.pausemeter, self.floor, self.idlers, self.idlesvc, self.busy,
                   os.path.join(self.build, "daemon", "profd")):
             if not os.path.exists(p):
                 sys.exit("bench.py: %s is not built (ninja -C %s)" % (p, self.build))
@@ -555,69 +1017,150 @@ class Bench:
             self.notes.append("gperftools' libprofiler.so not found (Debian: libgoogle-perftools4)")
         return tools
 
+    def busy_configs(self, tools):
+        """(tool, mode) of every busy run of one rate, in the order they run."""
+        out = [("nothing", None)]
+        for tool in PROFD_TOOLS:
+            out += [(tool, m) for m in PROFD_MODES]
+        out += [(t, None) for t in ("perf", "gperftools") if t in tools]
+        return out
+
     def run(self):
         a = self.args
         tools = self.check_tools()
-        started = time.monotonic()
+        self.started = time.monotonic()
         load0 = os.getloadavg()
-        busy = []  # result dicts
-        for rep in range(a.runs):
-            # Interleaved, so drifting background load touches every configuration alike.
-            for hz in RATES:
-                for tool in tools:
-                    if tool == "nothing" and hz != RATES[0]:
-                        continue
-                    busy.append(self.retrying(lambda: self.run_busy(tool, hz, rep),
-                                              "busy run %d/%d: %s at %d Hz"
-                                              % (rep + 1, a.runs, tool, hz)))
-        idle = []
-        for rep in range(a.runs):
-            for hz in RATES:
-                idle.append(self.retrying(lambda: self.run_idlers(hz),
-                                          "idlers run %d/%d at %d Hz" % (rep + 1, a.runs, hz)))
-        variants = (("0,1", 1000, False), ("0,1", 9901, False), ("0,1", 9901, True),
-                    ("0,0", 1000, False))
-        floor_runs = {v: [] for v in variants}
-        for rep in range(a.floor_runs):
-            for v in variants:
-                self.wait_quiet()
-                log("ptrace floor %d/%d: cpus %s, every %d us%s"
-                    % (rep + 1, a.floor_runs, v[0], v[1], ", tracer's CPU busy" if v[2] else ""))
-                floor_runs[v].append(self.run_floor(*v))
-        # Median of each figure over the repetitions.
-        floor_x, floor_x10, floor_xb, floor_s = (
-            {k: median([r[k] for r in floor_runs[v]]) for k in floor_runs[v][0]}
-            for v in variants)
+        busy, idle, scale, host, where = [], [], [], [], []  # result dicts
+        self.raw = {"tools": tools, "busy": busy, "idle": idle, "scale": scale, "host": host,
+                    "where": where, "floors": None, "load0": load0}
+        if "busy" in a.parts:
+            for rep in range(a.runs):
+                # Interleaved, so drifting background load touches every configuration alike.
+                for hz in RATES:
+                    for tool, mode in self.busy_configs(tools):
+                        if tool == "nothing" and hz != RATES[0]:
+                            continue
+                        self.retrying(lambda: self.run_busy(tool, hz, rep, mode),
+                                      "busy run %d/%d: %s%s at %d Hz"
+                                      % (rep + 1, a.runs, tool, " " + mode if mode else "", hz),
+                                      busy)
+        if "idlers" in a.parts:
+            for rep in range(a.runs):
+                for hz in RATES:
+                    self.retrying(lambda: self.run_idlers(hz),
+                                  "idlers run %d/%d at %d Hz" % (rep + 1, a.runs, hz), idle)
+        if "scale" in a.parts:
+            # (sampler, budget): both samplers under the default budget; the perf sampler
+            # without one too (--max-cpu 0), for what the full rate costs.
+            for rep in range(a.scale_runs):
+                for sampler, budget in (("perf", True), ("ptrace", True), ("perf", False)):
+                    for nth in (5, 10):
+                        self.retrying(lambda: self.run_scale(sampler, nth, rep, budget),
+                                      "scale run %d/%d: %d services of %d threads, sampler %s%s"
+                                      % (rep + 1, a.scale_runs, a.scale_procs, nth, sampler,
+                                         "" if budget else ", no budget"), scale)
+        if "host" in a.parts:
+            for rep in range(a.runs):
+                for hz in RATES:
+                    for mode in ("alarm", "cputime"):
+                        for sampler in ("perf", "ptrace"):
+                            self.retrying(lambda: self.run_host(sampler, mode, hz, rep),
+                                          "busy host run %d/%d: %s at %d Hz, sampler %s"
+                                          % (rep + 1, a.runs, mode, hz, sampler), host)
+        if "where" in a.parts and "perf" in tools:
+            for mode in ("alarm", "cputime"):
+                for hz in RATES:
+                    self.retrying(lambda: self.run_where(mode, hz),
+                                  "where profd's CPU goes: %s at %d Hz" % (mode, hz), where)
+        floors = None
+        if "floor" in a.parts:
+            variants = (("0,1", 1000, False), ("0,1", 9901, False), ("0,1", 9901, True),
+                        ("0,0", 1000, False))
+            floor_runs = {v: [] for v in variants}
+            for rep in range(a.floor_runs):
+                for v in variants:
+                    self.wait_quiet()
+                    log("ptrace floor %d/%d: cpus %s, every %d us%s"
+                        % (rep + 1, a.floor_runs, v[0], v[1],
+                           ", tracer's CPU busy" if v[2] else ""))
+                    floor_runs[v].append(self.run_floor(*v))
+            # Median of each figure over the repetitions.
+            floors = tuple({k: median([r[k] for r in floor_runs[v]]) for k in floor_runs[v][0]}
+                           for v in variants)
+            self.save_raw(floors=floors)
         load1 = os.getloadavg()
-        elapsed = time.monotonic() - started
-        return self.report(tools, busy, idle, (floor_x, floor_x10, floor_xb, floor_s), load0, load1,
-                           elapsed)
+        elapsed = time.monotonic() - self.started
+        self.save_raw()
+        return self.report(tools, busy, idle, floors, scale, host, load0, load1, elapsed,
+                           where)
+
+    def report_raw(self, paths):
+        """The report of earlier runs' measurements (--raw), without measuring again. With
+        several files, each part's measurements come from the last file that has them (a
+        part run again separately replaces the earlier run's)."""
+        d = None
+        for path in paths:
+            with open(path, "rb") as f:
+                x = pickle.load(f)
+            x.setdefault("load1", x["load0"])
+            x.setdefault("elapsed", 0.0)
+            if d is None:
+                d = x
+                d["args"]["parts"] = list(d["args"]["parts"])
+                continue
+            for k in ("busy", "idle", "scale", "host", "where", "floors"):
+                if x.get(k):
+                    d[k] = x[k]
+            for k in ("elapsed", "waited", "retries"):
+                d[k] += x[k]
+            d["notes"] += [n for n in x["notes"] if n not in d["notes"]]
+            d["load1"] = x["load1"]
+            d["args"]["parts"] += [p for p in x["args"]["parts"] if p not in d["args"]["parts"]]
+            if x.get("scale"):
+                d["args"]["scale_runs"] = x["args"]["scale_runs"]
+                d["args"]["scale_procs"] = x["args"]["scale_procs"]
+        for k in ("runs", "secs", "scale_runs", "scale_procs", "parts", "floor_runs", "quick",
+                  "renice", "threshold", "profd_nice"):
+            setattr(self.args, k, d["args"].get(k))
+        self.waited, self.retries, self.notes = d["waited"], d["retries"], d["notes"]
+        self.invocations = len(paths)
+        return self.report(d["tools"], d["busy"], d["idle"], d["floors"], d["scale"],
+                           d["host"], d["load0"], d["load1"], d["elapsed"], d.get("where", []))
 
     # -------------------------------------------------------------------------------------
-    def report(self, tools, busy, idle, floors, load0, load1, elapsed):
+    def report(self, tools, busy, idle, floors, scale, host, load0, load1, elapsed, where=()):
         a = self.args
         L = []
         w = L.append
 
-        def sel(tool, hz=None):
-            return [r for r in busy if r["tool"] == tool and (hz is None or r["hz"] == hz)]
+        def sel(tool, hz=None, mode=None):
+            return [r for r in busy if r["tool"] == tool and (hz is None or r["hz"] == hz)
+                    and (mode is None or r["mode"] == mode)]
 
         def med(rs, key):
             return median([r.get(key) for r in rs])
 
-        def paired(tool, hz, key):
-            """Median over repetitions of tool's key / perf's key in the same repetition."""
+        def paired(tool, hz, key, mode=None, perf_key=None):
+            """Median over repetitions of tool's key / perf's key (or perf_key) in the same
+            repetition."""
+            pk = perf_key or key
             ratios = []
-            for r in sel(tool, hz):
+            for r in sel(tool, hz, mode):
                 for q in sel("perf", hz):
-                    if q["rep"] == r["rep"] and r.get(key) is not None and q.get(key):
-                        ratios.append(r[key] / q[key])
+                    if q["rep"] == r["rep"] and r.get(key) is not None and q.get(pk):
+                        ratios.append(r[key] / q[pk])
             return median(ratios)
 
+        def label(tool, mode):
+            if tool in PROFD_TOOLS:
+                return "profd (%s) %s" % (SAMPLER[tool], mode)
+            return tool
+
+        configs = [c for c in self.busy_configs(tools) if c[0] != "nothing"]
         base = sel("nothing")
         base_rate = median([r["gap_total_ns"] / r["dur_ns"] for r in base])  # ns per ns
         for r in busy:
-            if r["tool"] != "nothing" and r.get("n_all"):
+            if r["tool"] != "nothing" and r.get("n_all") and base_rate is not None:
                 r["excess_ns"] = (r["gap_total_ns"] - base_rate * r["dur_ns"]) / r["n_all"]
 
         cpu = open("/proc/cpuinfo").read()
@@ -626,18 +1169,24 @@ class Bench:
                                   text=True).stdout.strip() if self.perf else "absent"
         gp_ver = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "libgoogle-perftools4"],
                                 capture_output=True, text=True).stdout.strip() or "?"
-        w("## Sampling overhead: profd vs perf vs gperftools")
+        w("## Sampling overhead: profd (both samplers) vs perf vs gperftools")
         w("")
-        w("Measured by `tests/bench/bench.py%s` on %s, %d vCPUs, kernel %s, %s, gperftools %s; "
-          "%d run(s) of %g s per configuration, interleaved; medians over runs. Load average "
-          "%.2f at the start, %.2f at the end; the benchmark took %.0f s, of which %.0f s "
-          "waiting for other work on the machine to pause, and repeated %d run(s) during "
-          "which the rest of the machine used over half a CPU."
-          % (" --quick" if a.quick else "", m.group(1) if m else "?", os.cpu_count(),
-             platform.release(), perf_ver, gp_ver, a.runs, a.secs, load0[0], load1[0], elapsed,
-             self.waited, self.retries))
-        others = median([r.get("other_load") for r in busy + idle])
-        steal = median([r.get("steal") for r in busy + idle])
+        w("Measured by `tests/bench/bench.py%s%s`%s on %s, %d vCPUs, kernel %s, %s, gperftools "
+          "%s; %d run(s) of %g s per configuration (scale: %d run(s)), interleaved; medians "
+          "over runs. Load average %.2f at the start, %.2f at the end; the benchmark took "
+          "%.0f s, of which %.0f s waiting for other work on the machine to pause, and "
+          "repeated %d run(s) during which the rest of the machine used over half a CPU."
+          % (" --quick" if a.quick else "",
+             "" if set(a.parts) == set(PARTS) else " --parts " + ",".join(a.parts),
+             "" if getattr(self, "invocations", 1) == 1 else
+             " (in %d invocations, a part measured again replacing the earlier one's)"
+             % self.invocations,
+             m.group(1) if m else "?", os.cpu_count(),
+             platform.release(), perf_ver, gp_ver, a.runs, a.secs, a.scale_runs, load0[0],
+             load1[0], elapsed, self.waited, self.retries))
+        allr = busy + idle + scale + host + list(where)
+        others = median([r.get("other_load") for r in allr])
+        steal = median([r.get("steal") for r in allr])
         if others is not None and others > 0.15:
             self.notes.append("the rest of the machine used a median %.0f%% of a CPU during "
                               "the measurements (steal %.1f%%): on %d vCPUs that competes with "
@@ -645,124 +1194,207 @@ class Bench:
                               "latencies below are inflated by it. Re-run on a quiet machine."
                               % (100 * others, 100 * steal, os.cpu_count()))
         w("")
-        w("Targets and profilers %s. Every process measured here was started by the "
-          "benchmark; the profd under test is `%s`."
+        w("Targets and profilers %s%s. Every process measured here was started by the "
+          "benchmark; the profd under test is `%s`. *profd (perf)* is `--sampler perf` (a "
+          "running thread sampled from the kernel's copy of its registers and stack, never "
+          "stopped), *profd (ptrace)* `--sampler ptrace` (a running thread stopped with "
+          "PTRACE_INTERRUPT)."
           % ("ran at nice 0" if not a.renice else
              "ran at nice -20 (all of them alike, `--renice`), to shield them from other "
              "work on this shared machine",
+             "" if getattr(a, "profd_nice", None) is None else
+             "; profd itself at nice %d in an autogroup of its own at the same value "
+             "(`--profd-nice`; profd.service runs it with Nice=-10)" % a.profd_nice,
              os.path.join(self.build, "daemon", "profd")))
         for n in self.notes:
             w("")
             w("**Note:** " + n)
         w("")
 
+        if busy:
+            self.report_busy(w, tools, configs, sel, med, paired, label, base, base_rate)
+        if idle:
+            self.report_idle(w, idle, sel, med)
+        if floors:
+            self.report_floor(w, floors, sel, med)
+        if scale:
+            self.report_scale(w, scale)
+        if host:
+            self.report_host(w, host)
+        if where:
+            self.report_where(w, where, sel, med)
+        self.report_targets(w, busy, scale, host, sel, med, paired, idle)
+        return "\n".join(L) + "\n"
+
+    def report_busy(self, w, tools, configs, sel, med, paired, label, base, base_rate):
+        a = self.args
         # -- 1. pauses ----------------------------------------------------------------
         w("### 1. Pause per sample of a busy thread")
         w("")
         w("Target: `tests/bench/pausemeter`, one thread spinning on `CLOCK_MONOTONIC` that "
           "records every gap above %d ns with its start time. Each sample is matched to the "
-          "gap it caused: for profd, the longest gap starting between %d us before and %d us "
-          "after the sample's tick time (from `profctl slice --format sentry`, whose samples "
-          "carry their `CLOCK_MONOTONIC` tick; the stop follows the tick, but when the "
-          "daemon runs on the target's CPU its own wake-up preempts the target just before "
-          "it reads the clock); for perf (`-k CLOCK_MONOTONIC`, `perf script -F time`) "
-          "and gperftools (a preloaded shim timestamps each SIGPROF handler entry and calls "
-          "gperftools' handler), the gap that contains the sample time, as both sample "
-          "inside the target. A sample with no gap above the threshold counts as a pause of "
-          "%d ns (an upper bound). *Excess* is the cross-check free of attribution: (all "
-          "gap time - the no-profiler median gap time for the same duration) / samples. "
-          "*matched* is the share of samples attributed a gap; the control rows apply profd's "
-          "rule to no-profiler runs at virtual ticks: what background noise alone would "
-          "attribute. *others* is the CPU the rest of the machine used meanwhile (share of "
-          "one CPU, /proc/stat minus the target and the profiler)."
+          "gap it caused. Where the sample's time is taken inside the target, that is the "
+          "gap that contains the sample time: perf (`-k CLOCK_MONOTONIC`, `perf script -F "
+          "time`), gperftools (a preloaded shim timestamps each SIGPROF handler entry and "
+          "calls gperftools' handler) and profd (perf), whose samples carry the kernel's "
+          "`CLOCK_MONOTONIC` sample time, taken in the sampling interrupt (`profctl slice "
+          "--format sentry`). profd (ptrace) samples carry profd's tick time and the stop "
+          "follows it: the longest gap starting between %d us before and %d us after the "
+          "tick (before: when the daemon runs on the target's CPU its own wake-up preempts "
+          "the target just before it reads the clock). A sample with no gap above the "
+          "threshold counts as a pause of %d ns (an upper bound). *Excess* is the "
+          "cross-check free of attribution: (all gap time - the no-profiler median gap time "
+          "for the same duration) / samples. *matched* is the share of samples attributed a "
+          "gap; the control rows apply each rule to no-profiler runs at virtual ticks: what "
+          "background noise alone would attribute. *others* is the CPU the rest of the "
+          "machine used meanwhile (share of one CPU, /proc/stat minus the target and the "
+          "profiler). *samples/s* for cputime is also per CPU-second: the target spins."
           % (a.threshold, PROFD_BEFORE_NS // 1000, PROFD_WINDOW_NS // 1000, a.threshold))
         w("")
-        w("| rate | profiler | samples/s | matched | pause p50 (us) | pause p99 (us) | "
+        w("| rate | profiler | runs | samples/s | matched | pause p50 (us) | pause p99 (us) | "
           "excess/sample (us) | p50 vs perf | excess vs perf | others |")
-        w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for hz in RATES:
-            for tool in tools:
-                if tool == "nothing":
+            for tool, mode in configs:
+                rs = sel(tool, hz, mode)
+                if not rs:
                     continue
-                rs = sel(tool, hz)
-                w("| %d Hz | %s | %.0f | %.0f%% | %s | %s | %s | %s | %s | %.0f%% |"
-                  % (hz, tool, med(rs, "rate") or 0,
-                     100 * median([r["matched"] / r["n"] for r in rs if r["n"]]) if rs else 0,
+                w("| %d Hz | %s | %d | %.0f | %.0f%% | %s | %s | %s | %s | %s | %.0f%% |"
+                  % (hz, label(tool, mode), len(rs), med(rs, "rate") or 0,
+                     100 * (median([r["matched"] / r["n"] for r in rs if r["n"]]) or 0),
                      fmt_us(med(rs, "p50")), fmt_us(med(rs, "p99")),
                      fmt_us(med(rs, "excess_ns")),
-                     fmt_x(paired(tool, hz, "p50")), fmt_x(paired(tool, hz, "excess_ns")),
+                     fmt_x(paired(tool, hz, "p50", mode)),
+                     fmt_x(paired(tool, hz, "excess_ns", mode)),
                      100 * med(rs, "other_load")))
-        for hz in RATES:
-            w("| %d Hz | nothing (control: virtual ticks, profd rule) | %d | %.0f%% | %s | %s "
-              "| - | | | %.0f%% |" % (hz, hz, 100 * median([r["control"][hz][0] for r in base]),
-                                     fmt_us(median([r["control"][hz][1] for r in base])),
-                                     fmt_us(median([r["control"][hz][2] for r in base])),
-                                     100 * med(base, "other_load")))
+        if base:
+            for hz in RATES:
+                for key, rule in (("control_in", "the containing rule"),
+                                  ("control", "profd (ptrace)'s window rule")):
+                    w("| %d Hz | nothing (control: virtual ticks, %s) | %d | %d | %.0f%% | %s "
+                      "| %s | - | | | %.0f%% |"
+                      % (hz, rule, len(base), hz, 100 * median([r[key][hz][0] for r in base]),
+                         fmt_us(median([r[key][hz][1] for r in base])),
+                         fmt_us(median([r[key][hz][2] for r in base])),
+                         100 * med(base, "other_load")))
         w("")
-        w("No-profiler background: median %.2f ms of gaps per second (%.0f gaps/s above "
-          "%d ns, p50 gap %s us: mostly the %d Hz scheduler tick's own interrupt) on the "
-          "spinning thread. gperftools' SIGPROF is raised by that very tick, so its pause "
-          "includes the tick's own interrupt, which a run without profiler pays too."
-          % (base_rate * 1e3, median([r["ngaps"] * 1e9 / r["dur_ns"] for r in base]),
-             a.threshold, fmt_us(med(base, "gap_p50")), kernel_hz()))
-        pr = sel("profd")
+        if base:
+            w("No-profiler background: median %.2f ms of gaps per second (%.0f gaps/s above "
+              "%d ns, p50 gap %s us: mostly the %d Hz scheduler tick's own interrupt) on the "
+              "spinning thread. gperftools' SIGPROF is raised by that very tick, so its pause "
+              "includes the tick's own interrupt, which a run without profiler pays too."
+              % (base_rate * 1e3, median([r["ngaps"] * 1e9 / r["dur_ns"] for r in base]),
+                 a.threshold, fmt_us(med(base, "gap_p50")), kernel_hz()))
+        pr = sel("profd-ptrace")
         if pr:
-            w("profd's stop as seen by the target: the gap starts a median %s us after the "
-              "tick (p99 %s us); the daemon reports %s us from PTRACE_INTERRUPT to the stop "
-              "on average." % (fmt_us(med(pr, "delay_p50")), fmt_us(med(pr, "delay_p99")),
-                               "%.1f" % median([r["status"]["stop_latency_us_avg"] for r in pr])))
+            w("profd (ptrace)'s stop as seen by the target: the gap starts a median %s us "
+              "after the tick (p99 %s us); the daemon reports %s us from PTRACE_INTERRUPT to "
+              "the stop on average."
+              % (fmt_us(med(pr, "delay_p50")), fmt_us(med(pr, "delay_p99")),
+                 "%.1f" % median([r["status"]["stop_latency_us_avg"] for r in pr])))
         gp = sel("gperftools")
         if gp:
             w("gperftools' SIGPROF comes from `ITIMER_PROF`, checked at the kernel tick "
               "(CONFIG_HZ): its achieved rate is capped there whatever CPUPROFILE_FREQUENCY "
               "asks (above: samples/s).")
         w("")
+        pa = [r for r in sel("profd") if r["mode"] != "cputime"]
+        if pa:
+            w("profd (perf) in `alarm` pays a second, earlier pause that the containing rule "
+              "does not see: at the tick it enables the thread's one-shot event "
+              "(PERF_EVENT_IOC_REFRESH), which the kernel does by a function call on the "
+              "target's CPU, an interrupt of the running target; the sample follows after "
+              "100 us of the thread's CPU. Here: the longest gap starting %d to %d us before "
+              "each sample (the *arming* gap; 0 if none), and the sample's pause plus it. "
+              "The control rows apply the same rule to no-profiler runs at virtual ticks. "
+              "(In `cputime` the event runs continuously: no arming.)"
+              % (ARM_BEFORE_NS // 1000, ARM_AFTER_NS // 1000))
+            w("")
+            w("| rate | | runs | samples with an arming gap | arming gap p50 (us) | pause + arming "
+              "p50 (us) | p99 (us) | p50 vs perf's pause |")
+            w("|---:|---|---:|---:|---:|---:|---:|---:|")
+            for hz in RATES:
+                rs = sel("profd", hz, "alarm")
+                if rs:
+                    w("| %d Hz | profd (perf) alarm | %d | %.0f%% | %s | %s | %s | %s |"
+                      % (hz, len(rs), 100 * med(rs, "arm_share"), fmt_us(med(rs, "arm_p50")),
+                         fmt_us(med(rs, "both_p50")), fmt_us(med(rs, "both_p99")),
+                         fmt_x(paired("profd", hz, "both_p50", "alarm", "p50"))))
+                if base:
+                    w("| %d Hz | nothing (control) | %d | %.0f%% | %s | %s | %s | |"
+                      % (hz, len(base), 100 * median([r["control_arm"][hz][0] for r in base]),
+                         fmt_us(median([r["control_arm"][hz][1] for r in base])),
+                         fmt_us(median([r["control_arm"][hz][2] for r in base])),
+                         fmt_us(median([r["control_arm"][hz][3] for r in base]))))
+            w("")
 
         # -- 2. CPU --------------------------------------------------------------------
         w("### 2. Profiler CPU per sample (busy target, warm)")
         w("")
-        w("CPU of every thread of the profiler process (`/proc/PID/task/*/schedstat` run "
-          "time; `/proc/PID/stat` utime+stime count 10 ms ticks, too coarse for these "
+        w("CPU of every thread of the profiler process and of its child processes (profd's "
+          "symbolizer helpers; `/proc/PID/task/*/schedstat` run time; `/proc/PID/stat` "
+          "utime+stime of the profiler process count 10 ms ticks, too coarse for these "
           "windows, and are shown as a cross-check) over the %g s measurement window, which "
           "starts after the target has spun %d ms under the profiler, divided by the samples "
           "taken in that window (profd: `status` samples delta; perf: samples in `perf "
           "script` with times in the window). perf's figure is only the `perf record` "
           "process: the kernel's copy of registers and 8 KiB of stack happens in the "
-          "target's interrupt and shows up in the pause above instead. gperftools runs "
-          "in the target: its cost is its pause." % (a.secs, WARM_MS))
+          "target's interrupt and shows up in the pause above instead (so does profd "
+          "(perf)'s, of 16 KiB). gperftools runs in the target: its cost is its pause. "
+          "*In the sample path* is profd's own accounting (`status` `paths`, "
+          "CLOCK_THREAD_CPUTIME_ID around the read of the kernel's copy and its unwind, or "
+          "around the stop, copy and unwind): the rest of profd's CPU is the tick itself "
+          "(timer wake-up, the event loop, the thread's schedstat, arming the one-shot "
+          "event). *lost*: samples the kernel dropped for want of room in the ring "
+          "(PERF_RECORD_LOST) over the window." % (a.secs, WARM_MS))
         w("")
-        w("| rate | profiler | CPU/sample (us) | same from /proc/PID/stat (us) | vs perf | "
-          "CPU % of one core | unwinds complete |")
-        w("|---:|---|---:|---:|---:|---:|---:|")
+        w("| rate | profiler | runs | CPU/sample (us) | same from /proc/PID/stat (us) | vs perf | "
+          "CPU % of one core | in the sample path (us) | unwinds complete | lost |")
+        w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for hz in RATES:
-            for tool in ("profd", "perf"):
-                if tool not in tools:
+            for tool, mode in configs:
+                if tool == "gperftools":
                     continue
-                rs = sel(tool, hz)
-                comp = (fmt_pct(median([r["status"]["unwind"]["complete_pct"] for r in rs]))
-                        if tool == "profd" else "-")
-                w("| %d Hz | %s | %s | %s | %s | %.2f%% | %s |"
-                  % (hz, tool, fmt_us(med(rs, "cpu_per_sample_ns")),
+                rs = sel(tool, hz, mode)
+                if not rs:
+                    continue
+                if tool in PROFD_TOOLS:
+                    sp = median([sum(v[1] for v in r["paths"].values()) /
+                                 max(1, sum(v[0] for v in r["paths"].values())) for r in rs])
+                    comp = fmt_pct(median([100 * r["unwind"][0] / r["unwind"][1]
+                                           for r in rs if r["unwind"][1]]))
+                    lost = "%d" % median([r["lost"] for r in rs])
+                else:
+                    sp, comp, lost = None, "-", "-"
+                w("| %d Hz | %s | %d | %s | %s | %s | %.2f%% | %s | %s | %s |"
+                  % (hz, label(tool, mode), len(rs), fmt_us(med(rs, "cpu_per_sample_ns")),
                      fmt_us(med(rs, "cpu_stat_per_sample_ns"), 0),
-                     fmt_x(paired(tool, hz, "cpu_per_sample_ns")),
-                     100 * median([r["cpu_ns"] / r["dur_ns"] for r in rs]), comp))
+                     fmt_x(paired(tool, hz, "cpu_per_sample_ns", mode)),
+                     100 * median([r["cpu_ns"] / r["dur_ns"] for r in rs]),
+                     fmt_us(sp) if sp is not None else "-", comp, lost))
         w("")
+        pr = sel("profd") + sel("profd-ptrace")
         if pr:
-            w("profd's own accounting agrees: `status` cpu_s (getrusage) gives %s us per "
-              "sample at 101 Hz and %s us at 999 Hz over the same windows."
-              % tuple(fmt_us(median([r["cpu_getrusage_ns"] / r["window_samples"]
-                                     for r in sel("profd", hz)])) for hz in RATES))
+            w("profd's own accounting agrees: `status` cpu_s (getrusage, the daemon process "
+              "without its helpers) per sample: %s."
+              % "; ".join("%s at %d Hz %s us" % (label(t, m), hz, fmt_us(median(
+                  [r["cpu_getrusage_ns"] / r["window_samples"] for r in sel(t, hz, m)
+                   if r.get("window_samples")])))
+                  for t in PROFD_TOOLS for m in PROFD_MODES for hz in RATES if sel(t, hz, m)))
             w("")
 
-        # -- 3. idlers -----------------------------------------------------------------
+    def report_idle(self, w, idle, sel, med):
+        a = self.args
         w("### 3. 50 idle threads and 1 busy one (`tests/programs/idlers`)")
         w("")
         w("Idle threads block in `pthread_cond_wait`/`timedwait`, `nanosleep`, `read` on a "
-          "pipe and `epoll_wait`; half of them wake every 20-100 ms. Deltas of `status` "
+          "pipe and `epoll_wait`; half of them wake every 20-100 ms. profd's default sampler "
+          "(auto: perf here), alarm. Deltas of `status` "
           "over a %g s window after %d ms of warm-up; daemon CPU as above. *stopped/tick* is "
           "threads stopped (PTRACE_INTERRUPT) per tick; a sample is one thread at one tick "
-          "(reused, read from /proc, or stopped). *EINTR* counts idle threads' system calls "
-          "that failed with EINTR (the target's own count)." % (a.secs, WARM_MS))
+          "(reused, read from /proc, from the kernel's copy, or stopped). *EINTR* counts idle "
+          "threads' system calls that failed with EINTR (the target's own count)."
+          % (a.secs, WARM_MS))
         w("")
         w("| rate | ticks/s | samples/tick | stopped/tick | from /proc (no stop) | reused | "
           "daemon CPU/tick (us) | daemon CPU/sample (us) | CPU % of one core | EINTR | "
@@ -782,18 +1414,20 @@ class Bench:
         w("")
         for hz in RATES:
             rs = [r for r in idle if r["hz"] == hz]
-            busy_only = med(sel("profd", hz), "cpu_per_sample_ns")
+            busy_only = med(sel("profd", hz, "alarm"), "cpu_per_sample_ns")
             if busy_only is not None and rs:
                 nidle = median([r["threads"] for r in rs]) - 1
                 w("At %d Hz a tick costs the daemon %s us here against %s us for the busy "
-                  "target alone (one thread, one stop): the %d idle threads add %s us per "
-                  "tick, %s us each, though none is stopped (each tick reads every thread's "
-                  "schedstat)." % (hz, fmt_us(med(rs, "cpu_per_tick")), fmt_us(busy_only),
-                                   nidle, fmt_us(med(rs, "cpu_per_tick") - busy_only),
-                                   fmt_us((med(rs, "cpu_per_tick") - busy_only) / nidle, 2)))
+                  "target alone (profd (perf) alarm, section 2): the %d idle threads add %s us "
+                  "per tick, %s us each, though none is stopped (each tick reads every "
+                  "thread's schedstat)."
+                  % (hz, fmt_us(med(rs, "cpu_per_tick")), fmt_us(busy_only), nidle,
+                     fmt_us(med(rs, "cpu_per_tick") - busy_only),
+                     fmt_us((med(rs, "cpu_per_tick") - busy_only) / nidle, 2)))
         w("")
 
-        # -- 4. floor ------------------------------------------------------------------
+    def report_floor(self, w, floors, sel, med):
+        a = self.args
         fx, fx10, fxb, fs = floors
         w("### 4. The floor: one bare ptrace stop (`tests/bench/ptrace_floor`)")
         w("")
@@ -835,72 +1469,259 @@ class Bench:
           "includes waiting for the CPU (the spinner, or the tracer itself) and is not "
           "comparable.")
         w("")
-
-        # -- targets -------------------------------------------------------------------
-        w("### Targets")
-        w("")
-        for hz in RATES:
-            p50 = med(sel("profd", hz), "p50")
-            pp50 = med(sel("perf", hz), "p50")
-            if p50 is None or pp50 is None:
-                w("- Busy thread's pause p50 at %d Hz at most 3x perf's: **not measured** "
-                  "(perf unavailable)." % hz)
-                continue
-            ratio = paired("profd", hz, "p50")
-            ok = ratio <= 3
-            w("- Busy thread's pause p50 at most 3x perf's, %d Hz: **%s** — profd %s us, "
-              "perf %s us (medians); profd/perf in the same repetition: median %s%s."
-              % (hz, "met" if ok else "not met", fmt_us(p50), fmt_us(pp50), fmt_x(ratio),
-                 "" if ok else ", %.1f%% over the 3x target" % (100 * (ratio / 3 - 1))))
-        spt = max(med([r for r in idle if r["hz"] == hz], "stopped_per_tick") for hz in RATES)
-        eintr = max(r["eintr"] for r in idle)
-        ok = spt <= 1.02 and eintr == 0
-        w("- Idle threads never stopped: **%s** — at most %.3f threads stopped per tick "
-          "with 1 busy thread and 50 idle ones (1.000 = only the busy one), %d EINTR in idle "
-          "threads." % ("met" if ok else "not met", spt, eintr))
-        for hz in RATES:
-            c = med(sel("profd", hz), "cpu_per_sample_ns")
-            ok = c is not None and c < 30_000
-            w("- Daemon CPU per sample under 30 us once warm, busy target at %d Hz: **%s** — "
-              "%s us%s." % (hz, "met" if ok else "not met", fmt_us(c),
-                            "" if ok else " (%.1fx the target, %s us over it)"
-                            % (c / 30_000, fmt_us(c - 30_000))))
-        w("")
-        c101 = med(sel("profd", 101), "cpu_per_sample_ns")
-        c999 = med(sel("profd", 999), "cpu_per_sample_ns")
+        c101 = med(sel("profd-ptrace", 101, "alarm"), "cpu_per_sample_ns")
+        c999 = med(sel("profd-ptrace", 999, "alarm"), "cpu_per_sample_ns")
         if c999 is not None and c101 is not None:
-            floor_ok = fx["tracer_cpu_ns"] < 30_000
             w("What the floor says: one bare cross-CPU ptrace stop costs a tracer %s us of "
               "CPU per sample at 1 ms (%s us at 9.9 ms), of which %s us (%s us) is only the "
-              "timer wake-up, before any /proc read, unwind, stack interning or event loop. "
-              "profd spends %s us per stopped sample at 999 Hz (%s the 1 ms floor) and "
-              "%s us at 101 Hz (%s the 9.9 ms floor). %s"
+              "timer wake-up. profd (ptrace) alarm spends %s us per stopped sample at 999 Hz "
+              "(%s the 1 ms floor) and %s us at 101 Hz (%s the 9.9 ms floor)."
               % (fmt_us(fx["tracer_cpu_ns"]), fmt_us(fx10["tracer_cpu_ns"]),
                  fmt_us(fx["timer_cpu_ns"]), fmt_us(fx10["timer_cpu_ns"]), fmt_us(c999),
                  above(c999, fx["tracer_cpu_ns"]), fmt_us(c101),
-                 above(c101, fx10["tracer_cpu_ns"]),
-                 "The 30 us target is below the cost of the stop alone on this machine: a "
-                 "sampler that stops the thread for each sample cannot meet it here; only "
-                 "not stopping can (the kernel copying registers and stack in the target's "
-                 "own interrupt, `perf_event_open` with PERF_SAMPLE_REGS_USER | "
-                 "PERF_SAMPLE_STACK_USER, as perf does: its process spends the few us per "
-                 "sample of section 2, and the target pays the pause of section 1)."
-                 if not floor_ok else
-                 "The floor leaves %s us per sample for everything else under the 30 us "
-                 "target." % fmt_us(30_000 - fx["tracer_cpu_ns"])))
+                 above(c101, fx10["tracer_cpu_ns"])))
             w("")
-        p101, p999 = med(sel("perf", 101), "p50"), med(sel("perf", 999), "p50")
-        if p101 is not None and p999 is not None:
-            w("The same floor for the pause: a bare cross-CPU stop pauses the child a median "
-              "%s us at 1 ms and %s us at 9.9 ms; 3x perf's median pause is %s us at 999 Hz "
-              "and %s us at 101 Hz. The CPU and the pause of a stop both grow at the lower "
-              "rate: between samples the tracer's vCPU goes idle, and with it kept busy the "
-              "9.9 ms floor costs %s us instead of %s us of CPU."
-              % (fmt_us(fx["pause_p50_ns"]), fmt_us(fx10["pause_p50_ns"]),
-                 fmt_us(3 * p999), fmt_us(3 * p101), fmt_us(fxb["tracer_cpu_ns"]),
-                 fmt_us(fx10["tracer_cpu_ns"])))
-            w("")
-        return "\n".join(L) + "\n"
+
+    def report_scale(self, w, scale):
+        a = self.args
+        w("### 5. Scale: %d mostly idle services at 101 Hz (`tests/programs/idlesvc`)"
+          % a.scale_procs)
+        w("")
+        w("%d copies of `tests/programs/idlesvc` (-O2, no frame pointers), each with one "
+          "thread computing 1%% of the time (a burst of 1 ms of its CPU every 100 ms, phased "
+          "by pid), the main thread in `clock_nanosleep`, and the others in turn in "
+          "`epoll_wait` (1 s timeout), `read` on a pipe nobody writes, and `nanosleep` (1 s); "
+          "5 threads (main, work, epoll, read, sleep) or 10. All attached at 101 Hz `alarm` "
+          "to one profd with its default budget (`--max-cpu 25`: 25%% of one CPU), the "
+          "attaches over the socket one after the other; %d s after the last attach, deltas "
+          "of `status` over a %g s window. *throttled* counts targets whose rate the budget "
+          "lowered: at the window's end (`sampling.throttled`) / at some time in the window "
+          "(`throttled_s` grew); *throttled s* is the sum of `throttled_s` since attach. "
+          "profd CPU: all threads of profd and its helpers (schedstat), %% of one CPU; RSS: "
+          "VmRSS of the same at the window's end (HWM: peak); *accounted*: profd's own "
+          "`memory.total_bytes`. A sample is one thread at one tick: *reused* (not run "
+          "since its last sample: its last stack), */proc* (blocked, read and copied without "
+          "a stop), *kernel copy* (running: perf), *stopped* (running: ptrace)."
+          % (a.scale_procs, SCALE_SETTLE_S, a.secs))
+        w("")
+        w("| sampler | budget | threads | runs | throttled (end / window) | throttled s | "
+          "ticks/s per target p50 (min) | effective Hz p50 (min) | missed/s | samples/s | "
+          "reused | /proc | kernel copy | stopped | profd CPU | CPU/tick (us) | "
+          "CPU/sample (us) | RSS MiB (HWM) | accounted MiB | targets' CPU | others |")
+        w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          "---:|---:|---:|---:|---:|")
+        groups = (("perf", True), ("ptrace", True), ("perf", False))
+        for sampler, budget in groups:
+            for nth in (5, 10):
+                rs = [r for r in scale if r["sampler"] == sampler and r["threads"] == nth
+                      and r.get("budget", True) == budget]
+                if not rs:
+                    continue
+
+                def share(k):
+                    return "%.1f%%" % (100 * median([r["sampled"].get(k, 0) / r["samples"]
+                                                     for r in rs if r["samples"]]))
+                w("| %s | %s | %d | %d | %d / %d | %.1f | %.1f (%.1f) | %.1f (%.1f) | %s | "
+                  "%.0f | %s | %s | %s | %s | %.1f%% | %s | %s | %.1f (%.1f) | %.1f | %.0f%% | "
+                  "%.0f%% |"
+                  % (sampler, "25%" if budget else "none", nth, len(rs),
+                     max(r["throttled_end"] for r in rs),
+                     max(r["throttled_window"] for r in rs), med(rs, "throttled_s"),
+                     med(rs, "rate_p50"), min(r["rate_min"] for r in rs),
+                     med(rs, "eff_p50"), min(r["eff_min"] for r in rs),
+                     "%.0f" % med(rs, "missed_per_s") if med(rs, "missed_per_s") is not None
+                     else "n/a",
+                     med(rs, "samples_per_s"), share("idle_reused"),
+                     share("blocked_without_stop"), share("kernel_copy"), share("stopped"),
+                     med(rs, "cpu_pct"), fmt_us(med(rs, "cpu_per_tick")),
+                     fmt_us(med(rs, "cpu_per_sample"), 2),
+                     med(rs, "rss_kib") / 1024, med(rs, "hwm_kib") / 1024,
+                     med(rs, "accounted_bytes") / 2**20, med(rs, "targets_cpu_pct"),
+                     100 * med(rs, "other_load")))
+        w("")
+        w("*throttled (end / window)* is the most over the runs; the rest are medians. "
+          "*missed/s*: ticks of all targets together that profd counted as missed (too late "
+          "for them), per second.")
+        w("")
+        for sampler, budget in groups:
+            r5 = [r for r in scale if r["sampler"] == sampler and r["threads"] == 5
+                  and r.get("budget", True) == budget]
+            r10 = [r for r in scale if r["sampler"] == sampler and r["threads"] == 10
+                   and r.get("budget", True) == budget]
+            if not r5 or not r10:
+                continue
+            d = med(r10, "cpu_per_tick") - med(r5, "cpu_per_tick")
+            pp = [r["paths"]["proc"][1] / r["paths"]["proc"][0] for r in r5 + r10
+                  if r["paths"]["proc"][0]]
+            rate5, rate10 = med(r5, "rate_p50"), med(r10, "rate_p50")
+            same = abs(rate5 / rate10 - 1) < 0.05 and rate5 > 0.95 * 101
+            w("- One more idle thread per tick, sampler %s, %s: (CPU per target tick with 10 "
+              "threads %s us - with 5 threads %s us) / 5 = **%s us**; at %.1f and %.1f ticks/s "
+              "per target%s. Its samples are %s reused (not run since the last tick: a "
+              "schedstat read), the rest read from /proc at %s us each "
+              "(`paths.proc.us_per_sample`, mostly when the 1 s timers woke it)."
+              % (sampler, "default budget" if budget else "no budget",
+                 fmt_us(med(r10, "cpu_per_tick")), fmt_us(med(r5, "cpu_per_tick")),
+                 fmt_us(d / 5, 2), rate5, rate10,
+                 "" if same else " — *not comparable*: the two ran at different (throttled or "
+                 "late) rates, and a tick costs more at a lower rate (more threads have run "
+                 "since the last one)",
+                 "%.1f%%" % (100 * median([r["sampled"].get("idle_reused", 0) / r["samples"]
+                                            for r in r10])),
+                 fmt_us(median(pp))))
+        w("")
+
+    def report_host(self, w, host):
+        a = self.args
+        n = host[0]["procs"]
+        w("### 6. A busy host: %d busy threads on %d CPUs (`tests/programs/busy`)"
+          % (n, os.cpu_count()))
+        w("")
+        w("%d processes of `tests/programs/busy 1` (one thread each looping over "
+          "work_alpha/beta/gamma 60/30/10, work_gamma holding an 8 KiB array on its stack; "
+          "the main thread asleep): every CPU kept busy by the targets, and profd competes "
+          "with them for a CPU (so does the rest of the machine: *others*). All attached to "
+          "one profd at the rate and mode; over a %g s window after %d ms: *achieved* is a "
+          "busy thread's samples in a slice of the window per second of wall time "
+          "(`alarm`), or per second of its own CPU time (`cputime`), over the requested "
+          "rate (median over threads and runs; *worst* the lowest thread of any run); "
+          "*ticks/s* the target's ticks (alarm) per second; *missed* ticks (or CPU "
+          "intervals) profd counted as missed and *lost* the kernel's dropped samples, both "
+          "per second over all targets. profd CPU and memory as in section 5. *unwinds "
+          "complete*: `status` unwind counts over the window, all threads; *8 KiB frame "
+          "whole*: of the busy threads' samples in work_gamma (under its array), the share "
+          "whose stack reaches `worker` and `start_thread`."
+          % (n, a.secs, WARM_MS))
+        w("")
+        w("| rate | mode | sampler | runs | achieved p50 | worst | ticks/s | missed/s | lost/s "
+          "| profd CPU | CPU/sample (us) | RSS MiB (HWM) | accounted MiB | perf rings KiB | "
+          "unwinds complete | in work_gamma | 8 KiB frame whole | busy threads' CPU | others |")
+        w("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          "---:|---:|---:|")
+        for hz in RATES:
+            for mode in ("alarm", "cputime"):
+                for sampler in ("perf", "ptrace"):
+                    rs = [r for r in host if r["hz"] == hz and r["mode"] == mode
+                          and r["sampler"] == sampler]
+                    if not rs:
+                        continue
+                    ach = [x for r in rs for x in r["achieved"] if x is not None]
+                    w("| %d Hz | %s | %s | %d | %+.2f%% | %+.2f%% | %s | %.1f | %.1f | %.1f%% | "
+                      "%s | %.1f (%.1f) | %.1f | %.0f | %.2f%% | %.1f%% | %.2f%% | %.0f%% | "
+                      "%.0f%% |"
+                      % (hz, mode, sampler, len(rs), 100 * (median(ach) - 1),
+                         100 * (min(ach) - 1),
+                         "%.1f" % med(rs, "ticks_per_s") if mode == "alarm" else "-",
+                         median([r["missed"] * 1e9 / r["dur_ns"] for r in rs]),
+                         median([r["lost"] * 1e9 / r["dur_ns"] for r in rs]),
+                         med(rs, "cpu_pct"), fmt_us(med(rs, "cpu_per_sample")),
+                         med(rs, "rss_kib") / 1024, med(rs, "hwm_kib") / 1024,
+                         med(rs, "accounted_bytes") / 2**20, med(rs, "ring_bytes") / 1024,
+                         100 * median([r["unwind_complete"] / r["unwinds"] for r in rs
+                                       if r["unwinds"]]),
+                         100 * median([r["gamma"] / r["busy_samples"] for r in rs
+                                       if r["busy_samples"]]),
+                         100 * median([r["gamma_whole"] / r["gamma"] for r in rs
+                                       if r["gamma"]]),
+                         med(rs, "busy_cpu_pct"), 100 * med(rs, "other_load")))
+        w("")
+
+    def report_where(self, w, where, sel, med):
+        w("### 7. Where profd's CPU goes (profd (perf), busy target)")
+        w("")
+        w("One run of each: profd (perf) on `tests/bench/pausemeter` while `perf record -e "
+          "cpu-clock -F 9999 --call-graph dwarf -p PROFD` samples profd's own threads for "
+          "%g s; the share of those samples whose call chain passes through each part of the "
+          "tick (inclusive; the parts do not nest except where marked). In parentheses: that "
+          "share of profd (perf)'s median CPU per sample in section 2 (perf's sampling of "
+          "profd perturbs profd, so only the shares are taken from this run)."
+          % (2 * self.args.secs))
+        w("")
+        cols = [(r["mode"], r["hz"]) for r in where]
+        w("| part of the tick | %s |" % " | ".join("%s %d Hz" % c for c in cols))
+        w("|---|%s" % ("---:|" * len(cols)))
+        for k in [k for k, _ in WHERE] + ["other"]:
+            cells = []
+            for r in where:
+                sh = r["shares"].get(k)
+                c = med(sel("profd", r["hz"], r["mode"]), "cpu_per_sample_ns")
+                cells.append("n/a" if sh is None else "%.0f%%%s" % (
+                    100 * sh, " (%s us)" % fmt_us(sh * c) if c is not None else ""))
+            w("| %s | %s |" % (WHERE_LABEL[k], " | ".join(cells)))
+        w("| profd samples (others) | %s |" % " | ".join(
+            "%d (%.0f%%)" % (r["samples"], 100 * r["other_load"]) for r in where))
+        w("")
+
+    def report_targets(self, w, busy, scale, host, sel, med, paired, idle):
+        w("### Targets (issue 10)")
+        w("")
+        for mode in PROFD_MODES:
+            for hz in RATES:
+                p50 = med(sel("profd", hz, mode), "p50")
+                pp50 = med(sel("perf", hz), "p50")
+                if p50 is None or pp50 is None:
+                    continue
+                ratio = paired("profd", hz, "p50", mode)
+                ok = p50 <= pp50
+                extra = ""
+                if mode == "alarm":
+                    extra = ("; with the arming gap before the sample (section 1): %s us, "
+                             "%s perf's" % (fmt_us(med(sel("profd", hz, mode), "both_p50")),
+                                            fmt_x(paired("profd", hz, "both_p50", mode, "p50"))))
+                w("- Busy thread's pause p50 at most perf's, profd (perf) %s, %d Hz: **%s** "
+                  "— profd %s us, perf %s us (medians); profd/perf in the same repetition: "
+                  "median %s%s."
+                  % (mode, hz, "met" if ok else "not met", fmt_us(p50), fmt_us(pp50),
+                     fmt_x(ratio), extra))
+        for mode in PROFD_MODES:
+            for hz in RATES:
+                c = med(sel("profd", hz, mode), "cpu_per_sample_ns")
+                if c is None:
+                    continue
+                ok = c <= 10_000
+                w("- profd CPU per sample at most 10 us once warm, profd (perf) %s, %d Hz: "
+                  "**%s** — %s us%s." % (mode, hz, "met" if ok else "not met", fmt_us(c),
+                                        "" if ok else " (%.1fx the target)" % (c / 10_000)))
+        for sampler in ("perf", "ptrace"):
+            rs = [r for r in scale if r["sampler"] == sampler and r["threads"] == 5
+                  and r.get("budget", True)]
+            if rs:
+                thr = max(max(r["throttled_end"], r["throttled_window"]) for r in rs)
+                w("- %d services of 5 threads at 101 Hz within the default budget, none "
+                  "throttled, sampler %s: **%s** — at most %d of %d throttled in a run; profd "
+                  "used %.1f%% of a CPU (median)."
+                  % (rs[0]["procs"], sampler, "met" if thr == 0 else "not met", thr,
+                     rs[0]["procs"], med(rs, "cpu_pct")))
+        for hz in RATES:
+            for sampler in ("perf", "ptrace"):
+                rs = [r for r in host if r["hz"] == hz and r["mode"] == "alarm"
+                      and r["sampler"] == sampler]
+                if not rs:
+                    continue
+                ach = median([x for r in rs for x in r["achieved"] if x is not None])
+                ok = abs(ach - 1) <= 0.02
+                w("- Busy host, achieved rate within 2%% of the requested, alarm, %d Hz, "
+                  "sampler %s: **%s** — %+.2f%% (median of busy threads)."
+                  % (hz, sampler, "met" if ok else "not met", 100 * (ach - 1)))
+        for sampler in ("perf", "ptrace"):
+            rs = [r for r in host if r["sampler"] == sampler]
+            if not rs:
+                continue
+            worst = min(100 * r["unwind_complete"] / r["unwinds"] for r in rs if r["unwinds"])
+            medc = median([100 * r["unwind_complete"] / r["unwinds"] for r in rs
+                           if r["unwinds"]])
+            w("- Unwinds at least 99.5%% complete on `busy` (8 KiB frame), sampler %s: **%s** "
+              "— median %.2f%%, worst run %.2f%% (%d runs, both modes and rates)."
+              % (sampler, "met" if worst >= 99.5 else "not met", medc, worst, len(rs)))
+        if idle:
+            spt = max(med([r for r in idle if r["hz"] == hz], "stopped_per_tick")
+                      for hz in RATES)
+            eintr = max(r["eintr"] for r in idle)
+            ok = spt <= 1.02 and eintr == 0
+            w("- Idle threads never stopped: **%s** — at most %.3f threads stopped per tick "
+              "with 1 busy thread and 50 idle ones, %d EINTR in idle threads."
+              % ("met" if ok else "not met", spt, eintr))
+        w("")
 
 
 def kernel_hz():
@@ -951,10 +1772,34 @@ def main():
                     help="run targets and profilers at nice -20 (in a session and autogroup of "
                          "their own) to shield them from other work; on a shared machine this "
                          "takes a whole CPU from everyone else for the benchmark's duration")
+    ap.add_argument("--profd-nice", type=int, default=None,
+                    help="run profd alone at this nice value in an autogroup of its own at the "
+                         "same value (profd.service has Nice=-10); targets and the other "
+                         "profilers stay at nice 0")
     ap.add_argument("--max-retries", type=int, default=None,
                     help="most runs repeated because the machine was busy during them "
                          "(default 8, --quick 3)")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help="which measurements, comma-separated (default all: %s)"
+                         % ",".join(PARTS))
+    ap.add_argument("--scale-procs", type=int, default=100,
+                    help="services in the scale part (default 100)")
+    ap.add_argument("--scale-runs", type=int, default=None,
+                    help="repetitions of each scale configuration (default 3, --quick 1)")
+    ap.add_argument("--host-procs", type=int, default=0,
+                    help="busy processes in the busy-host part (default: one per CPU)")
+    ap.add_argument("--raw", help="also save the measurements to this file (pickle)")
+    ap.add_argument("--report-from", metavar="RAW", action="append",
+                    help="print the report of measurements saved with --raw; measure nothing "
+                         "(repeated: parts measured again in a later file replace the "
+                         "earlier file's)")
     a = ap.parse_args()
+    a.parts = [x for x in a.parts.split(",") if x]
+    for x in a.parts:
+        if x not in PARTS:
+            ap.error("unknown part %r (parts: %s)" % (x, ",".join(PARTS)))
+    if a.scale_runs is None:
+        a.scale_runs = 1 if a.quick else 3
     if a.runs is None:
         a.runs = 2 if a.quick else 5
     if a.secs is None:
@@ -984,9 +1829,10 @@ def main():
                 f.write("-20")
         except OSError as e:
             log("bench.py: cannot renice to -20: %s" % e)
+    Daemon.nice = a.profd_nice
     b = Bench(a)
     try:
-        text = b.run()
+        text = b.report_raw(a.report_from) if a.report_from else b.run()
     finally:
         shutil.rmtree(b.tmp, ignore_errors=True)
     print(text, end="")
