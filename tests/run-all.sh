@@ -1,7 +1,7 @@
 #!/bin/sh
 # run-all.sh: every test, three ways: the normal build; an ASan/UBSan build; valgrind (unit
 # tests under valgrind, integration tests with the daemon under valgrind); then every fuzz
-# target under libFuzzer for a short fixed time (FUZZ_SECONDS each, 15 by default). Expects
+# target under libFuzzer for a short fixed time (FUZZ_SECONDS each, 6 by default). Expects
 # .ci/setup to have run (packages installed, ./build configured).
 set -eu
 cd "$(dirname "$0")/.."
@@ -25,11 +25,11 @@ meson test -C build --setup valgrinddaemon --print-errorlogs
 
 # clang with libFuzzer, ASan and UBSan; only the fuzz targets are built there. Their libraries
 # are instrumented for coverage (-fsanitize=fuzzer-no-link); -fsanitize=fuzzer on the targets.
-step "libFuzzer: each fuzz target for ${FUZZ_SECONDS:-15} s from its corpus (clang, ASan + UBSan)"
+step "libFuzzer: each fuzz target for ${FUZZ_SECONDS:-6} s from its corpus (clang, ASan + UBSan)"
 [ -f build-fuzz/build.ninja ] || CC=clang CXX=clang++ meson setup build-fuzz \
     -Db_sanitize=address,undefined -Db_lundef=false \
     -Dc_args=-fsanitize=fuzzer-no-link -Dcpp_args=-fsanitize=fuzzer-no-link >/dev/null
 ninja -C build-fuzz $(ls tests/fuzz/fuzz_*.c | sed 's|^tests/fuzz/\(.*\)\.c$|tests/fuzz/\1-libfuzzer|')
-tests/fuzz/run-libfuzzer.sh build-fuzz "${FUZZ_SECONDS:-15}"
+tests/fuzz/run-libfuzzer.sh build-fuzz "${FUZZ_SECONDS:-6}"
 
 step "all tests passed"
