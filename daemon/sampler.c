@@ -441,6 +441,20 @@ int sampler_probe(pid_t pid)
     return r;
 }
 
+/* A thread's one-shot sample that was not taken is no longer wanted: the thread is blocked
+ * now (that sample would come at some later run, for the wrong tick), or it was asked for two
+ * intervals ago (lost). Counted as expired unless it came just before the disarm. */
+static void perf_expire(struct target *t, struct thread *th)
+{
+    if (th->ps.fd < 0 || !th->ps.armed)
+        return;
+    perfs_disarm(&th->ps);
+    uint64_t before = t->stats.samples_perf + t->stats.perf_no_regs;
+    sampler_drain_thread(t, th); /* taken just before the disarm */
+    if (t->stats.samples_perf + t->stats.perf_no_regs == before)
+        t->stats.perf_expired++;
+}
+
 /* A running thread's sample from the kernel's copy: ask for one sample of its next
  * ONESHOT_PERIOD_NS of CPU, read at the next tick. Returns false when it must be stopped
  * instead. */
@@ -473,8 +487,15 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
         }
     }
     if (th->ps.armed) {
-        t->stats.skipped_pending++; /* its previous sample is not taken yet */
-        return true;
+        /* Its previous sample is not taken yet: it waits for a CPU (counted), or the kernel
+         * lost the one-shot (tests/bench/oneshot_refresh: a few in a thousand re-arms here),
+         * which would leave a running thread unsampled for good. After two intervals it is
+         * asked for again (counted as expired). */
+        if (tick_ns - th->ps.armed_ns < 2 * t->sched.eff_interval_ns) {
+            t->stats.skipped_pending++;
+            return true;
+        }
+        perf_expire(t, th);
     }
     if (perfs_arm(&th->ps, tick_ns) < 0) {
         t->stats.fallback_refused++;
@@ -484,18 +505,6 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
     return true;
 }
 
-/* A thread whose one-shot sample was not taken is blocked now: that sample would come at
- * some later run, for the wrong tick. */
-static void perf_expire(struct target *t, struct thread *th)
-{
-    if (th->ps.fd < 0 || !th->ps.armed)
-        return;
-    perfs_disarm(&th->ps);
-    uint64_t before = t->stats.samples_perf + t->stats.perf_no_regs;
-    sampler_drain_thread(t, th); /* taken just before the disarm */
-    if (t->stats.samples_perf + t->stats.perf_no_regs == before)
-        t->stats.perf_expired++;
-}
 
 /* Sample one thread, stopping it only if it is running. Returns whether it was
  * interrupted (its sample completes when the stop arrives). */
