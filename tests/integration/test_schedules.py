@@ -249,8 +249,13 @@ with Daemon() as d, Program("sleeper", 0) as p:
 with Daemon("--max-cpu", "5") as d:
     progs = [Program("sleeper", 2) for _ in range(4)]
     try:
+        # By stops (--sampler ptrace): with the kernel's copies a target's cost per tick
+        # varies with how many of its one-shot samples came in since the last tick (its 2
+        # busy threads share 2 CPUs with 6 others), and the budget, which divides CPU by
+        # measured cost, gave equal targets rates up to 2.3 times apart in half the runs.
+        # Known (issue 10); the division itself is what is checked here.
         for p in progs:
-            d.ctl("attach", p.pid, "--hz", 999)
+            d.ctl("attach", p.pid, "--hz", 999, "--sampler", "ptrace")
         time.sleep(1.5 * SLOW)
         c0, t0 = daemon_cpu_s(d.pid), time.monotonic()
         n0 = {p.pid: d.target_status(p.pid)["ticks"] for p in progs}
