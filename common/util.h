@@ -15,6 +15,8 @@
 /* CLOCK_MONOTONIC and CLOCK_REALTIME in nanoseconds. Sample timestamps are monotonic. */
 uint64_t now_ns(void);
 uint64_t realtime_ns(void);
+/* The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), in ns. */
+uint64_t thread_cpu_ns(void);
 
 /* Allocation that aborts on out-of-memory: for the daemon and CLI only, never the client
  * library (which must report ENOMEM to the application). */

@@ -34,14 +34,6 @@ static bool awaiting; /* in await_stops: its time is counted as the stops' cost 
  * left the transaction). */
 static bool boundary;
 
-/* The loop thread's CPU time: what each path costs profd (wall time would count the
- * moments it was preempted, by the very threads it samples on a busy machine). */
-static uint64_t cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
-}
 
 static void on_stop_timer(int sig)
 {
@@ -349,9 +341,9 @@ void sampler_drain_thread(struct target *t, struct thread *th)
         return;
     struct drain_ctx c = {t, th};
     uint64_t lost = 0;
-    uint64_t t0 = cpu_now();
+    uint64_t t0 = thread_cpu_ns();
     if (perfs_drain(&th->ps, &snap, on_perf_sample, &c, &lost))
-        t->stats.ns_perf += cpu_now() - t0;
+        t->stats.ns_perf += thread_cpu_ns() - t0;
     if (lost) {
         t->stats.perf_lost += lost;
         t->sched.missed += lost;
@@ -558,7 +550,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             break;
         /* Blocked in a system call: sample from (sp, pc) without stopping it. */
         perf_expire(t, th);
-        uint64_t t0 = cpu_now();
+        uint64_t t0 = thread_cpu_ns();
         memset(&snap.regs, 0, sizeof(snap.regs));
         snap.regs.rsp = si.sp;
         snap.regs.rip = si.pc;
@@ -596,7 +588,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         }
         push(t, th, now_ns(), id);
         t->stats.samples_blocked++;
-        t->stats.ns_blocked += cpu_now() - t0;
+        t->stats.ns_blocked += thread_cpu_ns() - t0;
         young_name(th);
         return false;
     }
@@ -748,6 +740,16 @@ static void await_stops(struct target *t, unsigned pending)
     targets_reap();
 }
 
+/* await_stops, its CPU time counted as the stops' (profd's cost of the ptrace path). */
+static void await_counted(struct target *t, unsigned pending)
+{
+    uint64_t t0 = thread_cpu_ns();
+    awaiting = true;
+    await_stops(t, pending);
+    awaiting = false;
+    t->stats.ns_stopped += thread_cpu_ns() - t0;
+}
+
 /* A wall-clock sample of one thread: its stack where job control stopped it, nothing while
  * our previous stop is outstanding, else as sample_thread. Returns whether it was
  * interrupted. */
@@ -773,13 +775,8 @@ void sampler_sample_one(struct target *t, struct thread *th, uint64_t tick_ns)
     boundary = true;
     bool stopped = sample_wall(t, th, tick_ns);
     boundary = false;
-    if (stopped) {
-        uint64_t t0 = cpu_now();
-        awaiting = true;
-        await_stops(t, 1);
-        awaiting = false;
-        t->stats.ns_stopped += cpu_now() - t0;
-    }
+    if (stopped)
+        await_counted(t, 1);
 }
 
 void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
@@ -814,13 +811,8 @@ void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
         }
         interrupted += sample_wall(t, th, tick_ns);
     }
-    if (interrupted) {
-        uint64_t t0 = cpu_now();
-        awaiting = true;
-        await_stops(t, interrupted);
-        awaiting = false;
-        t->stats.ns_stopped += cpu_now() - t0;
-    }
+    if (interrupted)
+        await_counted(t, interrupted);
     /* Threads that appeared in the last YOUNG_NS: read their names at every tick, after the
      * stops, so a short-lived thread's samples carry the name it gives itself. */
     for (size_t i = 0; t->state == T_ATTACHED && i < t->nthreads; i++)
@@ -841,7 +833,7 @@ void sampler_on_stop(struct thread *th)
 {
     struct target *t = th->t;
     uint64_t stopped = now_ns();
-    uint64_t c0 = awaiting ? 0 : cpu_now();
+    uint64_t c0 = awaiting ? 0 : thread_cpu_ns();
     th->interrupt_pending = false;
     t->stats.stop_latency_ns += stopped - th->interrupt_sent_ns;
     int copy_err = -1;
@@ -882,5 +874,5 @@ void sampler_on_stop(struct thread *th)
     t->stats.samples_stopped++;
     /* Handling the stop (inside await_stops that is counted there). */
     if (!awaiting)
-        t->stats.ns_stopped += cpu_now() - c0;
+        t->stats.ns_stopped += thread_cpu_ns() - c0;
 }

@@ -93,13 +93,6 @@ double sched_effective_hz(const struct sched *s)
     return s->eff_interval_ns ? 1e9 / (double)s->eff_interval_ns : 0;
 }
 
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
-}
-
 /* Run the sampler for s's target and account what it cost. */
 static void run_tick(struct sched *s, uint64_t tick_ns, bool cpu_only)
 {

@@ -168,13 +168,6 @@ int worker_start(struct ev_loop *loop)
     return 0;
 }
 
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
-}
-
 void worker_loop_begin(struct worker_loop_mark *m)
 {
     m->wall_ns = now_ns();
