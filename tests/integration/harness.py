@@ -16,6 +16,7 @@ The tests must pass on a slow or busy machine (2 CPUs shared with other work), s
   machine's figure.
 """
 
+import atexit
 import json
 import os
 import signal
@@ -45,9 +46,22 @@ def log(*a):
     print(*a, flush=True)
 
 
+_failure = []
+
+
 def fail(msg):
     log("FAIL:", msg)
+    _failure.append(str(msg))
     sys.exit(1)
+
+
+@atexit.register
+def _repeat_failure():
+    """A failing test's output ends with the daemon's log and other threads' tracebacks;
+    CI shows only its tail: say the failed check again, last."""
+    if _failure:
+        sys.stderr.write("\nFAIL (repeated after the logs): %s\n" % _failure[0][:3000])
+        sys.stderr.flush()
 
 
 def check(cond, msg):
