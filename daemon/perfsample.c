@@ -86,11 +86,14 @@ int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t s
     size_t data = ring_data_size(stack_size, continuous && stack_size ? batch + 8 : 1);
     if (continuous) {
         if (stack_size) {
-            /* Wake the reader when about `batch` samples wait. */
+            /* The reader reads every `batch` samples on a timer of its own; the kernel
+             * wakes it only when it is 4 samples late, short of the ring's end. */
+            size_t rec = (size_t)stack_size + RECORD_OVERHEAD;
+            size_t wm = rec * ((batch ? batch : 1) + 4);
+            if (wm > data - 2 * rec)
+                wm = data > 3 * rec ? data - 2 * rec : rec;
             pa.watermark = 1;
-            pa.wakeup_watermark = (uint32_t)((stack_size + RECORD_OVERHEAD) * (batch ? batch : 1));
-            if (pa.wakeup_watermark > data / 2)
-                pa.wakeup_watermark = (uint32_t)(data / 2);
+            pa.wakeup_watermark = (uint32_t)wm;
         } else {
             pa.wakeup_events = 1;
         }

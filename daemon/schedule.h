@@ -74,6 +74,8 @@ struct sched {
     /* Counters, since attach. */
     uint64_t ticks;         /* times the sampler ran */
     uint64_t missed;        /* ticks (alarm) or CPU intervals (cputime) not sampled: late */
+    uint64_t coalesced;     /* alarm: ticks run in another schedule's wake-up */
+    uint64_t ring_wakeups;  /* cputime, perf: reads of a ring the kernel woke profd for */
     uint64_t events;        /* event mode: samples taken at an event */
     uint64_t last_tick_ns;  /* when the sampler last ran */
     uint64_t cost_ns;       /* daemon CPU spent sampling this target */

@@ -19,7 +19,7 @@ import signal
 import statistics
 import time
 
-from harness import (Daemon, Program, RawClient, check, check_timing, fail, log, SLOW,
+from harness import (Daemon, Program, RawClient, check, check_timing, fail, log, SLOW, TIMING,
                      parse_collapsed, skip, thread_states, wait_until)
 
 NCPU = os.cpu_count() or 1
@@ -54,6 +54,17 @@ def slice_raw(d, pid, last_s, fmt="collapsed"):
 
 def sampling(d, pid):
     return d.target_status(pid)["sampling"]
+
+
+def counters_changed(a, b, pre=""):
+    """The numbers that differ between two status objects, as "key: before -> after"."""
+    out = []
+    for k, v in b.items():
+        if isinstance(v, dict):
+            out += counters_changed(a.get(k) or {}, v, pre + k + ".")
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and v != a.get(k):
+            out.append("%s%s: %s -> %s" % (pre, k, a.get(k), v))
+    return out if pre else "; ".join(out)
 
 
 def frozen(d, p):
@@ -120,6 +131,8 @@ for source in ("perf", "timer", "poll"):
             # One sample due per interval of CPU time: taken, or counted when the daemon
             # could not take it (missed: it fell behind; skipped: the thread's previous stop
             # still pending, or off its CPU) on a busy machine or with a sanitizer.
+            if TIMING and abs(per_cpu_s - HZ) > 0.15 * HZ:
+                log("every counter that changed meanwhile:", counters_changed(st0, st1))
             check_timing(abs(per_cpu_s - HZ) <= 0.15 * HZ,
                          "cputime (%s), %d busy: %.1f samples due per CPU-second (%d asked; "
                          "%d taken, %d missed, %d skipped)"
