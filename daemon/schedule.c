@@ -51,6 +51,9 @@ static struct {
 
 /* The running schedules. */
 static LIST_HEAD(, sched) live_scheds = LIST_HEAD_INITIALIZER(live_scheds);
+/* Changes at every insertion into or removal from live_scheds: a walk that runs ticks (which
+ * can end schedules) starts again from the head when it changed. */
+static uint64_t live_gen;
 
 static const char *const mode_names[] = {"sleep", "event", "alarm", "cputime"};
 static const char *const source_names[] = {"auto", "perf", "timer", "poll"};
@@ -482,19 +485,20 @@ static void alarm_tick(struct sched *s, uint64_t now, uint64_t due)
 static void alarm_coalesce(uint64_t now)
 {
     /* A tick can end schedules (its own target's, or another's whose exit it reaped): the
-     * list is walked again from its head after each, and a schedule that ticked has left its
-     * window (next_ns moved on). */
-    for (;;) {
-        struct sched *o;
-        LIST_FOREACH(o, &live_scheds, link) {
-            if (o->mode == SCHED_ALARM && o->running && o->t->state == T_ATTACHED &&
-                now >= o->next_ns && now < o->next_ns + o->eff_interval_ns / ALARM_JITTER_DIV)
-                break;
+     * walk starts again from the head when the list changed. A schedule that ticked has
+     * left its window (next_ns moved on). */
+    struct sched *o = LIST_FIRST(&live_scheds);
+    while (o) {
+        struct sched *next = LIST_NEXT(o, link);
+        if (o->mode == SCHED_ALARM && o->running && o->t->state == T_ATTACHED &&
+            now >= o->next_ns && now < o->next_ns + o->eff_interval_ns / ALARM_JITTER_DIV) {
+            uint64_t gen = live_gen;
+            o->coalesced++;
+            alarm_tick(o, now, now < o->due_ns ? now : o->due_ns);
+            if (gen != live_gen)
+                next = LIST_FIRST(&live_scheds);
         }
-        if (!o)
-            return;
-        o->coalesced++;
-        alarm_tick(o, now, now < o->due_ns ? now : o->due_ns);
+        o = next;
     }
 }
 
@@ -641,8 +645,10 @@ int sched_start(struct sched *s, struct ev_loop *loop, struct target *t, enum sc
     s->win_start_ns = now_ns();
     int r = start_sources(s);
     s->running = r == 0;
-    if (s->running)
+    if (s->running) {
         LIST_INSERT_HEAD(&live_scheds, s, link);
+        live_gen++;
+    }
     if (r < 0) {
         ev_io_stop(loop, &s->tio);
         close(s->tfd);
@@ -657,6 +663,7 @@ void sched_stop(struct sched *s)
         return;
     s->running = false;
     LIST_REMOVE(s, link);
+    live_gen++;
     fold_throttled(s, now_ns());
     s->win_cost_ns = s->win_ticks = 0;
     stop_sources(s);
