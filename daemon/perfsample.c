@@ -54,6 +54,19 @@ int perfs_init(void)
     return scratch ? 0 : -ENOMEM;
 }
 
+size_t perfs_ring_bytes(uint32_t stack_size, bool continuous, unsigned batch)
+{
+    if (perfs_init() < 0)
+        return 0;
+    if (stack_size) {
+        stack_size = (stack_size + 7) & ~7u;
+        if (stack_size > PERFS_MAX_STACK)
+            stack_size = PERFS_MAX_STACK;
+    }
+    return (size_t)page_size +
+           ring_data_size(stack_size, continuous && stack_size ? batch + 8 : 1);
+}
+
 int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t stack_size,
                bool continuous, unsigned batch)
 {
@@ -86,14 +99,11 @@ int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t s
     size_t data = ring_data_size(stack_size, continuous && stack_size ? batch + 8 : 1);
     if (continuous) {
         if (stack_size) {
-            /* The reader reads every `batch` samples on a timer of its own; the kernel
-             * wakes it only when it is 4 samples late, short of the ring's end. */
-            size_t rec = (size_t)stack_size + RECORD_OVERHEAD;
-            size_t wm = rec * ((batch ? batch : 1) + 4);
-            if (wm > data - 2 * rec)
-                wm = data > 3 * rec ? data - 2 * rec : rec;
+            /* The reader reads on a timer of its own. The kernel wakes it (in the target's
+             * sampling interrupt) each time a watermark's worth of bytes has been written,
+             * read or not: the largest watermark, the whole ring, makes that rarest. */
             pa.watermark = 1;
-            pa.wakeup_watermark = (uint32_t)wm;
+            pa.wakeup_watermark = (uint32_t)data;
         } else {
             pa.wakeup_events = 1;
         }

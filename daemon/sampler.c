@@ -386,7 +386,7 @@ static int perf_open(struct target *t, struct thread *th, bool continuous, uint6
     struct perfs_totals pt;
     perfs_get_totals(&pt);
     uint64_t max = memory_max();
-    size_t ring = ((size_t)stack + 256) * (continuous && stack ? batch + 8 : 1) + 8192;
+    size_t ring = perfs_ring_bytes(stack, continuous, batch);
     if (memory_over() || (max && pt.ring_bytes + ring > max / 4) ||
         !memacct_room(memory_samples(), ring))
         return -ENOMEM;

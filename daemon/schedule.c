@@ -92,6 +92,8 @@ double sched_budget_pct(void)
 void sched_set_budget_pct(double pct)
 {
     g.max_cpu_pct = pct;
+    g.mult = 1.0; /* measured against the old budget */
+    g.any_throttled = false;
 }
 
 double sched_effective_hz(const struct sched *s)
@@ -271,13 +273,14 @@ static void cpu_credit_tick(struct sched *s)
 }
 
 /* How many samples the perf source's rings gather between two reads. profd reads them on a
- * timer of its own (cputime_read), every `batch` intervals and at most every 100 ms: a read
- * costs profd a wake-up (17-34 us on this VM) whatever it finds, and the target nothing.
- * The kernel wakes profd only if it is four samples late (a busy machine); that wake-up is
- * paid in the target's interrupt (a cross-CPU wake-up, ~35 us here), which is why the
- * rings are not read that way. The ring holds the batch and 8 samples more: with 16 KiB
- * copies, 512 KiB per running thread. Before a slice the rings are read anyway
- * (sampler_flush). */
+ * timer of its own (cputime_read), every `batch` intervals and at most every 100 ms, while
+ * some thread's ring carries stacks: a read costs profd a wake-up (17-34 us on this VM)
+ * whatever it finds, and the target nothing. The kernel also wakes the reader, paying for it
+ * in the target's sampling interrupt (a cross-CPU wake-up, ~35 us here): once per ring's
+ * worth of samples written (the most its watermark allows), read or not, hence rings sized
+ * for the largest batch and 8 samples more (with 16 KiB copies, 512 KiB per running thread)
+ * whatever the rate, so that a change of rate (the budget) never leaves a ring smaller than
+ * what gathers between two reads. Before a slice the rings are read anyway (sampler_flush). */
 #define CPUTIME_READ_NS (100 * NS_PER_MS)
 #define CPUTIME_BATCH_MAX 16
 
@@ -299,9 +302,15 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents);
  * of CPU, then with stacks: threads that never run cost no ring memory. */
 static int perf_open_as(struct sched *s, struct thread *th, bool stacks)
 {
-    int r = sampler_perf_open_continuous(s->t, th, s->eff_interval_ns, perf_batch(s), stacks);
+    int r = sampler_perf_open_continuous(s->t, th, s->eff_interval_ns, CPUTIME_BATCH_MAX,
+                                         stacks);
     if (r < 0)
         return r;
+    if (stacks && !s->reading) {
+        /* The first ring with stacks: reads on profd's timer from now on. */
+        s->reading = true;
+        timer_result(s, arm_periodic(s, now_ns() + read_period_ns(s), read_period_ns(s)));
+    }
     ev_io_init(&th->perf_io, on_perf, th->ps.fd, EV_READ);
     th->perf_io.data = th;
     ev_io_start(g.loop, &th->perf_io);
@@ -348,17 +357,26 @@ static void account(struct sched *s, uint64_t c0)
     s->win_cost_ns += c;
 }
 
-/* cputime's timer with the perf source: every thread's ring of kernel copies is read. */
+/* cputime's timer with the perf source: every thread's ring of kernel copies is read. With
+ * none left (every thread idle long enough to count only: shrink_idle_rings), the timer is
+ * stopped until a thread's ring carries stacks again: an idle target costs no wake-ups. */
 static void cputime_read(struct sched *s)
 {
     uint64_t c0 = thread_cpu_ns();
+    bool any = false;
     /* A read may grow a thread's ring (a new event): by index, against the count now. */
     for (size_t i = 0; i < s->t->nthreads && s->t->state == T_ATTACHED; i++) {
         struct thread *th = s->t->threads[i];
-        if (th->ps.fd >= 0 && th->ps.continuous && sampler_perf_has_stacks(th))
+        if (th->ps.fd >= 0 && th->ps.continuous && sampler_perf_has_stacks(th)) {
             read_stacks(s, th);
+            any = true;
+        }
     }
     account(s, c0);
+    if (!any) {
+        disarm(s);
+        s->reading = false;
+    }
 }
 
 static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
@@ -368,7 +386,7 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
     struct thread *th = w->data;
     struct sched *s = &th->t->sched;
     if (sampler_perf_has_stacks(th)) {
-        /* The kernel woke profd: its timer is late (cputime_read). */
+        /* The kernel woke profd (once per ring's worth of samples written): read it now. */
         s->ring_wakeups++;
         uint64_t c0 = thread_cpu_ns();
         uint64_t n = read_stacks(s, th);
@@ -482,12 +500,13 @@ static void alarm_tick(struct sched *s, uint64_t now, uint64_t due)
  * their ticks share a few wake-ups per interval instead of taking one each. Each tick stays
  * in its own window on its own grid (on the schedule's clock, its rate exact), at a point
  * set by other targets' random ones. Their timers, re-armed, do not fire for these. */
-static void alarm_coalesce(uint64_t now)
+static void alarm_coalesce(void)
 {
     /* A tick can end schedules (its own target's, or another's whose exit it reaped): the
      * walk starts again from the head when the list changed. A schedule that ticked has
      * left its window (next_ns moved on). */
     struct sched *o = LIST_FIRST(&live_scheds);
+    uint64_t now = now_ns(); /* read again after each tick: a tick takes time */
     while (o) {
         struct sched *next = LIST_NEXT(o, link);
         if (o->mode == SCHED_ALARM && o->running && o->t->state == T_ATTACHED &&
@@ -497,6 +516,7 @@ static void alarm_coalesce(uint64_t now)
             alarm_tick(o, now, now < o->due_ns ? now : o->due_ns);
             if (gen != live_gen)
                 next = LIST_FIRST(&live_scheds);
+            now = now_ns();
         }
         o = next;
     }
@@ -514,7 +534,7 @@ static void on_timer(struct ev_loop *loop, ev_io *w, int revents)
     switch (s->mode) {
     case SCHED_ALARM:
         alarm_tick(s, now, s->due_ns);
-        alarm_coalesce(now);
+        alarm_coalesce();
         break;
     case SCHED_SLEEP:
     case SCHED_EVENT:
@@ -551,8 +571,8 @@ static int start_cputime(struct sched *s)
                 r = 0; /* exiting (or a leader that called pthread_exit): nothing to count */
         }
         if (r == 0) {
-            s->source = CPU_SRC_PERF;
-            return arm_periodic(s, now_ns() + read_period_ns(s), read_period_ns(s));
+            s->source = CPU_SRC_PERF; /* (the reads start with the first ring of stacks) */
+            return 0;
         }
         for (size_t i = 0; i < t->nthreads; i++)
             perf_close(t->threads[i]);
@@ -597,6 +617,7 @@ static void stop_sources(struct sched *s)
 {
     sampler_flush(s->t); /* what the kernel sampled before the change is kept */
     disarm(s);
+    s->reading = false;
     if (s->have_cpu_timer) {
         timer_delete(s->cpu_timer);
         s->have_cpu_timer = false;
@@ -805,7 +826,7 @@ static int rearm(struct sched *s, uint64_t now)
                     log_warn("pid %d: thread %d keeps its previous sampling period: "
                              "PERF_EVENT_IOC_PERIOD: %s", s->t->pid, th->tid, strerror(errno));
             }
-            return arm_periodic(s, now + read_period_ns(s), read_period_ns(s));
+            return s->reading ? arm_periodic(s, now + read_period_ns(s), read_period_ns(s)) : 0;
         }
         if (s->source == CPU_SRC_TIMER)
             return timer_set(s, s->eff_interval_ns);
@@ -868,8 +889,11 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
         if (s->timer_err)
             timer_result(s, rearm(s, now));
     }
-    if (!n)
+    if (!n) {
+        g.mult = 1.0;
+        g.any_throttled = false;
         return;
+    }
     /* What the ticks do not see costs too: stops that arrive after their tick, the loop
      * itself. Sampling is nearly all the loop does, so the whole loop is held to the budget:
      * each target's demand is scaled by the loop's CPU over the ticks' own. */
@@ -880,6 +904,7 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
     }
     struct sched **v = xmalloc(n * sizeof(*v));
     size_t k = 0;
+    bool late = false; /* some target missed ticks: the loop lacked CPU, whatever it used */
     LIST_FOREACH(s, &live_scheds, link) {
         if (s->t->state != T_ATTACHED)
             continue;
@@ -888,6 +913,7 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
         if (secs <= 0)
             secs = BUDGET_PERIOD_S;
         uint64_t missed = s->missed - s->win_missed;
+        late |= missed > 0;
         s->recent_hz = (double)s->win_ticks / secs;
         /* Samples, counted here: a stop can complete after its tick. */
         s->recent_sps = (double)(t->stats.samples - s->win_samples) / secs;
@@ -930,15 +956,22 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
          * division would leave part of the budget unused for good (100 services of 10
          * threads at 101 Hz: 66 Hz where the budget allowed ~87). What the loop really used
          * corrects them: while targets are throttled, the shares are multiplied by budget /
-         * used (by at most 1.25 or 0.8 a period), so that the loop converges on its budget. */
+         * used (by at most 1.25 or 0.8 a period), so that the loop converges on its budget.
+         * Not upwards when targets missed ticks: then the loop used little because it waited
+         * for a CPU (a busy machine), and raising the rates would only make it later (and,
+         * once the CPU is back, use several times its budget until the correction came back
+         * down). With no target throttled the correction decays towards 1 (not reset at
+         * once: that would throttle and unthrottle by turns around the budget). */
         if (win_s > 0 && g.any_throttled) {
             double used = (double)loop_win / win_s;
             double f = used > 0 ? g.avail / used : 1.25;
             f = f > 1.25 ? 1.25 : f < 0.8 ? 0.8 : f;
+            if (f > 1.0 && late)
+                f = 1.0;
             g.mult *= f;
             g.mult = g.mult > 4.0 ? 4.0 : g.mult < 0.25 ? 0.25 : g.mult;
         } else if (!g.any_throttled) {
-            g.mult = 1.0;
+            g.mult = 1.0 + (g.mult - 1.0) * 0.5;
         }
         g.any_throttled = false;
         qsort(v, n, sizeof(*v), by_demand);
