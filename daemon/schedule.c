@@ -284,10 +284,15 @@ static void cpu_credit_tick(struct sched *s)
 #define CPUTIME_READ_NS (100 * NS_PER_MS)
 #define CPUTIME_BATCH_MAX 16
 
+static unsigned batch_at(uint64_t interval_ns)
+{
+    uint64_t n = CPUTIME_READ_NS / (interval_ns ? interval_ns : 1);
+    return n < 1 ? 1 : n > CPUTIME_BATCH_MAX ? CPUTIME_BATCH_MAX : (unsigned)n;
+}
+
 static unsigned perf_batch(const struct sched *s)
 {
-    uint64_t n = CPUTIME_READ_NS / (s->eff_interval_ns ? s->eff_interval_ns : 1);
-    return n < 1 ? 1 : n > CPUTIME_BATCH_MAX ? CPUTIME_BATCH_MAX : (unsigned)n;
+    return batch_at(s->eff_interval_ns);
 }
 
 /* The period of cputime's ring reads. */
@@ -302,11 +307,13 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents);
  * of CPU, then with stacks: threads that never run cost no ring memory. */
 static int perf_open_as(struct sched *s, struct thread *th, bool stacks)
 {
-    int r = sampler_perf_open_continuous(s->t, th, s->eff_interval_ns, CPUTIME_BATCH_MAX,
+    /* The ring is sized for the batch at the requested rate: the budget only ever lowers it
+     * (a new rate asked for opens new events). */
+    int r = sampler_perf_open_continuous(s->t, th, s->eff_interval_ns, batch_at(s->interval_ns),
                                          stacks);
     if (r < 0)
         return r;
-    if (stacks && !s->reading) {
+    if (sampler_perf_has_stacks(th) && !s->reading) {
         /* The first ring with stacks: reads on profd's timer from now on. */
         s->reading = true;
         timer_result(s, arm_periodic(s, now_ns() + read_period_ns(s), read_period_ns(s)));
@@ -754,6 +761,8 @@ void sched_thread_added(struct sched *s, struct thread *th)
 
 void sched_thread_removed(struct sched *s, struct thread *th)
 {
+    /* (What its ring sampled since the last read, up to 100 ms, is dropped: it may be
+     * removed at an exec, when its copies no longer match the maps.) */
     (void)s;
     perf_close(th);
 }
@@ -802,10 +811,15 @@ static void shrink_idle_rings(struct sched *s, uint64_t now)
         struct thread *th = s->t->threads[i];
         if (!sampler_perf_has_stacks(th) || !th->ps.continuous)
             continue;
-        if (!th->perf_last_ns)
+        if (!th->perf_last_ns) {
             th->perf_last_ns = now; /* opened since the last look */
-        else if (now - th->perf_last_ns > RING_IDLE_NS && perf_open_as(s, th, false) == 0)
-            th->perf_last_ns = 0;
+        } else if (now - th->perf_last_ns > RING_IDLE_NS) {
+            uint64_t c0 = thread_cpu_ns();
+            read_stacks(s, th); /* what it sampled since the last read */
+            account(s, c0);
+            if (th->ps.continuous && perf_open_as(s, th, false) == 0)
+                th->perf_last_ns = 0;
+        }
     }
 }
 
@@ -852,8 +866,10 @@ static void set_scale(struct sched *s, double scale, uint64_t now)
         /* A new grid from now; a tick of the old one due now is missed (re-arming forgets
          * it). */
         uint64_t due;
-        if (read(s->tfd, &due, sizeof(due)) == sizeof(due))
+        if (read(s->tfd, &due, sizeof(due)) == sizeof(due)) {
             s->missed += due;
+            s->win_missed += due; /* the budget's doing: not a sign of a starved loop */
+        }
     }
     timer_result(s, rearm(s, now));
 }
