@@ -422,7 +422,15 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
     /* The period stays exact here (as with perf record -c): re-setting it at each overflow
      * (to randomize it, as credit() does) restarts the count from the ioctl, which lost the
      * ~0.1 ms since the overflow: 8% of the samples at 999 Hz. */
+    struct target *t = th->t;
+    pid_t tid = th->tid;
     run_tick(s, now_ns(), true);
+    /* The tick waited for its stops, handling every tracee's events meanwhile: th may have
+     * exited and been freed (found by ASan in test_chaos: a use after free here). The
+     * target is freed only after the callback. */
+    th = target_thread(t, tid);
+    if (!th)
+        return;
     /* It runs: from now on the kernel copies its stack at each sample (its first sample
      * above was a stop). */
     if (s->running && th->t->sampler != SAMPLER_PTRACE && !th->perf_refused &&

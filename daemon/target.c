@@ -129,6 +129,12 @@ static struct thread *thread_find(pid_t tid)
     return NULL;
 }
 
+struct thread *target_thread(const struct target *t, pid_t tid)
+{
+    struct thread *th = thread_find(tid);
+    return th && th->t == t ? th : NULL;
+}
+
 /* Read /proc/PID/task/TID/stat: the thread's name and whether it is a zombie. */
 static int read_thread_stat(pid_t pid, pid_t tid, char name[16], bool *zombie)
 {

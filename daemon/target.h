@@ -237,6 +237,8 @@ void targets_housekeeping(uint64_t now);
  * its sample anyway while its thread has fewer than two in it. */
 void target_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns);
 /* Change the rate of t (and the bound of its buffer with it). */
+/* t's thread tid, or NULL (it exited, and was freed). */
+struct thread *target_thread(const struct target *t, pid_t tid);
 void target_set_hz(struct target *t, unsigned hz);
 
 /* Resume a thread from a ptrace stop, passing sig (0 for none). ESRCH is ignored: the thread
