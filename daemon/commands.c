@@ -14,6 +14,7 @@
 #include "fds.h"
 #include "lateness.h"
 #include "log.h"
+#include "schedule.h"
 #include "memory.h"
 #include "modules.h"
 #include "perms.h"
@@ -98,7 +99,7 @@ static cJSON *target_summary(const struct target *t, uint64_t now)
     cJSON_AddStringToObject(o, "state", target_state_name(t->state));
     cJSON_AddNumberToObject(o, "threads", (double)t->nthreads);
     cJSON_AddNumberToObject(o, "hz", t->hz);
-    cJSON_AddStringToObject(o, "mode", sched_mode_name(t->sched.mode));
+    cJSON_AddStringToObject(o, "mode", sched_mode_name(t->sched->mode));
     cJSON_AddNumberToObject(o, "buffer_s", (double)(t->buffer_ns / NS_PER_SEC));
     cJSON_AddNumberToObject(o, "samples", (double)t->stats.samples);
     cJSON_AddNumberToObject(o, "buffered", (double)t->ring.len);
@@ -119,9 +120,9 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     double secs = end > t->attach_ns ? (double)(end - t->attach_ns) / 1e9 : 0;
     cJSON_AddNumberToObject(o, "ticks", (double)s->ticks);
     cJSON_AddNumberToObject(o, "achieved_hz", secs > 0 ? (double)s->ticks / secs : 0);
-    cJSON_AddItemToObject(o, "sampling", sched_describe(&t->sched));
+    cJSON_AddItemToObject(o, "sampling", sched_describe(t->sched));
     /* alarm: how late its ticks ran against the grid (the loop thread busy elsewhere). */
-    cJSON_AddItemToObject(o, "tick_lateness", lateness_describe(&t->sched.lateness));
+    cJSON_AddItemToObject(o, "tick_lateness", lateness_describe(&t->sched->lateness));
     cJSON *k = cJSON_AddObjectToObject(o, "sampled");
     cJSON_AddNumberToObject(k, "stopped", (double)s->samples_stopped);
     cJSON_AddNumberToObject(k, "blocked_without_stop", (double)s->samples_blocked);
@@ -416,7 +417,7 @@ static cJSON *cmd_attach(struct request *r)
     if (e < 0)
         return proto_error_reply(r->id, errno_code(-e), "%s", why);
     struct target *t;
-    e = target_attach(r->pid, mode, (unsigned)hz, buffer_ns, sampler, &t, why, sizeof(why));
+    e = sched_attach(r->pid, mode, (unsigned)hz, buffer_ns, sampler, &t, why, sizeof(why));
     if (e < 0)
         return proto_error_reply(r->id, errno_code(-e), "%s",
                                  why[0] ? why : strerror(-e));
@@ -438,9 +439,9 @@ static cJSON *cmd_configure(struct request *r)
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"hz\" must be an integer from 1 to %u",
                                  server_cfg.max_hz);
     enum sched_mode mode;
-    if (get_mode(r->req, t->sched.mode, &mode) < 0)
+    if (get_mode(r->req, t->sched->mode, &mode) < 0)
         return proto_error_reply(r->id, PE_BAD_REQUEST, BAD_MODE);
-    int e = sched_reconfigure(&t->sched, mode, (unsigned)hz);
+    int e = sched_reconfigure(t->sched, mode, (unsigned)hz);
     if (e < 0)
         return proto_error_reply(r->id, PE_INTERNAL, "cannot start the %s schedule: %s",
                                  sched_mode_name(mode), strerror(-e));
@@ -448,7 +449,7 @@ static cJSON *cmd_configure(struct request *r)
     log_info("client pid %d: %d now sampled %s at %u Hz", r->c->peer.pid, t->pid,
              sched_mode_name(mode), t->hz);
     cJSON *res = target_summary(t, now_ns());
-    cJSON_AddItemToObject(res, "sampling", sched_describe(&t->sched));
+    cJSON_AddItemToObject(res, "sampling", sched_describe(t->sched));
     return result_reply(r->id, res);
 }
 
@@ -801,7 +802,7 @@ static cJSON *cmd_slice(struct request *r)
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"thread_ids\" must be a boolean");
     /* In event mode a valid slice request is an event: a sample now. A window that ends now
      * (the default) then ends with it. */
-    if (r->t->state == T_ATTACHED && sched_event(&r->t->sched)) {
+    if (r->t->state == T_ATTACHED && sched_event(r->t->sched)) {
         if (!has_last && !has_to)
             to = r->t->state == T_EXITED ? r->t->exit_ns : now_ns();
         else if (has_last && r->t->state != T_EXITED)
@@ -989,8 +990,8 @@ static cJSON *cmd_txn_start(struct request *r)
      * thread is sampled at its boundaries (at most once an interval), so even one shorter
      * than the interval can have the two samples Sentry needs. */
     t = target_find(pid);
-    if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
-        target_sample_boundary(t, (pid_t)tid, now_ns(), 0);
+    if (t && t->state == T_ATTACHED && !sched_event(t->sched))
+        sampler_sample_boundary(t, (pid_t)tid, now_ns(), 0);
     if (noreply)
         return NULL;
     cJSON *res = cJSON_CreateObject();
@@ -1060,8 +1061,8 @@ static cJSON *cmd_txn_finish(struct request *r)
     struct target *t = target_find(pid);
     if (t && t->state == T_EXITED)
         t = NULL; /* a previous process of this pid (the caller lives): not its samples */
-    if (t && t->state == T_ATTACHED && !sched_event(&t->sched))
-        target_sample_boundary(t, x->tid, now_ns(), x->start_ns); /* as at the start */
+    if (t && t->state == T_ATTACHED && !sched_event(t->sched))
+        sampler_sample_boundary(t, x->tid, now_ns(), x->start_ns); /* as at the start */
     /* The profile names its thread: as it is called now. A thread that named itself just
      * after profd first read its name would otherwise keep the name it was born with until
      * the next refresh (housekeeping, once a second). */

@@ -21,6 +21,7 @@
 #include "modules.h"
 #include "sampler.h"
 #include "sdnotify.h"
+#include "schedule.h"
 #include "server.h"
 #include "symhelper.h"
 #include "target.h"
@@ -192,7 +193,7 @@ static void notify_status(void)
         n++;
         if (t->state == T_ATTACHED) {
             attached++;
-            rate += t->sched.recent_hz;
+            rate += t->sched->recent_hz;
         }
     }
     snprintf(now, sizeof(now), "%u processes sampled, %.0f ticks/s in all%s", attached, rate,
@@ -207,7 +208,7 @@ static void notify_status(void)
 static void on_sigchld(struct ev_loop *l, ev_signal *w, int revents)
 {
     (void)l, (void)w, (void)revents;
-    targets_reap();
+    sampler_reap();
     commands_stops_reaped();
 }
 
@@ -363,7 +364,10 @@ int main(int argc, char **argv)
     server_start_ns = now_ns();
     if (sampler_init((size_t)live.max_stack_kib * 1024) < 0)
         fatal("out of memory");
-    targets_init(loop);
+    targets_init(loop, &sched_target_hooks);
+    memory_count_with(targets_memory, server_memory);
+    server_init(&(struct server_handlers){.dispatch = commands_dispatch,
+                                          .client_gone = txn_client_gone});
     int r = sched_global_init(loop, live.cputime_source, live.max_cpu);
     if (r < 0)
         fatal("cannot set up the sampling schedules: %s", strerror(-r));

@@ -8,14 +8,19 @@
 
 #include <cjson/cJSON.h>
 
-#include "server.h"
-#include "target.h"
 
 static uint64_t max_memory;
 static struct memacct samples;
 static size_t slices, txns;
 static _Atomic size_t symbolizer;
 static uint64_t refused_targets, refused_slices;
+static size_t (*targets_held)(void), (*clients_held)(void);
+
+void memory_count_with(size_t (*targets)(void), size_t (*clients)(void))
+{
+    targets_held = targets;
+    clients_held = clients;
+}
 
 /* Everything but the samples. */
 static size_t not_samples(void)
@@ -73,11 +78,11 @@ void memory_symbolizer_set(size_t bytes)
 
 void memory_get(struct memory_parts *p)
 {
-    size_t all_targets = targets_memory();
+    size_t all_targets = targets_held ? targets_held() : 0;
     p->samples = samples.used;
     p->targets = all_targets > samples.used ? all_targets - samples.used : 0;
     p->slices = slices;
-    p->clients = server_memory();
+    p->clients = clients_held ? clients_held() : 0;
     p->transactions = txns;
     p->symbolizer = atomic_load(&symbolizer);
     p->total = p->samples + p->targets + p->slices + p->clients + p->transactions +

@@ -25,6 +25,9 @@ struct cJSON;
 /* max_memory in bytes (0: no bound). May be called again (reload): a lower bound applies to
  * growth from then on. */
 void memory_configure(uint64_t max_memory);
+/* What the parts it does not count itself hold now: every target (rings and stack tables
+ * included), and the connected clients' buffers. Set once, at start. */
+void memory_count_with(size_t (*targets)(void), size_t (*clients)(void));
 uint64_t memory_max(void);
 /* The count every target's ring and stack table share (their acct), and the perf events'
  * rings (sampler.c). */

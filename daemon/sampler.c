@@ -1,6 +1,11 @@
-/* sampler.c: the sample path. Nothing here symbolizes, allocates per frame or opens files
- * while a thread is stopped: the stop covers PTRACE_GETREGS, one process_vm_readv of the
- * stack and PTRACE_CONT; the unwind runs from the copy after the thread is running again. */
+/* sampler.c: the sample path, every way a sample is taken: a thread that has not run (its
+ * last stack again), one blocked in a system call (/proc and a copy, no stop), a running one
+ * from the kernel's copy (its perf event's ring) or by a ptrace stop (interrupt, the wait for
+ * the stop through target.c, GETREGS and the copy, resume); then the unwind, the stack table
+ * and the ring. The schedule calls it; it calls target.c and the layers below, never back.
+ * Nothing here symbolizes, allocates per frame or opens files while a thread is stopped: the
+ * stop covers PTRACE_GETREGS, one process_vm_readv of the stack and PTRACE_CONT; the unwind
+ * runs from the copy after the thread is running again. */
 #include "sampler.h"
 
 #include <errno.h>
@@ -80,14 +85,6 @@ void sampler_finish(void)
     have_stop_timer = false;
     free(snap.data);
     memset(&snap, 0, sizeof(snap));
-}
-
-void sampler_thread_reset(struct thread *th)
-{
-    if (th->last_stack != STACK_NONE)
-        stacks_unref(&th->t->stacks, th->last_stack);
-    th->last_stack = STACK_NONE;
-    th->have_sched = false;
 }
 
 /* Record one sample (the ring takes over the stack reference). when: the time the stack was
@@ -344,10 +341,7 @@ void sampler_drain_thread(struct target *t, struct thread *th)
     uint64_t t0 = thread_cpu_ns();
     if (perfs_drain(&th->ps, &snap, on_perf_sample, &c, &lost))
         t->stats.ns_perf += thread_cpu_ns() - t0;
-    if (lost) {
-        t->stats.perf_lost += lost;
-        t->sched.missed += lost;
-    }
+    t->stats.perf_lost += lost; /* (missed ticks too: the schedule counts them) */
 }
 
 void sampler_flush(struct target *t)
@@ -355,17 +349,6 @@ void sampler_flush(struct target *t)
     for (size_t i = 0; i < t->nthreads; i++)
         if (t->threads[i]->ps.fd >= 0 && t->threads[i]->ps.stack_size)
             sampler_drain_thread(t, t->threads[i]);
-}
-
-void sampler_perf_close(struct thread *th)
-{
-    if (th->ps.fd < 0)
-        return;
-    if (ev_is_active(&th->perf_io))
-        ev_io_stop(th->t->sched.loop, &th->perf_io);
-    memacct_sub(memory_samples(), perfs_bytes(&th->ps));
-    perfs_close(&th->ps);
-    fds_give(1);
 }
 
 bool sampler_perf_has_stacks(const struct thread *th)
@@ -409,7 +392,7 @@ static int perf_open(struct target *t, struct thread *th, bool continuous, uint6
 int sampler_perf_open_continuous(struct target *t, struct thread *th, uint64_t period_ns,
                                  unsigned batch, bool stacks)
 {
-    sampler_perf_close(th);
+    target_thread_perf_close(th);
     uint32_t stack = t->sampler == SAMPLER_PTRACE || !stacks || th->perf_refused ? 0
                                                                                 : want_stack(th);
     int r = perf_open(t, th, true, period_ns, stack, batch);
@@ -466,7 +449,7 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
         return false;
     }
     if (th->ps.fd >= 0 && th->ps.stack_size < want_stack(th))
-        sampler_perf_close(th);
+        target_thread_perf_close(th);
     if (th->ps.fd < 0) {
         int r = perf_open(t, th, false, ONESHOT_PERIOD_NS, want_stack(th), 1);
         if (r < 0) {
@@ -483,7 +466,7 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
          * lost the one-shot (tests/bench/oneshot_refresh: a few in a thousand re-arms here),
          * which would leave a running thread unsampled for good. After two intervals it is
          * asked for again (counted as expired). */
-        if (tick_ns - th->ps.armed_ns < 2 * t->sched.eff_interval_ns) {
+        if (tick_ns - th->ps.armed_ns < 2 * t->interval_ns) {
             t->stats.skipped_pending++;
             return true;
         }
@@ -506,7 +489,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
     if (th->schedstat_fd < 0 || th->syscall_fd < 0) {
         /* Without its /proc files (profd's descriptors for threads are used up, fds.h)
          * whether it ran or waits cannot be seen: stop it for its stack. */
-        sampler_thread_reset(th);
+        target_thread_forget_stack(th);
         th->blk_valid = false;
         return interrupt(t, th, tick_ns);
     }
@@ -531,7 +514,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             return false;
         }
         th->stop_eintr = false;
-        sampler_thread_reset(th);
+        target_thread_forget_stack(th);
         th->blk_valid = false;
         if (perf_oneshot(t, th, tick_ns))
             return false;
@@ -584,7 +567,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             set_last(th, id, run, pcount);
             learn_perf_stack(th, si.sp);
         } else {
-            sampler_thread_reset(th);
+            target_thread_forget_stack(th);
         }
         push(t, th, now_ns(), id);
         t->stats.samples_blocked++;
@@ -608,7 +591,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             t->stats.skipped_resuming++;
         return false;
     }
-    sampler_thread_reset(th);
+    target_thread_forget_stack(th);
     th->blk_valid = false;
     if (perf_oneshot(t, th, tick_ns))
         return false;
@@ -678,11 +661,32 @@ static inline void cpu_relax(void)
 #endif
 }
 
+static void sample_stopped(struct thread *th);
+
+/* One ptrace event or child exit (targets_wait_event): a stop we asked for is sampled here,
+ * the rest is target.c's. Returns as targets_wait_event. */
+static int wait_event(bool block)
+{
+    struct thread *th;
+    int r = targets_wait_event(block, &th);
+    if (th) {
+        sample_stopped(th);
+        targets_sample_done(th);
+    }
+    return r;
+}
+
+void sampler_reap(void)
+{
+    while (wait_event(false) > 0)
+        ;
+}
+
 /* Poll for the stops until `until`. Returns the number still pending. */
 static unsigned spin_for_stops(struct target *t, unsigned pending, uint64_t until)
 {
     while (pending && t->state == T_ATTACHED) {
-        int r = targets_wait_event(false);
+        int r = wait_event(false);
         if (r < 0)
             return 0; /* ECHILD: nothing traced any more */
         if (r > 0) {
@@ -706,7 +710,7 @@ static void sleep_for_stops(struct target *t, unsigned pending, uint64_t wait)
         return;
     }
     while (pending && !stop_timer_fired && t->state == T_ATTACHED) {
-        int r = targets_wait_event(true);
+        int r = wait_event(true);
         if (r == -EINTR)
             continue;
         if (r < 0)
@@ -720,7 +724,7 @@ static void sleep_for_stops(struct target *t, unsigned pending, uint64_t wait)
 
 static void await_stops(struct target *t, unsigned pending)
 {
-    uint64_t wait = t->sched.eff_interval_ns / 4;
+    uint64_t wait = t->interval_ns / 4;
     if (wait > STOP_WAIT_MAX_NS)
         wait = STOP_WAIT_MAX_NS;
     uint64_t spin = pending < (unsigned)ncpus ? SPIN_NS : SPIN_BUSY_NS;
@@ -737,7 +741,7 @@ static void await_stops(struct target *t, unsigned pending)
     sigaddset(&chld, SIGCHLD);
     struct timespec zero = {0, 0};
     sigtimedwait(&chld, NULL, &zero);
-    targets_reap();
+    sampler_reap();
 }
 
 /* await_stops, its CPU time counted as the stops' (profd's cost of the ptrace path). */
@@ -768,7 +772,8 @@ static bool sample_wall(struct target *t, struct thread *th, uint64_t tick_ns)
     return sample_thread(t, th, tick_ns, false);
 }
 
-void sampler_sample_one(struct target *t, struct thread *th, uint64_t tick_ns)
+/* One thread, now, as a tick would (a transaction's boundary on the thread running it). */
+static void sample_one(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     if (t->state != T_ATTACHED || th->zombie || !th->born)
         return;
@@ -777,6 +782,44 @@ void sampler_sample_one(struct target *t, struct thread *th, uint64_t tick_ns)
     boundary = false;
     if (stopped)
         await_counted(t, 1);
+}
+
+/* Whether thread tid has at least two samples since `since` (ring entries are in time
+ * order). Looks at most at SCAN_LIMIT entries: beyond, it answers no (one sample more is
+ * cheap; a long scan on the loop is not). */
+#define SCAN_LIMIT 4096
+static bool two_samples_since(const struct target *t, pid_t tid, uint64_t since)
+{
+    size_t n = 0;
+    for (size_t i = ring_lower_bound(&t->ring, since), k = 0;
+         i < t->ring.len && k < SCAN_LIMIT; i++, k++)
+        if (ring_at(&t->ring, i)->tid == tid && ++n == 2)
+            return true;
+    return false;
+}
+
+void sampler_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns)
+{
+    if (t->state != T_ATTACHED || tid <= 0)
+        return;
+    struct thread *th = target_thread(t, tid);
+    if (!th)
+        return;
+    /* At most one boundary sample per interval and thread: a stream of transactions
+     * shorter than an interval must not multiply the stop rate. Except at the finish of a
+     * transaction that lasted an interval or more and still has fewer than the two samples
+     * of its thread Sentry needs (relay drops a profile with one): its start's sample was
+     * skipped for the previous transaction's finish, and no tick landed in it (a starved
+     * daemon). Those cost at most one sample per interval too. */
+    uint64_t iv = t->interval_ns;
+    if (th->boundary_ns && now - th->boundary_ns < iv &&
+        !(window_ns && now - window_ns >= iv && !two_samples_since(t, tid, window_ns))) {
+        t->stats.boundary_skipped++;
+        return;
+    }
+    th->boundary_ns = now;
+    t->stats.boundary_taken++;
+    sample_one(t, th, now);
 }
 
 void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
@@ -829,7 +872,8 @@ static void young_name(struct thread *th)
         target_thread_refresh_name(th);
 }
 
-void sampler_on_stop(struct thread *th)
+/* th is in the interrupt stop we asked for: copy regs and stack, resume it, unwind. */
+static void sample_stopped(struct thread *th)
 {
     struct target *t = th->t;
     uint64_t stopped = now_ns();

@@ -8,17 +8,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-struct target;
-struct thread;
+#include "target.h"
 
-/* How running threads are sampled. The blocked ones are always read from /proc and copied
- * without a stop; idle ones reuse their last stack. */
-enum sampler_kind {
-    SAMPLER_AUTO,   /* the kernel's copy (perf) where the kernel gives it, else a stop */
-    SAMPLER_PERF,   /* the kernel's copy; an attach fails where perf events are refused
-                       (stacks deeper than the kernel copies are still taken by a stop) */
-    SAMPLER_PTRACE, /* a ptrace stop */
-};
 const char *sampler_kind_name(enum sampler_kind k);
 int sampler_kind_parse(const char *s, enum sampler_kind *out);
 /* Can process pid be sampled from the kernel's copy? 0, or -errno of perf_event_open (and
@@ -29,8 +20,6 @@ int sampler_probe(pid_t pid);
 void sampler_flush(struct target *t);
 /* Read th's ring (its perf event woke us, or a flush). */
 void sampler_drain_thread(struct target *t, struct thread *th);
-/* Close th's perf event (the thread is gone, or the schedule changes). */
-void sampler_perf_close(struct thread *th);
 /* Open th's continuous perf event for cputime: with stacks (unless the sampler is ptrace,
  * or its ring could not be had before) or counting only. Returns 0 or -errno. */
 int sampler_perf_open_continuous(struct target *t, struct thread *th, uint64_t period_ns,
@@ -50,9 +39,12 @@ void sampler_finish(void);
  * cpu_only, only the threads marked cpu_due, and only if they are on a CPU (running, or
  * runnable): on-CPU stacks for the cputime schedule. */
 void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only);
-/* One thread, now, as a tick would (a transaction's boundary on the thread running it). */
-void sampler_sample_one(struct target *t, struct thread *th, uint64_t tick_ns);
-/* th is in the interrupt stop we asked for: copy regs and stack, resume it, unwind. */
-void sampler_on_stop(struct thread *th);
-/* Release a thread's sampler state (its last-stack reference). */
-void sampler_thread_reset(struct thread *th);
+/* A transaction's boundary: sample thread tid of t now (if it is one of its threads),
+ * unless it had a boundary sample less than one (effective) interval ago, so that a stream
+ * of short transactions cannot raise the sampling rate beyond twice the schedule's. At a
+ * finish, window_ns is the transaction's start: one that lasted an interval or more gets
+ * its sample anyway while its thread has fewer than two in it. */
+void sampler_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns);
+/* Handle every pending ptrace event and child exit (targets_wait_event until none), taking
+ * the samples of the stops we asked for among them. */
+void sampler_reap(void);

@@ -2,9 +2,11 @@
 #include "schedule.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -330,11 +332,6 @@ static int perf_open(struct sched *s, struct thread *th)
     return perf_open_as(s, th, false);
 }
 
-static void perf_close(struct thread *th)
-{
-    sampler_perf_close(th);
-}
-
 /* Read a thread's ring of kernel copies: no stop, the samples are recorded as they are
  * read. Returns how many; the caller accounts the CPU. */
 static uint64_t read_stacks(struct sched *s, struct thread *th)
@@ -391,7 +388,7 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
     (void)loop;
     (void)revents;
     struct thread *th = w->data;
-    struct sched *s = &th->t->sched;
+    struct sched *s = th->t->sched;
     if (sampler_perf_has_stacks(th)) {
         /* The kernel woke profd (once per ring's worth of samples written): read it now. */
         s->ring_wakeups++;
@@ -570,6 +567,15 @@ static void set_interval(struct sched *s)
 {
     s->interval_ns = NS_PER_SEC / (s->hz ? s->hz : 1);
     s->eff_interval_ns = (uint64_t)((double)s->interval_ns / s->scale);
+    s->t->interval_ns = s->eff_interval_ns;
+}
+
+/* Samples the kernel dropped (the sampler counts them in the target's perf_lost) are
+ * missed too. */
+static void fold_lost(struct sched *s)
+{
+    s->missed += s->t->stats.perf_lost - s->lost_seen;
+    s->lost_seen = s->t->stats.perf_lost;
 }
 
 static int start_cputime(struct sched *s)
@@ -590,7 +596,7 @@ static int start_cputime(struct sched *s)
             return 0;
         }
         for (size_t i = 0; i < t->nthreads; i++)
-            perf_close(t->threads[i]);
+            target_thread_perf_close(t->threads[i]);
         log_info("pid %d: perf task-clock events unavailable (%s)%s", t->pid, strerror(-r),
                  want == CPU_SRC_PERF ? "" : ": trying a CPU-clock timer");
         if (want == CPU_SRC_PERF)
@@ -638,7 +644,7 @@ static void stop_sources(struct sched *s)
         s->have_cpu_timer = false;
     }
     for (size_t i = 0; i < s->t->nthreads; i++)
-        perf_close(s->t->threads[i]); /* continuous or one-shot: the next mode opens its own */
+        target_thread_perf_close(s->t->threads[i]); /* continuous or one-shot: the next mode opens its own */
 }
 
 static void fold_throttled(struct sched *s, uint64_t now)
@@ -668,6 +674,7 @@ int sched_start(struct sched *s, struct ev_loop *loop, struct target *t, enum sc
     memset(s, 0, sizeof(*s));
     s->loop = loop;
     s->t = t;
+    s->lost_seen = t->stats.perf_lost;
     s->mode = mode;
     s->hz = hz;
     s->scale = 1.0;
@@ -757,8 +764,10 @@ bool sched_event(struct sched *s)
     return true;
 }
 
-void sched_thread_added(struct sched *s, struct thread *th)
+
+static void on_thread_added(struct thread *th)
 {
+    struct sched *s = th->t->sched;
     if (s->running && s->mode == SCHED_CPUTIME && s->source == CPU_SRC_PERF) {
         int r = perf_open(s, th);
         if (r < 0)
@@ -767,18 +776,61 @@ void sched_thread_added(struct sched *s, struct thread *th)
     }
 }
 
-void sched_thread_removed(struct sched *s, struct thread *th)
+static void on_target_stopped(struct target *t)
 {
-    /* (What its ring sampled since the last read, up to 100 ms, is dropped: it may be
-     * removed at an exec, when its copies no longer match the maps.) */
-    (void)s;
-    perf_close(th);
+    sched_stop(t->sched);
+}
+
+const struct target_hooks sched_target_hooks = {
+    .thread_added = on_thread_added,
+    .stopped = on_target_stopped,
+};
+
+int sched_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
+                 enum sampler_kind sampler, struct target **out, char *why, size_t whylen)
+{
+    why[0] = '\0';
+    struct target *old = target_find(pid);
+    if (sampler == SAMPLER_PERF && pid > 0 && (!old || target_is_previous(old))) {
+        /* Asked for the kernel's copies only: refused now rather than stopping threads. */
+        int r = sampler_probe(pid);
+        if (r < 0 && r != -ESRCH) {
+            snprintf(why, whylen, "sampler perf: the kernel refuses a perf event on process "
+                     "%d (%s; profd needs CAP_PERFMON or kernel.perf_event_paranoid <= 1 and "
+                     "room under its locked-memory limits)", pid, strerror(-r));
+            return r == -EMFILE || r == -ENFILE || r == -ENOMEM ? r : -EPERM;
+        }
+    }
+    struct target *t;
+    int r = target_attach(pid, hz, buffer_ns, sampler, xcalloc(1, sizeof(struct sched)), &t,
+                          why, whylen);
+    if (r < 0)
+        return r;
+    r = sched_start(t->sched, g.loop, t, mode, hz);
+    if (r < 0) {
+        /* Seized, but profd cannot sample it: released. The client did nothing wrong: -EIO
+         * with the reason, unless the process is gone. */
+        snprintf(why, whylen, "cannot start the %s schedule: %s", sched_mode_name(mode),
+                 strerror(-r));
+        log_warn("pid %d: attach failed: %s", pid, why);
+        target_detach(t, NULL, NULL);
+        return r == -ESRCH ? r : -EIO;
+    }
+    log_info("attached to %d (%s), %zu threads, %s at %u Hz%s%s, %" PRIu64 " s buffer", pid,
+             t->comm, t->nthreads, sched_mode_name(mode), hz,
+             mode == SCHED_CPUTIME ? " of CPU time, source " : "",
+             mode == SCHED_CPUTIME ? cpu_source_name(t->sched->source) : "",
+             buffer_ns / NS_PER_SEC);
+    *out = t;
+    return 0;
 }
 
 struct cJSON *sched_describe(const struct sched *s)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "mode", sched_mode_name(s->mode));
+    if (!s->t)
+        return o; /* never started (an attach that failed, being undone) */
     cJSON_AddStringToObject(o, "sampler", sampler_kind_name(s->t->sampler));
     if (s->mode == SCHED_CPUTIME)
         cJSON_AddStringToObject(o, "cputime_source", cpu_source_name(s->source));
@@ -792,7 +844,8 @@ struct cJSON *sched_describe(const struct sched *s)
     cJSON_AddNumberToObject(o, "recent_ticks_per_s", s->recent_hz);
     cJSON_AddNumberToObject(o, "recent_samples_per_s", s->recent_sps);
     cJSON_AddNumberToObject(o, "ticks", (double)s->ticks);
-    cJSON_AddNumberToObject(o, "missed", (double)s->missed);
+    uint64_t lost = s->t->stats.perf_lost - s->lost_seen;
+    cJSON_AddNumberToObject(o, "missed", (double)(s->missed + lost));
     if (s->mode == SCHED_EVENT)
         cJSON_AddNumberToObject(o, "event_samples", (double)s->events);
     if (s->mode == SCHED_ALARM)
@@ -936,6 +989,7 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
         double secs = (double)(now - s->win_start_ns) / 1e9;
         if (secs <= 0)
             secs = BUDGET_PERIOD_S;
+        fold_lost(s);
         uint64_t missed = s->missed - s->win_missed;
         late |= missed > 0;
         s->recent_hz = (double)s->win_ticks / secs;

@@ -28,9 +28,11 @@
 #include <ev.h>
 
 #include "lateness.h"
+#include "sampler.h"
 
 struct target;
 struct thread;
+struct target_hooks;
 
 enum sched_mode { SCHED_SLEEP, SCHED_EVENT, SCHED_ALARM, SCHED_CPUTIME };
 
@@ -74,6 +76,7 @@ struct sched {
     /* Counters, since attach. */
     uint64_t ticks;         /* times the sampler ran */
     uint64_t missed;        /* ticks (alarm) or CPU intervals (cputime) not sampled: late */
+    uint64_t lost_seen;     /* the target's perf_lost counted in missed so far */
     uint64_t coalesced;     /* alarm: ticks run in another schedule's wake-up */
     uint64_t ring_wakeups;  /* cputime, perf: reads of a ring the kernel woke profd for */
     bool reading;           /* cputime, perf: its timer reads the rings (some carry stacks) */
@@ -109,15 +112,20 @@ void sched_set_budget_pct(double pct);
 
 int sched_start(struct sched *s, struct ev_loop *loop, struct target *t, enum sched_mode mode,
                 unsigned hz);
+/* Attach to process pid (target_attach) and start its schedule: the attach of a request or
+ * of a transaction's process. With sampler perf, an attach that the kernel would refuse
+ * perf events is refused (-EPERM) before a thread is seized. Returns as target_attach, and
+ * -EIO also when the schedule cannot be started (why says why). */
+int sched_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
+                 enum sampler_kind sampler, struct target **out, char *why, size_t whylen);
+/* What the schedules hear of the targets' lives (targets_init). */
+extern const struct target_hooks sched_target_hooks;
 void sched_stop(struct sched *s);
 /* Change the mode and/or rate of a running schedule. Returns 0 or -errno. */
 int sched_reconfigure(struct sched *s, enum sched_mode mode, unsigned hz);
 /* An event (slice request, transaction boundary): in event mode, sample now and start the
  * wait over. Returns whether a sample was taken. */
 bool sched_event(struct sched *s);
-/* Threads come and go (the perf source keeps an event per thread). */
-void sched_thread_added(struct sched *s, struct thread *th);
-void sched_thread_removed(struct sched *s, struct thread *th);
 /* The effective rate after the budget. */
 double sched_effective_hz(const struct sched *s);
 /* How a target is sampled, for status and profile metadata (a new object). */

@@ -1,7 +1,6 @@
 /* server.c: accept clients on the Unix socket, read framed requests, write replies.
  * A client that misbehaves (oversized, truncated, or never reading) is dropped alone. */
 #include "server.h"
-#include "txn.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -32,6 +31,12 @@
 struct server_config server_cfg;
 int (*server_reload)(char *err, size_t errlen);
 uint64_t server_start_ns;
+static struct server_handlers handlers;
+
+void server_init(const struct server_handlers *h)
+{
+    handlers = *h;
+}
 
 static struct ev_loop *loop;
 static int listen_fd = -1;
@@ -238,7 +243,7 @@ static void handle(struct client *c, cJSON *req)
         client_send(c, proto_error_reply(NULL, PE_BAD_REQUEST, "request is not a JSON object"));
         return;
     }
-    cJSON *reply = commands_dispatch(c, req);
+    cJSON *reply = handlers.dispatch(c, req);
     cJSON_Delete(req);
     if (reply)
         client_send(c, reply);
@@ -289,7 +294,7 @@ static void process(struct client *c)
             cJSON *req = cJSON_ParseWithLength(payload, len);
             bool now = req && c->handshaken && is_noreply(req);
             if (now) {
-                cJSON *reply = commands_dispatch(c, req); /* only an error about "id" */
+                cJSON *reply = handlers.dispatch(c, req); /* only an error about "id" */
                 if (reply)
                     client_send(c, reply);
             }
@@ -425,7 +430,7 @@ static void client_close(struct client *c)
     if (c->pending)
         c->pending->client = NULL;
     /* An application that went away (or crashed) ends its open transactions. */
-    txn_client_gone(c->id, now_ns());
+    handlers.client_gone(c->id, now_ns());
     ev_io_stop(loop, &c->rio);
     ev_io_stop(loop, &c->wio);
     ev_timer_stop(loop, &c->stall);

@@ -73,6 +73,15 @@ extern struct server_config server_cfg;
 extern int (*server_reload)(char *err, size_t errlen);
 extern uint64_t server_start_ns;
 
+/* Where the server hands what it reads (set once, before listening): each request to its
+ * handler, which returns the reply or NULL when it will be sent later through a pending;
+ * and a client gone (connection closed), with the time. */
+struct server_handlers {
+    cJSON *(*dispatch)(struct client *c, const cJSON *req);
+    void (*client_gone)(uint64_t client_id, uint64_t now);
+};
+void server_init(const struct server_handlers *h);
+
 /* The event loop the server runs on. */
 struct ev_loop *server_loop(void);
 

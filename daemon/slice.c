@@ -8,6 +8,7 @@
 
 #include "containers.h"
 #include "memory.h"
+#include "schedule.h"
 #include "modules.h"
 #include "perms.h"
 #include "symbols.h"
@@ -224,7 +225,7 @@ struct slice_job *slice_begin(struct target *t, uint64_t start_ns, uint64_t end_
     memcpy(job->comm, t->comm, sizeof(job->comm));
     job->exe = xstrdup(t->exe);
     job->hz = t->hz;
-    job->sampling = sched_describe(&t->sched);
+    job->sampling = sched_describe(t->sched);
     job->attach_ns = t->attach_ns;
     job->start_ns = start_ns;
     job->end_ns = end_ns;

@@ -1,12 +1,18 @@
 /* target.c: attaching to processes with PTRACE_SEIZE, following their threads, forwarding
- * their signals and job control exactly, and detaching cleanly.
+ * their signals and job control exactly, and detaching cleanly; the one owner of waitpid and
+ * of ptrace events, and of the targets' and threads' state.
+ *
+ * The sample path calls down into it (schedule -> sampler -> here) and it calls nothing of
+ * theirs: the stops the sampler asked for are handed back to the sampler's wait
+ * (targets_wait_event), and what the schedules must hear of the targets' lives (a new
+ * thread, a target that samples no more) goes through the two hooks targets_init was given.
  *
  * Invariant: outside a callback, every traced thread is either running (maybe with one
  * PTRACE_INTERRUPT outstanding) or parked in a group-stop with PTRACE_LISTEN. Every other
  * stop is resolved in the callback that sees it: a signal-delivery-stop re-injects its
- * signal at once, an interrupt stop is sampled and resumed. Stops are seen without being
- * reaped (targets_wait_event): a signal reaped by the tracer and not yet re-injected is lost
- * if the tracer dies, one that was never reaped is delivered. */
+ * signal at once, an interrupt stop is sampled (by the waiter) and resumed. Stops are seen
+ * without being reaped (targets_wait_event): a signal reaped by the tracer and not yet
+ * re-injected is lost if the tracer dies, one that was never reaped is delivered. */
 #include "target.h"
 
 #include <dirent.h>
@@ -32,7 +38,6 @@
 #include "modules.h"
 #include "procstatus.h"
 #include "ptrace_util.h"
-#include "sampler.h"
 #include "symhelper.h"
 #include "util.h"
 
@@ -42,6 +47,7 @@
 #define RING_MAX_ENTRIES (4u << 20)
 
 static struct ev_loop *loop;
+static struct target_hooks hooks;
 static pid_t self_pid;
 static struct target *targets;
 static struct thread *tid_hash[TID_BUCKETS];
@@ -50,9 +56,10 @@ static struct thread *tid_hash[TID_BUCKETS];
  * an event, not a SIGTRAP. Never PTRACE_O_EXITKILL: the target must outlive the daemon. */
 static const long SEIZE_OPTIONS = PTRACE_O_TRACECLONE | PTRACE_O_TRACEEXEC;
 
-void targets_init(struct ev_loop *l)
+void targets_init(struct ev_loop *l, const struct target_hooks *h)
 {
     loop = l;
+    hooks = *h;
     self_pid = getpid();
 }
 
@@ -183,6 +190,25 @@ static int open_task_file(pid_t pid, pid_t tid, const char *what, int *err)
     return fd;
 }
 
+void target_thread_forget_stack(struct thread *th)
+{
+    if (th->last_stack != STACK_NONE)
+        stacks_unref(&th->t->stacks, th->last_stack);
+    th->last_stack = STACK_NONE;
+    th->have_sched = false;
+}
+
+void target_thread_perf_close(struct thread *th)
+{
+    if (th->ps.fd < 0)
+        return;
+    if (ev_is_active(&th->perf_io))
+        ev_io_stop(loop, &th->perf_io);
+    memacct_sub(memory_samples(), perfs_bytes(&th->ps));
+    perfs_close(&th->ps);
+    fds_give(1);
+}
+
 /* Start following a thread that is now traced by us. */
 static struct thread *thread_add(struct target *t, pid_t tid)
 {
@@ -228,7 +254,7 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->hnext = tid_hash[b];
     tid_hash[b] = th;
     t->stats.threads_seen++;
-    sched_thread_added(&t->sched, th);
+    hooks.thread_added(th);
     return th;
 }
 
@@ -237,9 +263,11 @@ static void thread_remove(struct thread *th)
 {
     struct target *t = th->t;
     remember_name(t, th->tid, th->name, now_ns());
-    sampler_thread_reset(th);
-    sched_thread_removed(&t->sched, th);
-    sampler_perf_close(th); /* a one-shot event of the wall-clock modes */
+    target_thread_forget_stack(th);
+    /* Its perf event, continuous (cputime) or one-shot (the wall-clock modes). (What the
+     * ring sampled since the last read, up to 100 ms, is dropped: it may be removed at an
+     * exec, when its copies no longer match the maps.) */
+    target_thread_perf_close(th);
     for (struct thread **p = &tid_hash[(unsigned)th->tid % TID_BUCKETS]; *p; p = &(*p)->hnext) {
         if (*p == th) {
             *p = th->hnext;
@@ -391,7 +419,7 @@ int target_refresh_maps(struct target *t)
     if (code_gone || code_added) {
         /* Stacks kept for threads that have not run were unwound against the old code. */
         for (size_t k = 0; k < t->nthreads; k++)
-            sampler_thread_reset(t->threads[k]);
+            target_thread_forget_stack(t->threads[k]);
     }
     return changed ? 1 : 0;
 }
@@ -435,6 +463,8 @@ static void ring_evict(void *ctx, const struct ring_entry *e)
  * 0 if none, and whether a ptrace request has ended that stop. */
 static pid_t peeked_tid;
 static bool peeked_released;
+/* The stop being handled is an interrupt the sampler asked for: the waiter's to sample. */
+static struct thread *sample_stop;
 
 /* r (0 or -errno) of the ptrace request that resumes, parks or releases tid from a stop.
  * Only a success counts: ESRCH may also mean that the kernel wants the stop reaped first. */
@@ -458,7 +488,7 @@ static void target_free(struct target *t)
             break;
         }
     }
-    sched_stop(&t->sched);
+    hooks.stopped(t);
     while (t->nthreads)
         thread_remove(t->threads[0]);
     t->state = T_GONE;
@@ -492,6 +522,7 @@ static void target_destroy(struct target *t)
         close(t->pidfd);
     free(t->names);
     free(t->exe);
+    free(t->sched);
     free(t);
 }
 
@@ -596,8 +627,9 @@ static size_t ring_max_entries(unsigned hz, uint64_t buffer_ns)
     return (size_t)(n > RING_MAX_ENTRIES ? RING_MAX_ENTRIES : n);
 }
 
-int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
-                  enum sampler_kind sampler, struct target **out, char *why, size_t whylen)
+static int attach(pid_t pid, unsigned hz, uint64_t buffer_ns, enum sampler_kind sampler,
+                  struct sched *sched, bool *taken, struct target **out, char *why,
+                  size_t whylen)
 {
     why[0] = '\0';
     if (pid <= 0)
@@ -616,50 +648,47 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
         snprintf(why, whylen, "profd cannot profile itself");
         return -EPERM;
     }
-    if (sampler == SAMPLER_PERF) {
-        /* Asked for the kernel's copies only: refused now rather than stopping threads. */
-        int r = sampler_probe(pid);
-        if (r < 0 && r != -ESRCH) {
-            snprintf(why, whylen, "sampler perf: the kernel refuses a perf event on process "
-                     "%d (%s; profd needs CAP_PERFMON or kernel.perf_event_paranoid <= 1 and "
-                     "room under its locked-memory limits)", pid, strerror(-r));
-            return r == -EMFILE || r == -ENFILE || r == -ENOMEM ? r : -EPERM;
-        }
-    }
     struct target *t = xcalloc(1, sizeof(*t));
     t->pid = pid;
     t->sampler = sampler;
+    t->sched = sched;
+    *taken = true;
     t->status_fd = -1;
     t->pidfd = -1;
     pid_t tgid = read_tgid(pid);
     if (tgid == -EMFILE || tgid == -ENFILE || tgid == -ENOMEM) {
         snprintf(why, whylen, "profd cannot read /proc/%d/status now: %s", pid,
                  strerror(-tgid));
-        free(t);
+        free(t); /* (sched too: see target_attach) */
+        *taken = false;
         return tgid;
     }
     if (tgid < 0) {
         snprintf(why, whylen, "no such process: %d", pid);
-        free(t);
+        free(t); /* (sched too: see target_attach) */
+        *taken = false;
         return -ESRCH;
     }
     /* Kept to check clients against once the process has exited: credentials that cannot
      * be read for certain are no credentials to keep. */
     int cr = proc_creds_read(pid, &t->creds, why, whylen);
     if (cr < 0) {
-        free(t);
+        free(t); /* (sched too: see target_attach) */
+        *taken = false;
         return cr == -ESRCH || cr == -EMFILE || cr == -ENFILE || cr == -ENOMEM ? cr : -EPERM;
     }
     if (tgid != pid) {
         snprintf(why, whylen, "%d is a thread of process %d: attach to the process", pid, tgid);
-        free(t);
+        free(t); /* (sched too: see target_attach) */
+        *taken = false;
         return -EINVAL;
     }
     char path[64], buf[4096];
     bool zombie = false;
     if (read_thread_stat(pid, pid, t->comm, &zombie) < 0) {
         snprintf(why, whylen, "no such process: %d", pid);
-        free(t);
+        free(t); /* (sched too: see target_attach) */
+        *taken = false;
         return -ESRCH;
     }
     if (read_start_time(pid, &t->start_time) < 0)
@@ -717,17 +746,6 @@ int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_
         snprintf(why, whylen, "cannot set up unwinding: %s", strerror(-r));
         goto setup_failed;
     }
-    r = sched_start(&t->sched, loop, t, mode, hz);
-    if (r < 0) {
-        snprintf(why, whylen, "cannot start the %s schedule: %s", sched_mode_name(mode),
-                 strerror(-r));
-        goto setup_failed;
-    }
-    log_info("attached to %d (%s), %zu threads, %s at %u Hz%s%s, %" PRIu64 " s buffer", pid,
-             t->comm, t->nthreads, sched_mode_name(mode), hz,
-             mode == SCHED_CPUTIME ? " of CPU time, source " : "",
-             mode == SCHED_CPUTIME ? cpu_source_name(t->sched.source) : "",
-             buffer_ns / NS_PER_SEC);
     *out = t;
     return 0;
 
@@ -738,6 +756,16 @@ setup_failed:
     log_warn("pid %d: attach failed: %s", pid, why);
     target_detach(t, NULL, NULL);
     return r == -ESRCH ? r : -EIO;
+}
+
+int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, enum sampler_kind sampler,
+                  struct sched *sched, struct target **out, char *why, size_t whylen)
+{
+    bool taken = false;
+    int r = attach(pid, hz, buffer_ns, sampler, sched, &taken, out, why, whylen);
+    if (!taken)
+        free(sched);
+    return r;
 }
 
 /* Stolen wake-ups. A signal sent to the process rather than to one thread (kill(2), even
@@ -970,7 +998,7 @@ void target_detach(struct target *t, void (*done)(struct target *, void *, int),
         return;
     }
     t->state = T_DETACHING;
-    sched_stop(&t->sched);
+    hooks.stopped(t);
     /* PTRACE_DETACH needs the thread in a ptrace stop it can be released from. A thread
      * parked with PTRACE_LISTEN is not one (the kernel refuses with ESRCH): interrupt it too,
      * and it re-traps at once with PTRACE_EVENT_STOP and its stop signal; the kernel then
@@ -998,7 +1026,7 @@ static void target_exited(struct target *t, int status)
 {
     t->exit_status = status;
     t->exit_ns = now_ns();
-    sched_stop(&t->sched);
+    hooks.stopped(t);
     while (t->nthreads)
         thread_remove(t->threads[0]);
     unwinder_finish(&t->unw);
@@ -1346,7 +1374,7 @@ static void targets_handle_wait(pid_t tid, int status)
             detach_or_resume(th, 0);
         }
         else if (th->interrupt_pending)
-            sampler_on_stop(th);
+            sample_stop = th; /* the sampler's: given to the waiter (targets_wait_event) */
         else if (th->rescue_pending)
             rescue_stop(th);
         else
@@ -1396,8 +1424,38 @@ static void targets_handle_wait(pid_t tid, int status)
     }
 }
 
-int targets_wait_event(bool block)
+/* A sample stop that no one will sample (a reap outside the sampler's waits): resumed as
+ * the sampler would resume it, its interrupted call restarted. */
+static void resume_unsampled(struct thread *th)
 {
+    th->interrupt_pending = false;
+    if (!th->stop_eintr)
+        repair_interrupted_syscall(th);
+    target_resume(th, 0);
+}
+
+/* The end of a peeked stop's handling: if the request that should have ended the stop
+ * failed, reap it so that it is not seen again, and handle what was reaped as any reaped
+ * stop (or the exit of a thread killed meanwhile). */
+static void peek_done(pid_t tid)
+{
+    peeked_tid = 0;
+    if (peeked_released)
+        return;
+    int status;
+    if (waitpid(tid, &status, __WALL | WNOHANG) != tid)
+        return;
+    sample_stop = NULL;
+    targets_handle_wait(tid, status);
+    if (sample_stop)
+        resume_unsampled(sample_stop);
+    sample_stop = NULL;
+}
+
+int targets_wait_event(bool block, struct thread **sample)
+{
+    if (sample)
+        *sample = NULL;
     siginfo_t si;
     memset(&si, 0, sizeof(si));
     /* WNOWAIT: see the event without reaping it. Reaping a stop (waitpid) takes its signal
@@ -1421,15 +1479,17 @@ int targets_wait_event(bool block)
          * kernel/ptrace.c looks_like_a_spurious_pid.) */
         peeked_tid = tid;
         peeked_released = false;
+        sample_stop = NULL;
         targets_handle_wait(tid, peek);
-        peeked_tid = 0;
-        if (peeked_released)
+        struct thread *th = sample_stop;
+        sample_stop = NULL;
+        if (th && sample) {
+            *sample = th; /* still in its stop: the caller's, then targets_sample_done */
             return tid;
-        /* The request that should have ended the stop failed: reap the stop so that it is
-         * not seen again, and handle what was reaped as any reaped stop (or the exit of a
-         * thread killed meanwhile). */
-        if (waitpid(tid, &status, __WALL | WNOHANG) == tid)
-            targets_handle_wait(tid, status);
+        }
+        if (th)
+            resume_unsampled(th);
+        peek_done(tid);
         return tid;
     }
     if (si.si_code == CLD_STOPPED) {
@@ -1445,51 +1505,20 @@ int targets_wait_event(bool block)
     return tid;
 }
 
-void targets_reap(void)
+void targets_sample_done(struct thread *th)
 {
-    while (targets_wait_event(false) > 0)
+    if (!peeked_tid)
+        return;
+    if (th->interrupt_pending) /* the caller did not take it after all */
+        resume_unsampled(th);
+    peek_done(peeked_tid);
+}
+
+/* Handle every pending ptrace event and child exit; no sample taken. */
+static void targets_reap(void)
+{
+    while (targets_wait_event(false, NULL) > 0)
         ;
-}
-
-/* Whether thread tid has at least two samples since `since` (ring entries are in time
- * order). Looks at most at SCAN_LIMIT entries: beyond, it answers no (one sample more is
- * cheap; a long scan on the loop is not). */
-#define SCAN_LIMIT 4096
-static bool two_samples_since(const struct target *t, pid_t tid, uint64_t since)
-{
-    size_t n = 0;
-    for (size_t i = ring_lower_bound(&t->ring, since), k = 0;
-         i < t->ring.len && k < SCAN_LIMIT; i++, k++)
-        if (ring_at(&t->ring, i)->tid == tid && ++n == 2)
-            return true;
-    return false;
-}
-
-void target_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns)
-{
-    if (t->state != T_ATTACHED || tid <= 0)
-        return;
-    for (size_t i = 0; i < t->nthreads; i++) {
-        struct thread *th = t->threads[i];
-        if (th->tid != tid)
-            continue;
-        /* At most one boundary sample per interval and thread: a stream of transactions
-         * shorter than an interval must not multiply the stop rate. Except at the finish of
-         * a transaction that lasted an interval or more and still has fewer than the two
-         * samples of its thread Sentry needs (relay drops a profile with one): its start's
-         * sample was skipped for the previous transaction's finish, and no tick landed in it
-         * (a starved daemon). Those cost at most one sample per interval too. */
-        uint64_t iv = t->sched.eff_interval_ns;
-        if (th->boundary_ns && now - th->boundary_ns < iv &&
-            !(window_ns && now - window_ns >= iv && !two_samples_since(t, tid, window_ns))) {
-            t->stats.boundary_skipped++;
-            return;
-        }
-        th->boundary_ns = now;
-        t->stats.boundary_taken++;
-        sampler_sample_one(t, th, now);
-        return;
-    }
 }
 
 void target_set_hz(struct target *t, unsigned hz)

@@ -5,17 +5,26 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <ev.h>
+
 #include "maps.h"
 #include "perfsample.h"
 #include "perms.h"
 #include "ring.h"
-#include "sampler.h"
-#include "schedule.h"
 #include "stacks.h"
 #include "unwind.h"
 
 struct target;
+struct sched;
 
+/* How running threads are sampled. The blocked ones are always read from /proc and copied
+ * without a stop; idle ones reuse their last stack. */
+enum sampler_kind {
+    SAMPLER_AUTO,   /* the kernel's copy (perf) where the kernel gives it, else a stop */
+    SAMPLER_PERF,   /* the kernel's copy; an attach fails where perf events are refused
+                       (stacks deeper than the kernel copies are still taken by a stop) */
+    SAMPLER_PTRACE, /* a ptrace stop */
+};
 enum thread_state {
     TH_RUNNING,    /* not in a ptrace stop (possibly with an interrupt pending) */
     TH_GROUP_STOP, /* in a group-stop (SIGSTOP, Ctrl-Z), parked with PTRACE_LISTEN */
@@ -147,6 +156,7 @@ struct target {
     struct proc_creds creds; /* at attach, updated at exec: checked after the process exits */
     bool creds_changed;      /* an exec changed them (set-user-ID): CAP_SYS_PTRACE needed */
     unsigned hz;
+    uint64_t interval_ns;   /* between samples, after the budget (its schedule sets it) */
     enum sampler_kind sampler; /* asked for at attach */
     int perf_err;           /* why perf events were refused for it (-errno), 0: none */
     uint64_t buffer_ns;
@@ -173,7 +183,7 @@ struct target {
     struct epoch_maps *epochs;
     size_t nepochs;
     struct unwinder unw;
-    struct sched sched;
+    struct sched *sched;    /* its schedule (schedule.c: given at attach, freed with it) */
     int status_fd;          /* /proc/PID/status (signal dispositions) */
     uint64_t sig_ign, sig_cgt; /* dispositions (SigIgn, SigCgt) at the latest read of it */
     int pidfd;              /* pidfd_open of the process (to read its sockets' timeouts) */
@@ -190,20 +200,32 @@ struct target {
 
 struct ev_loop;
 
-/* Set up the module: loop used for timers, sampling defaults. */
-void targets_init(struct ev_loop *loop);
+/* What the schedule, above, hears of the targets' lives: the only calls out of this file
+ * into the sample path (which calls down into it). */
+struct target_hooks {
+    /* th is new (traced by us): a schedule that keeps something per thread opens it. */
+    void (*thread_added)(struct thread *th);
+    /* t samples no more (a detach has begun, or it exited, or it is forgotten): its
+     * schedule stops, before its threads are forgotten. */
+    void (*stopped)(struct target *t);
+};
+
+/* Set up the module: the loop its descriptors' watchers are on, and the hooks. */
+void targets_init(struct ev_loop *loop, const struct target_hooks *hooks);
 /* Detach from everything, synchronously with a deadline (daemon shutdown). */
 void targets_shutdown(uint64_t timeout_ns);
 
-/* Attach to process pid: seize every thread. Returns 0 or -errno: -ESRCH (no such process),
- * -EPERM (not allowed, or already traced: why says by whom), -EEXIST (already attached),
- * -EINVAL (pid is a thread, not a process; an exited target of that pid is replaced when
- * another process has the pid now, see target_is_previous), -EMFILE/-ENFILE/-ENOMEM (profd is out of
- * descriptors or memory to even look at it), -EIO (seized, but it cannot be sampled: its
- * maps, the unwinder or the schedule could not be set up; why says which and why). With
- * sampler perf, -EPERM also when the kernel refuses perf events on it. */
-int target_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
-                  enum sampler_kind sampler, struct target **out, char *why, size_t whylen);
+/* Attach to process pid: seize every thread, read its maps and set up its unwinder; its
+ * schedule is not started (sched_attach does both). Returns 0 or -errno: -ESRCH (no such
+ * process), -EPERM (not allowed, or already traced: why says by whom), -EEXIST (already
+ * attached), -EINVAL (pid is a thread, not a process; an exited target of that pid is
+ * replaced when another process has the pid now, see target_is_previous),
+ * -EMFILE/-ENFILE/-ENOMEM (profd is out of descriptors or memory to even look at it), -EIO
+ * (seized, but it cannot be sampled: its maps or the unwinder could not be set up; why says
+ * which and why). The schedule's state, sched (stopped, its memory zeroed), is t's from
+ * then on, or freed if the attach fails. */
+int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, enum sampler_kind sampler,
+                  struct sched *sched, struct target **out, char *why, size_t whylen);
 /* Begin detaching; done() is called when every thread is released (possibly at once). */
 void target_detach(struct target *t, void (*done)(struct target *, void *, int), void *ctx);
 struct target *target_find(pid_t pid);
@@ -218,32 +240,36 @@ size_t targets_count(void);
 
 /* Free forgotten targets: call when no callback holds one (an ev_check). */
 void targets_collect(void);
-/* Handle every pending ptrace event and child exit (targets_wait_event until none). */
-void targets_reap(void);
 /* Wait for one ptrace event or child exit (block: until there is one, or a signal
  * interrupts the wait) and handle it. A stop is seen without being reaped (waitid WNOWAIT)
  * and ended by the ptrace request that resumes, parks or releases the thread: a signal it
  * stopped for stays in the kernel, not in profd, until it is re-injected, so that a daemon
- * killed meanwhile loses nothing. Returns the thread id handled, 0 if none was waiting
- * (without block), or -errno (-ECHILD: no child or tracee; -EINTR). */
-int targets_wait_event(bool block);
+ * killed meanwhile loses nothing. The interrupt stops the sampler asked for are not handled
+ * here: with sample, such a thread is returned in *sample, still stopped, for the caller to
+ * sample and resume (target_resume), and then to call targets_sample_done(); without, it is
+ * resumed unsampled. (Every other event is handled here, whichever target it is of: one may
+ * end a target, which its callers then see in state T_GONE or T_EXITED.) Returns the thread
+ * id handled, 0 if none was waiting (without block), or -errno (-ECHILD: no child or
+ * tracee; -EINTR). */
+int targets_wait_event(bool block, struct thread **sample);
+/* The caller of targets_wait_event has taken its sample of th and resumed it. */
+void targets_sample_done(struct thread *th);
 /* Periodic housekeeping (1 Hz): thread names, maps changes, expiry of exited targets. */
 void targets_housekeeping(uint64_t now);
 
-/* A transaction's boundary: sample thread tid of t now (if it is one of its threads),
- * unless it had a boundary sample less than one (effective) interval ago, so that a stream
- * of short transactions cannot raise the sampling rate beyond twice the schedule's. At a
- * finish, window_ns is the transaction's start: one that lasted an interval or more gets
- * its sample anyway while its thread has fewer than two in it. */
-void target_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns);
-/* Change the rate of t (and the bound of its buffer with it). */
 /* t's thread tid, or NULL (it exited, and was freed). */
 struct thread *target_thread(const struct target *t, pid_t tid);
+/* Change the rate of t (and the bound of its buffer with it). */
 void target_set_hz(struct target *t, unsigned hz);
 
 /* Resume a thread from a ptrace stop, passing sig (0 for none). ESRCH is ignored: the thread
  * died meanwhile and its exit status follows. */
 void target_resume(struct thread *th, int sig);
+/* Drop th's last stack (its reference): the thread is gone, or its code changed, so that
+ * it is not recorded again for a thread that has not run. */
+void target_thread_forget_stack(struct thread *th);
+/* Close th's perf event, if it has one (its descriptor and ring given back). */
+void target_thread_perf_close(struct thread *th);
 /* Re-read a thread's name (comm) and remember it for slices. */
 void target_thread_refresh_name(struct thread *th);
 /* The same for thread tid of t, if it is one of its threads. */

@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "memory.h"
+#include "schedule.h"
 #include "server.h"
 #include "target.h"
 #include "util.h"
@@ -114,7 +115,7 @@ static void attach_now(struct txn_proc *tp)
         tp->ndone = 0;
     }
     char why[256] = "";
-    int r = target_attach(tp->pid, server_cfg.default_mode, server_cfg.default_hz,
+    int r = sched_attach(tp->pid, server_cfg.default_mode, server_cfg.default_hz,
                           server_cfg.default_buffer_ns, server_cfg.default_sampler, &t, why,
                           sizeof(why));
     if (r < 0) {

@@ -30,8 +30,10 @@
 #include <ev.h>
 
 #include "log.h"
+#include "memory.h"
 #include "proto.h"
 #include "server.h"
+#include "schedule.h"
 #include "target.h"
 #include "txn.h"
 #include "util.h"
@@ -48,7 +50,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     log_init("fuzz_requests", LOG_LVL_ERR);
     loop = ev_loop_new(EVFLAG_AUTO);
     FUZZ_ASSERT(loop);
-    targets_init(loop);
+    targets_init(loop, &sched_target_hooks);
+    memory_count_with(targets_memory, server_memory);
+    server_init(&(struct server_handlers){.dispatch = commands_dispatch,
+                                          .client_gone = txn_client_gone});
     /* The defaults main.c applies (profd.conf(5)). */
     server_cfg.default_hz = 101;
     server_cfg.default_mode = SCHED_ALARM;

@@ -178,8 +178,11 @@ with Daemon("--hz", "999", "--max-cpu", "0", "--buffer", "600") as d, \
     # while, a transaction can end before any tick of its work. The daemon runs at nice -10
     # as the service does; a rare miss (under 1 %) is the sampling's, not a wrong profile.
     # (Under valgrind the daemon takes a few samples a second: a 75 ms transaction may well
-    # go without one; what is checked there is that nothing else is wrong.)
-    check(len(empty) + len(single) <= len(files) // (4 if WRAPPED else 100),
+    # go without one; what is checked there is that nothing else is wrong. A sanitized daemon
+    # spends several times the CPU per sample, so it is starved more often: 7 of 640 in a CI
+    # run with other tests beside it.)
+    check(len(empty) + len(single)
+          <= len(files) // (4 if WRAPPED else 20 if d.sanitized() else 100),
           "every profile holds its own thread's work, but for rare misses of a starved daemon "
           "(%d of %d without the work: %s; %d with one sample: %s)"
           % (len(empty), len(files), empty[:3], len(single), single[:3]))
