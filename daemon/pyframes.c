@@ -1,0 +1,370 @@
+/* pyframes.c: CPython 3.11-3.13 frames from a process's memory (see pyframes.h). */
+#include "pyframes.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+/* Measured with offsetof against each version's internal headers (Py_BUILD_CORE). */
+static const struct py_layout layouts[] = {
+    {
+        .version = 0x030b0000,
+        .rt_interp_head = 40, .interp_next = 0, .interp_threads = 16,
+        .ts_next = 8, .ts_native_tid = 160, .ts_frame = 56, .cframe_current = 8,
+        .fr_code = 32, .fr_previous = 48, .fr_instr = 56, .fr_owner = 69, .fr_is_entry = 68,
+        .fr_size = 72,
+        .co_firstlineno = 72, .co_filename = 112, .co_name = 120, .co_qualname = 128,
+        .co_linetable = 136, .co_code_adaptive = 184, .co_size = 144,
+        .str_ascii = 48, .str_compact = 72,
+    },
+    {
+        .version = 0x030c0000,
+        .rt_interp_head = 40, .interp_next = 0, .interp_threads = 72,
+        .ts_next = 8, .ts_native_tid = 144, .ts_frame = 56, .cframe_current = 0,
+        .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70, .fr_is_entry = -1,
+        .fr_size = 72,
+        .co_firstlineno = 68, .co_filename = 112, .co_name = 120, .co_qualname = 128,
+        .co_linetable = 136, .co_code_adaptive = 192, .co_size = 144,
+        .str_ascii = 40, .str_compact = 56,
+    },
+    {
+        .version = 0x030d0000,
+        .rt_interp_head = 632, .interp_next = 7264, .interp_threads = 7344,
+        .ts_next = 8, .ts_native_tid = 160, .ts_frame = 72, .cframe_current = -1,
+        .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70, .fr_is_entry = -1,
+        .fr_size = 72,
+        .co_firstlineno = 68, .co_filename = 112, .co_name = 120, .co_qualname = 128,
+        .co_linetable = 136, .co_code_adaptive = 200, .co_size = 144,
+        .str_ascii = 40, .str_compact = 56,
+    },
+};
+
+/* Bounds on what a hostile or torn structure can make us walk. */
+#define MAX_INTERPRETERS 64
+#define MAX_THREAD_STATES 16384
+#define MAX_LINETABLE (1u << 20)
+#define MAX_CODE_UNITS (1u << 24)
+
+const struct py_layout *py_layout_of(unsigned long version_hex)
+{
+    for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++)
+        if ((version_hex & 0xffff0000ul) == layouts[i].version)
+            return &layouts[i];
+    return NULL;
+}
+
+/* Read len bytes at addr of pid: 0, or -EFAULT (not all of it could be read), -ESRCH. */
+static int peek(pid_t pid, uint64_t addr, void *buf, size_t len)
+{
+    if (!addr)
+        return -EFAULT;
+    struct iovec l = {buf, len}, r = {(void *)(uintptr_t)addr, len};
+    ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n == (ssize_t)len)
+        return 0;
+    return n < 0 && errno == ESRCH ? -ESRCH : -EFAULT;
+}
+
+static uint64_t u64_at(const uint8_t *b, unsigned off)
+{
+    uint64_t v;
+    memcpy(&v, b + off, sizeof(v));
+    return v;
+}
+
+static uint32_t u32_at(const uint8_t *b, unsigned off)
+{
+    uint32_t v;
+    memcpy(&v, b + off, sizeof(v));
+    return v;
+}
+
+int py_runtime_init(struct py_runtime *rt, pid_t pid, uint64_t runtime, uint64_t version_addr,
+                    uint64_t code_type)
+{
+    memset(rt, 0, sizeof(*rt));
+    rt->pid = pid;
+    rt->runtime = runtime;
+    rt->code_type = code_type;
+    unsigned long v;
+    int r = peek(pid, version_addr, &v, sizeof(v));
+    if (r < 0)
+        return r;
+    rt->version_hex = v;
+    rt->lay = py_layout_of(v);
+    if (!rt->lay || !code_type)
+        return -ENOTSUP;
+    if (rt->lay->version == 0x030d0000) {
+        /* 3.13 starts _PyRuntime with its debug offsets: a cookie and the version. */
+        uint8_t head[16];
+        if ((r = peek(pid, runtime, head, sizeof(head))) < 0)
+            return r;
+        if (memcmp(head, "xdebugpy", 8) || (u64_at(head, 8) & 0xffff0000ul) != 0x030d0000)
+            return -ENOTSUP;
+    }
+    return 0;
+}
+
+int64_t py_thread_state(const struct py_runtime *rt, pid_t tid, uint64_t *hint)
+{
+    const struct py_layout *L = rt->lay;
+    uint8_t ts[256];
+    unsigned need = (L->ts_native_tid > L->ts_next ? L->ts_native_tid : L->ts_next) + 8;
+    if (*hint && peek(rt->pid, *hint, ts, need) == 0 &&
+        (pid_t)u64_at(ts, L->ts_native_tid) == tid)
+        return (int64_t)*hint;
+    uint64_t interp;
+    int r = peek(rt->pid, rt->runtime + L->rt_interp_head, &interp, sizeof(interp));
+    if (r < 0)
+        return r;
+    for (int i = 0; interp && i < MAX_INTERPRETERS; i++) {
+        uint64_t t;
+        if ((r = peek(rt->pid, interp + L->interp_threads, &t, sizeof(t))) < 0)
+            return r;
+        for (int k = 0; t && k < MAX_THREAD_STATES; k++) {
+            if ((r = peek(rt->pid, t, ts, need)) < 0)
+                return r;
+            if ((pid_t)u64_at(ts, L->ts_native_tid) == tid) {
+                *hint = t;
+                return (int64_t)t;
+            }
+            t = u64_at(ts, L->ts_next);
+        }
+        if ((r = peek(rt->pid, interp + L->interp_next, &interp, sizeof(interp))) < 0)
+            return r;
+    }
+    *hint = 0;
+    return 0;
+}
+
+int py_read_frames(const struct py_runtime *rt, uint64_t tstate, struct py_frame *out,
+                   size_t max, bool *truncated)
+{
+    const struct py_layout *L = rt->lay;
+    *truncated = false;
+    uint64_t f;
+    int r = peek(rt->pid, tstate + L->ts_frame, &f, sizeof(f));
+    if (r < 0)
+        return r;
+    if (L->cframe_current >= 0 && f &&
+        (r = peek(rt->pid, f + (unsigned)L->cframe_current, &f, sizeof(f))) < 0)
+        return r == -ESRCH ? r : -EAGAIN;
+    size_t n = 0;
+    uint8_t fb[128], cb[64];
+    /* A cycle (a torn chain) ends at max. */
+    for (size_t steps = 0; f && steps < 4 * max + 16; steps++) {
+        if ((r = peek(rt->pid, f, fb, L->fr_size)) < 0)
+            return r == -ESRCH ? r : -EAGAIN;
+        uint64_t code = u64_at(fb, L->fr_code), prev = u64_at(fb, L->fr_previous);
+        uint64_t instr_ptr = u64_at(fb, L->fr_instr);
+        uint8_t owner = fb[L->fr_owner];
+        if (owner > PY_OWNED_BY_CSTACK)
+            return -EAGAIN;
+        if (owner == PY_OWNED_BY_CSTACK) {
+            /* A shim: the frame above it (already recorded) is an evaluation call's first. */
+            if (n)
+                out[n - 1].entry = true;
+            f = prev;
+            continue;
+        }
+        /* The code object: its type, and its size in code units (ob_size) bounding instr. */
+        if ((r = peek(rt->pid, code, cb, 24)) < 0)
+            return r == -ESRCH ? r : -EAGAIN;
+        if (u64_at(cb, 8) != rt->code_type)
+            return -EAGAIN;
+        uint64_t units = u64_at(cb, 16);
+        uint64_t base = code + L->co_code_adaptive;
+        uint64_t instr = instr_ptr >= base ? (instr_ptr - base) / 2 : 0;
+        if (units > MAX_CODE_UNITS || instr > units)
+            return -EAGAIN;
+        if (n == max) {
+            *truncated = true;
+            break;
+        }
+        out[n].code = code;
+        out[n].instr = (uint32_t)instr;
+        out[n].entry = L->fr_is_entry >= 0 && fb[L->fr_is_entry];
+        n++;
+        f = prev;
+    }
+    if (f && !*truncated)
+        return -EAGAIN; /* longer than any real chain we keep: a cycle */
+    return (int)n;
+}
+
+/* Append code point c to dst as UTF-8 (dst has room: 4 bytes). */
+static size_t put_utf8(char *dst, uint32_t c)
+{
+    if (c < 0x80) {
+        dst[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        dst[0] = (char)(0xc0 | (c >> 6));
+        dst[1] = (char)(0x80 | (c & 0x3f));
+        return 2;
+    }
+    if (c < 0x10000) {
+        if (c >= 0xd800 && c < 0xe000)
+            c = 0xfffd; /* a lone surrogate: not UTF-8 */
+        dst[0] = (char)(0xe0 | (c >> 12));
+        dst[1] = (char)(0x80 | ((c >> 6) & 0x3f));
+        dst[2] = (char)(0x80 | (c & 0x3f));
+        return 3;
+    }
+    if (c > 0x10ffff)
+        c = 0xfffd;
+    if (c < 0x10000)
+        return put_utf8(dst, c);
+    dst[0] = (char)(0xf0 | (c >> 18));
+    dst[1] = (char)(0x80 | ((c >> 12) & 0x3f));
+    dst[2] = (char)(0x80 | ((c >> 6) & 0x3f));
+    dst[3] = (char)(0x80 | (c & 0x3f));
+    return 4;
+}
+
+/* A str object's text as UTF-8 into dst (cut to fit). Returns 0 or -errno (-EAGAIN: not a
+ * compact string). */
+static int read_str(const struct py_runtime *rt, uint64_t obj, char *dst, size_t cap)
+{
+    const struct py_layout *L = rt->lay;
+    uint8_t h[40];
+    dst[0] = '\0';
+    int r = peek(rt->pid, obj, h, sizeof(h));
+    if (r < 0)
+        return r;
+    uint64_t len = u64_at(h, 16);
+    uint32_t state = u32_at(h, 32);
+    unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+    if (!compact || (kind != 1 && kind != 2 && kind != 4))
+        return -EAGAIN;
+    uint8_t buf[1024];
+    size_t want = len * kind;
+    if (want > sizeof(buf))
+        want = sizeof(buf) / kind * kind;
+    if ((r = peek(rt->pid, obj + (ascii ? L->str_ascii : L->str_compact), buf, want)) < 0)
+        return r;
+    size_t o = 0;
+    for (size_t i = 0; i + kind <= want && o + 5 < cap; i += kind) {
+        uint32_t c = kind == 1 ? buf[i] : kind == 2 ? (uint32_t)(buf[i] | buf[i + 1] << 8)
+                                                    : u32_at(buf, (unsigned)i);
+        o += put_utf8(dst + o, c);
+    }
+    dst[o] = '\0';
+    return 0;
+}
+
+int py_read_code(const struct py_runtime *rt, uint64_t code, struct py_code *out)
+{
+    const struct py_layout *L = rt->lay;
+    memset(out, 0, sizeof(*out));
+    uint8_t cb[256];
+    int r = peek(rt->pid, code, cb, L->co_size);
+    if (r < 0)
+        return r;
+    if (u64_at(cb, 8) != rt->code_type)
+        return -EAGAIN;
+    out->firstlineno = (int)u32_at(cb, L->co_firstlineno);
+    if ((r = read_str(rt, u64_at(cb, L->co_name), out->name, sizeof(out->name))) < 0 ||
+        (r = read_str(rt, u64_at(cb, L->co_qualname), out->qualname, sizeof(out->qualname))) < 0 ||
+        (r = read_str(rt, u64_at(cb, L->co_filename), out->filename, sizeof(out->filename))) < 0)
+        return r;
+    /* The location table: a bytes object (ob_size at 16, the bytes at 32). */
+    uint64_t lt = u64_at(cb, L->co_linetable);
+    uint8_t bh[24];
+    if ((r = peek(rt->pid, lt, bh, sizeof(bh))) < 0)
+        return r;
+    uint64_t len = u64_at(bh, 16);
+    if (len > MAX_LINETABLE)
+        return -EAGAIN;
+    if (len) {
+        out->linetable = malloc(len);
+        if (!out->linetable)
+            return -ENOMEM;
+        if ((r = peek(rt->pid, lt + 32, out->linetable, len)) < 0) {
+            py_code_free(out);
+            return r;
+        }
+        out->linetable_len = len;
+    }
+    /* Still the same object (the reads above were not of freed memory reused meanwhile). */
+    uint64_t type;
+    if (peek(rt->pid, code + 8, &type, sizeof(type)) < 0 || type != rt->code_type) {
+        py_code_free(out);
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+void py_code_free(struct py_code *c)
+{
+    free(c->linetable);
+    c->linetable = NULL;
+    c->linetable_len = 0;
+}
+
+/* The location table's variable-length integers: 6 bits a byte, bit 6 says more follow. */
+static bool varint(const uint8_t **p, const uint8_t *end, uint32_t *out)
+{
+    uint32_t v = 0;
+    unsigned shift = 0;
+    for (;;) {
+        if (*p >= end || shift > 30)
+            return false;
+        uint8_t b = *(*p)++;
+        v |= (uint32_t)(b & 63) << shift;
+        shift += 6;
+        if (!(b & 64))
+            break;
+    }
+    *out = v;
+    return true;
+}
+
+static bool svarint(const uint8_t **p, const uint8_t *end, int *out)
+{
+    uint32_t v;
+    if (!varint(p, end, &v))
+        return false;
+    *out = (v & 1) ? -(int)(v >> 1) : (int)(v >> 1);
+    return true;
+}
+
+int py_code_line(const struct py_code *c, uint32_t instr)
+{
+    const uint8_t *p = c->linetable, *end = p + c->linetable_len;
+    int line = c->firstlineno;
+    uint64_t addr = 0;
+    while (p < end) {
+        uint8_t first = *p++;
+        if (!(first & 0x80))
+            return -1; /* not an entry's start: malformed */
+        unsigned code = (first >> 3) & 15, len = (first & 7) + 1u;
+        int delta = 0;
+        bool none = false;
+        uint32_t skip;
+        if (code == 15) {
+            none = true;
+        } else if (code == 14) {
+            if (!svarint(&p, end, &delta) || !varint(&p, end, &skip) ||
+                !varint(&p, end, &skip) || !varint(&p, end, &skip))
+                return -1;
+        } else if (code == 13) {
+            if (!svarint(&p, end, &delta))
+                return -1;
+        } else if (code >= 10) {
+            delta = (int)code - 10;
+            p += 2;
+        } else {
+            p += 1;
+        }
+        if (p > end)
+            return -1;
+        line += delta;
+        if (instr < addr + len)
+            return none ? -1 : line;
+        addr += len;
+    }
+    return -1;
+}
