@@ -230,6 +230,9 @@ static struct module *publish(int fd, const struct stat *st, const struct elf_in
                                            info->loads[i].filesz, info->loads[i].memsz,
                                            info->loads[i].flags};
     m->nloads = (int)(info->nloads < MODULE_MAX_LOADS ? info->nloads : MODULE_MAX_LOADS);
+    m->py_runtime = info->py_runtime;
+    m->py_version = info->py_version;
+    m->py_code_type = info->py_code_type;
     m->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
     p->dev = st->st_dev;
     p->ino = st->st_ino;

@@ -13,7 +13,7 @@ static const struct py_layout layouts[] = {
         .rt_interp_head = 40, .interp_next = 0, .interp_threads = 16,
         .ts_next = 8, .ts_native_tid = 160, .ts_frame = 56, .cframe_current = 8,
         .fr_code = 32, .fr_previous = 48, .fr_instr = 56, .fr_owner = 69, .fr_is_entry = 68,
-        .fr_size = 72,
+        .fr_func = 0, .fr_size = 72, .fn_code = 48, .fn_module = 104,
         .co_firstlineno = 72, .co_filename = 112, .co_name = 120, .co_qualname = 128,
         .co_linetable = 136, .co_code_adaptive = 184, .co_size = 144,
         .str_ascii = 48, .str_compact = 72,
@@ -23,7 +23,7 @@ static const struct py_layout layouts[] = {
         .rt_interp_head = 40, .interp_next = 0, .interp_threads = 72,
         .ts_next = 8, .ts_native_tid = 144, .ts_frame = 56, .cframe_current = 0,
         .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70, .fr_is_entry = -1,
-        .fr_size = 72,
+        .fr_func = 16, .fr_size = 72, .fn_code = 48, .fn_module = 104,
         .co_firstlineno = 68, .co_filename = 112, .co_name = 120, .co_qualname = 128,
         .co_linetable = 136, .co_code_adaptive = 192, .co_size = 144,
         .str_ascii = 40, .str_compact = 56,
@@ -33,7 +33,7 @@ static const struct py_layout layouts[] = {
         .rt_interp_head = 632, .interp_next = 7264, .interp_threads = 7344,
         .ts_next = 8, .ts_native_tid = 160, .ts_frame = 72, .cframe_current = -1,
         .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70, .fr_is_entry = -1,
-        .fr_size = 72,
+        .fr_func = 16, .fr_size = 72, .fn_code = 48, .fn_module = 104,
         .co_firstlineno = 68, .co_filename = 112, .co_name = 120, .co_qualname = 128,
         .co_linetable = 136, .co_code_adaptive = 200, .co_size = 144,
         .str_ascii = 40, .str_compact = 56,
@@ -78,6 +78,22 @@ static uint32_t u32_at(const uint8_t *b, unsigned off)
     uint32_t v;
     memcpy(&v, b + off, sizeof(v));
     return v;
+}
+
+/* What a code object is (the addresses of its names and location table, its first line):
+ * another object reusing its address after it was freed differs here. */
+static uint64_t ident_of(const struct py_layout *L, const uint8_t *cb)
+{
+    uint64_t parts[5] = {u64_at(cb, L->co_filename), u64_at(cb, L->co_name),
+                         u64_at(cb, L->co_qualname), u64_at(cb, L->co_linetable),
+                         u32_at(cb, L->co_firstlineno)};
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < 5; i++) {
+        h ^= parts[i];
+        h *= 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    return h;
 }
 
 int py_runtime_init(struct py_runtime *rt, pid_t pid, uint64_t runtime, uint64_t version_addr,
@@ -151,7 +167,7 @@ int py_read_frames(const struct py_runtime *rt, uint64_t tstate, struct py_frame
         (r = peek(rt->pid, f + (unsigned)L->cframe_current, &f, sizeof(f))) < 0)
         return r == -ESRCH ? r : -EAGAIN;
     size_t n = 0;
-    uint8_t fb[128], cb[64];
+    uint8_t fb[128], cb[256];
     /* A cycle (a torn chain) ends at max. */
     for (size_t steps = 0; f && steps < 4 * max + 16; steps++) {
         if ((r = peek(rt->pid, f, fb, L->fr_size)) < 0)
@@ -168,8 +184,9 @@ int py_read_frames(const struct py_runtime *rt, uint64_t tstate, struct py_frame
             f = prev;
             continue;
         }
-        /* The code object: its type, and its size in code units (ob_size) bounding instr. */
-        if ((r = peek(rt->pid, code, cb, 24)) < 0)
+        /* The code object: its type, its size in code units (ob_size) bounding instr, and
+         * what it is (ident). */
+        if ((r = peek(rt->pid, code, cb, L->co_size)) < 0)
             return r == -ESRCH ? r : -EAGAIN;
         if (u64_at(cb, 8) != rt->code_type)
             return -EAGAIN;
@@ -183,6 +200,8 @@ int py_read_frames(const struct py_runtime *rt, uint64_t tstate, struct py_frame
             break;
         }
         out[n].code = code;
+        out[n].ident = ident_of(L, cb);
+        out[n].func = u64_at(fb, L->fr_func);
         out[n].instr = (uint32_t)instr;
         out[n].entry = L->fr_is_entry >= 0 && fb[L->fr_is_entry];
         n++;
@@ -255,7 +274,8 @@ static int read_str(const struct py_runtime *rt, uint64_t obj, char *dst, size_t
     return 0;
 }
 
-int py_read_code(const struct py_runtime *rt, uint64_t code, struct py_code *out)
+int py_read_code(const struct py_runtime *rt, uint64_t code, uint64_t func,
+                 struct py_code *out)
 {
     const struct py_layout *L = rt->lay;
     memset(out, 0, sizeof(*out));
@@ -265,11 +285,18 @@ int py_read_code(const struct py_runtime *rt, uint64_t code, struct py_code *out
         return r;
     if (u64_at(cb, 8) != rt->code_type)
         return -EAGAIN;
+    out->ident = ident_of(L, cb);
     out->firstlineno = (int)u32_at(cb, L->co_firstlineno);
     if ((r = read_str(rt, u64_at(cb, L->co_name), out->name, sizeof(out->name))) < 0 ||
         (r = read_str(rt, u64_at(cb, L->co_qualname), out->qualname, sizeof(out->qualname))) < 0 ||
         (r = read_str(rt, u64_at(cb, L->co_filename), out->filename, sizeof(out->filename))) < 0)
         return r;
+    /* The module: the function object's __module__, if that function runs this code. */
+    uint8_t fn[128];
+    if (func && peek(rt->pid, func, fn, L->fn_module + 8) == 0 &&
+        u64_at(fn, L->fn_code) == code &&
+        read_str(rt, u64_at(fn, L->fn_module), out->module, sizeof(out->module)) < 0)
+        out->module[0] = '\0';
     /* The location table: a bytes object (ob_size at 16, the bytes at 32). */
     uint64_t lt = u64_at(cb, L->co_linetable);
     uint8_t bh[24];

@@ -38,7 +38,9 @@ struct py_layout {
                                    .instr_ptr (3.13: the one running or next) */
     unsigned fr_owner;          /* a byte */
     int fr_is_entry;            /* a byte (3.11), or -1 */
+    unsigned fr_func;           /* .f_func (3.11) or .f_funcobj: the function object */
     unsigned fr_size;           /* bytes read of a frame: every field above */
+    unsigned fn_code, fn_module; /* PyFunctionObject.func_code, .func_module */
     unsigned co_firstlineno;    /* int */
     unsigned co_filename, co_name, co_qualname, co_linetable; /* object pointers */
     unsigned co_code_adaptive;  /* where the bytecode starts, in the code object */
@@ -75,6 +77,9 @@ int py_runtime_init(struct py_runtime *rt, pid_t pid, uint64_t runtime, uint64_t
 /* One Python frame: its code object and where in its bytecode it is. */
 struct py_frame {
     uint64_t code;      /* address of the code object */
+    uint64_t ident;     /* what the code object was then (its names' and table's addresses,
+                           first line): with code, tells a reused address from the object */
+    uint64_t func;      /* its function object (0 if none), for the module's name */
     uint32_t instr;     /* code unit (2 bytes) it is at, for the location table */
     bool entry;         /* the first frame its native _PyEval_EvalFrameDefault call ran: the
                            frames from here outwards belong to the next evaluation call */
@@ -95,6 +100,8 @@ int py_read_frames(const struct py_runtime *rt, uint64_t tstate, struct py_frame
 /* What a code object names: function (qualified where the version has it), file, the
  * line of its definition, and its location table (to map an instruction to a line). */
 struct py_code {
+    uint64_t ident;     /* as py_frame's */
+    char module[128];   /* the function's __module__ (read through func), "" if unknown */
     char name[128];
     char qualname[256];
     char filename[512];
@@ -102,8 +109,10 @@ struct py_code {
     uint8_t *linetable; /* malloc'd copy */
     size_t linetable_len;
 };
-/* Read code object `code`. Returns 0, -EAGAIN (not a code object any more), or -errno. */
-int py_read_code(const struct py_runtime *rt, uint64_t code, struct py_code *out);
+/* Read code object `code` (and, with func non-zero, the module name of the function object
+ * that ran it). Returns 0, -EAGAIN (not a code object any more), or -errno. */
+int py_read_code(const struct py_runtime *rt, uint64_t code, uint64_t func,
+                 struct py_code *out);
 void py_code_free(struct py_code *c);
 /* The line of code unit instr in c (its location table), or -1 if it has none. */
 int py_code_line(const struct py_code *c, uint32_t instr);

@@ -140,6 +140,9 @@ void symp_put_elf_info(struct symp_w *w, const struct symp_elf_info *e)
         symp_put_u64(w, l->memsz);
         symp_put_u32(w, l->flags);
     }
+    symp_put_u64(w, e->py_runtime);
+    symp_put_u64(w, e->py_version);
+    symp_put_u64(w, e->py_code_type);
 }
 
 int symp_get_elf_info(struct symp_r *r, struct symp_elf_info *e)
@@ -163,6 +166,9 @@ int symp_get_elf_info(struct symp_r *r, struct symp_elf_info *e)
         if (l->offset + l->filesz < l->offset || l->vaddr + l->memsz < l->vaddr)
             return -EPROTO;
     }
+    e->py_runtime = symp_get_u64(r);
+    e->py_version = symp_get_u64(r);
+    e->py_code_type = symp_get_u64(r);
     if (!symp_r_done(r) || e->err > 0 || e->err < -4095)
         return -EPROTO;
     return 0;

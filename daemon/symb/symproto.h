@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define SYMP_VERSION 1
+#define SYMP_VERSION 2
 #define SYMP_MAX_MSG (64 * 1024)
 /* Longest function or file name sent; longer ones are cut (C++ templates can be kilobytes,
  * nothing a profile shows needs more). */
@@ -77,6 +77,9 @@ struct symp_elf_info {
     uint64_t build_id_vaddr; /* where the note's bytes are loaded (if a PT_NOTE holds them) */
     struct symp_load loads[SYMP_MAX_LOADS];
     uint32_t nloads;
+    /* A CPython runtime (the interpreter's binary or libpython): where its .dynsym puts
+     * _PyRuntime, Py_Version and PyCode_Type (file virtual addresses); 0 when absent. */
+    uint64_t py_runtime, py_version, py_code_type;
 };
 
 /* Writer: fields appended to a fixed buffer; overflow is remembered, not written. */

@@ -119,6 +119,7 @@ static int locate(pid_t pid, struct syms *out)
 }
 
 struct named {
+    char module[128];
     char qual[256];
     char file[512];
     int line;
@@ -146,10 +147,13 @@ static int frames_of(const struct py_runtime *rt, pid_t tid, struct named *out, 
         int k = 0;
         for (; k < n && (size_t)k < max; k++) {
             struct py_code c;
-            int r = py_read_code(rt, fr[k].code, &c);
+            int r = py_read_code(rt, fr[k].code, fr[k].func, &c);
+            if (r == 0 && c.ident != fr[k].ident)
+                r = -EAGAIN;
             if (r < 0)
                 break;
             snprintf(out[k].qual, sizeof(out[k].qual), "%s", c.qualname);
+            snprintf(out[k].module, sizeof(out[k].module), "%s", c.module);
             snprintf(out[k].file, sizeof(out[k].file), "%s", c.filename);
             out[k].line = py_code_line(&c, fr[k].instr);
             out[k].entry = fr[k].entry;
@@ -303,6 +307,18 @@ static void run_one(const char *python, const char *script)
                 CHECK(k < n && fr[k].entry && inner_none,
                       "%s: the evaluation call boundary is at keyf, called from C, and not "
                       "between the Python calls inside it", python);
+            }
+            if (ok) {
+                int k = 0;
+                while (k < n && strcmp(fr[k].qual, "leaf_wait"))
+                    k++;
+                int w = 0;
+                while (w < n && strcmp(fr[w].qual, "Event.wait"))
+                    w++;
+                CHECK(k < n && !strcmp(fr[k].module, "__main__") && w < n &&
+                          !strcmp(fr[w].module, "threading"),
+                      "%s: modules from the functions: leaf_wait in %s, Event.wait in %s",
+                      python, k < n ? fr[k].module : "?", w < n ? fr[w].module : "?");
             }
             if (i == 0 && ok) {
                 /* The outermost frame is the thread's bootstrap, called from C. */
