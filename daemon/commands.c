@@ -159,8 +159,24 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(pf, "copy_too_short", (double)s->perf_short);
     cJSON_AddNumberToObject(pf, "stopped_stack_too_deep", (double)s->fallback_deep);
     cJSON_AddNumberToObject(pf, "stopped_no_event", (double)s->fallback_refused);
+    cJSON_AddNumberToObject(pf, "stopped_for_python", (double)s->fallback_python);
     if (t->perf_err)
         cJSON_AddStringToObject(pf, "error", strerror(-t->perf_err));
+    if (t->py.status != PYS_NONE) {
+        cJSON *py = cJSON_AddObjectToObject(o, "python");
+        char v[16];
+        snprintf(v, sizeof(v), "%lu.%lu", (t->py.rt.version_hex >> 24) & 0xff,
+                 (t->py.rt.version_hex >> 16) & 0xff);
+        cJSON_AddStringToObject(py, "version", v);
+        cJSON_AddBoolToObject(py, "frames", t->py.status == PYS_OK);
+        if (t->py.status == PYS_UNSUPPORTED)
+            cJSON_AddStringToObject(py, "error", t->py.why);
+        cJSON_AddNumberToObject(py, "samples", (double)t->py.samples);
+        cJSON_AddNumberToObject(py, "torn", (double)t->py.torn);
+        cJSON_AddNumberToObject(py, "unreadable", (double)t->py.unreadable);
+        cJSON_AddNumberToObject(py, "code_objects", (double)t->py.ncodes);
+        cJSON_AddNumberToObject(py, "code_objects_failed", (double)t->py.codes_failed);
+    }
     cJSON *u = cJSON_AddObjectToObject(o, "unwind");
     cJSON_AddNumberToObject(u, "complete", (double)s->unwind_complete);
     cJSON_AddNumberToObject(u, "truncated", (double)s->unwind_truncated);

@@ -19,6 +19,7 @@ void profile_free(struct profile *p)
         free(p->frames[i].function);
         free(p->frames[i].file);
         free(p->frames[i].module);
+        free(p->frames[i].pymodule);
     }
     free(p->frames);
     for (size_t i = 0; p->stacks && i < p->nstacks; i++)

@@ -28,6 +28,8 @@ struct profile_frame {
     bool inlined;       /* inlined into its caller (the next frame towards the root) */
     bool jit;           /* named from /tmp/perf-PID.map */
     bool in_app;        /* the program's own code rather than a system library */
+    bool python;        /* a Python function (function: its qualified name; file, line) */
+    char *pymodule;     /* a Python frame's module (its function's __module__), or NULL */
 };
 
 /* An ELF image mapped in the target (for Sentry's debug_meta). */

@@ -137,7 +137,17 @@ static int put_frame(struct strbuf *sb, const struct profile_frame *f)
 {
     size_t start = sb->len;
     int r;
-    if (f->function && *f->function) {
+    if (f->python) {
+        /* A Python function: module.qualname, as Python names it. */
+        r = 0;
+        if (f->pymodule && *f->pymodule) {
+            r = put_name(sb, f->pymodule, false);
+            if (r == 0)
+                r = strbuf_puts(sb, ".");
+        }
+        if (r == 0)
+            r = put_name(sb, f->function ? f->function : "<unknown>", false);
+    } else if (f->function && *f->function) {
         r = put_name(sb, f->function, false);
         if (r == 0 && f->jit)
             r = strbuf_puts(sb, "_[j]");

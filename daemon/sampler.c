@@ -28,7 +28,11 @@
 #include "util.h"
 
 static struct snapshot snap;
-static uint64_t ips[UNWIND_MAX_FRAMES];
+static uint64_t ips[UNWIND_MAX_FRAMES + PY_MAX_FRAMES];
+/* The Python frames of the sample being taken, read while the thread could not change them
+ * (python.h); npy of them, 0 if none. */
+static struct py_frame pyframes[PY_MAX_FRAMES];
+static int npy;
 static timer_t stop_timer; /* bounds the wait for stops; see await_stops */
 static bool have_stop_timer;
 static volatile sig_atomic_t stop_timer_fired;
@@ -128,6 +132,10 @@ static uint32_t unwind_and_intern(struct target *t, struct thread *th, enum unwi
         ips[0] = snap.regs.rip;
         n = 1;
     }
+    if (npy > 0)
+        n = (int)py_encode(&t->py, pyframes, npy, ips, (size_t)n,
+                           sizeof(ips) / sizeof(ips[0]));
+    npy = 0;
     uint16_t flags = 0;
     switch (end) {
     case UNWIND_COMPLETE:
@@ -393,8 +401,11 @@ int sampler_perf_open_continuous(struct target *t, struct thread *th, uint64_t p
                                  unsigned batch, bool stacks)
 {
     target_thread_perf_close(th);
-    uint32_t stack = t->sampler == SAMPLER_PTRACE || !stacks || th->perf_refused ? 0
-                                                                                : want_stack(th);
+    /* (A Python target's running threads are stopped for their Python frames, python.h.) */
+    uint32_t stack = t->sampler == SAMPLER_PTRACE || !stacks || th->perf_refused ||
+                             t->py.status == PYS_OK
+                         ? 0
+                         : want_stack(th);
     int r = perf_open(t, th, true, period_ns, stack, batch);
     if (r < 0 && stack && r != -ESRCH) {
         /* No room for stacks in the ring (locked memory): count only, stop to sample. */
@@ -437,6 +448,10 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     if (t->sampler == SAMPLER_PTRACE || th->perf_refused || boundary)
         return false;
+    if (t->py.status == PYS_OK) {
+        t->stats.fallback_python++;
+        return false;
+    }
     if (th->ps.fd >= 0 && th->ps.continuous) {
         /* cputime's counting event (the thread's first interval of CPU, or no room for
          * stacks in its ring): this sample by a stop. */
@@ -542,6 +557,8 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             t->stats.failed_copy++;
             return false;
         }
+        /* Its Python frames too: the check below that it did not run covers them. */
+        npy = py_capture(&t->py, th->tid, &th->py_tstate, pyframes);
         uint64_t run2, pcount2;
         if (proc_read_schedstat(th->schedstat_fd, &run2, &pcount2) < 0) {
             t->stats.failed_vanished++;
@@ -550,6 +567,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         if (pcount2 != pcount || run2 != run) {
             /* It ran while we copied: the copy may be torn. Look again. */
             t->stats.torn++;
+            npy = 0;
             run = run2;
             pcount = pcount2;
             continue;
@@ -897,6 +915,8 @@ static void sample_stopped(struct thread *th)
                    ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0) {
             t->stats.eintr_repaired++;
         }
+        /* Its Python frames, while it cannot change them. */
+        npy = py_capture(&t->py, th->tid, &th->py_tstate, pyframes);
     }
     target_resume(th, 0);
     young_name(th);
@@ -906,6 +926,7 @@ static void sample_stopped(struct thread *th)
     }
     if (copy_err < 0) {
         t->stats.failed_copy++;
+        npy = 0;
         return;
     }
     enum unwind_end end;

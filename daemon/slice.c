@@ -75,6 +75,7 @@ size_t slice_estimate(const struct target *t, uint64_t start_ns, uint64_t end_ns
 struct slice_copy {
     struct ring_reader rd; /* first: the reader's callbacks get this */
     struct slice_job *job;
+    struct u64map pyids;   /* target's code id + 1 -> job's index + 1 */
     struct target *t; /* NULL once the target is gone (its maps copied by then) */
     uint32_t *remap;  /* target stack id -> index in job->stacks + 1 (0: none yet) */
     size_t nremap;
@@ -124,6 +125,42 @@ static void account(struct slice_job *job, size_t n)
  * with its stack, renumbered. The entry is still in the ring, so its stack is the one it
  * was recorded with: an id seen before may since have been freed and given to another stack
  * (an entry inserted late), which its hash tells apart. */
+
+/* A Python frame's value with its code object copied into the job (once) and its id
+ * renumbered to the job's; a code the target no longer has becomes "<unknown>". */
+static uint64_t copy_pycode(struct slice_copy *c, uint64_t v)
+{
+    struct slice_job *job = c->job;
+    uint32_t id = PY_CODE_ID(v);
+    size_t k = (size_t)(uintptr_t)u64map_get(&c->pyids, (uint64_t)id + 1);
+    if (!k) {
+        const struct py_code_entry *e = c->t ? py_code_get(&c->t->py, id) : NULL;
+        job->pycodes = xrealloc(job->pycodes, (job->npycodes + 1) * sizeof(*job->pycodes));
+        struct slice_pycode *pc = &job->pycodes[job->npycodes];
+        memset(pc, 0, sizeof(*pc));
+        if (e) {
+            pc->module = xstrdup(e->c.module);
+            pc->qualname = xstrdup(e->c.qualname[0] ? e->c.qualname : e->c.name);
+            pc->filename = xstrdup(e->c.filename);
+            pc->firstlineno = e->c.firstlineno;
+            if (e->c.linetable_len) {
+                pc->linetable = xmalloc(e->c.linetable_len);
+                memcpy(pc->linetable, e->c.linetable, e->c.linetable_len);
+                pc->linetable_len = e->c.linetable_len;
+            }
+        } else {
+            pc->module = xstrdup("");
+            pc->qualname = xstrdup("<unknown>");
+            pc->filename = xstrdup("");
+        }
+        account(job, sizeof(*pc) + pc->linetable_len + strlen(pc->qualname) +
+                         strlen(pc->filename) + strlen(pc->module) + 3);
+        k = ++job->npycodes;
+        u64map_put(&c->pyids, (uint64_t)id + 1, (void *)(uintptr_t)k);
+    }
+    return (v & ~(0x3fffffffffull << 24)) | ((uint64_t)(k - 1) << 24);
+}
+
 static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
 {
     struct slice_copy *c = (struct slice_copy *)rd;
@@ -167,6 +204,9 @@ static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
     ss->ips = xmalloc((se->n ? se->n : 1) * sizeof(uint64_t));
     memcpy(ss->ips, se->ips, se->n * sizeof(uint64_t));
     account(job, (se->n ? se->n : 1) * sizeof(uint64_t));
+    for (uint16_t j = 0; j < ss->n; j++)
+        if (py_is_frame(ss->ips[j]))
+            ss->ips[j] = copy_pycode(c, ss->ips[j]);
     c->hashes[job->nstacks] = se->hash;
     c->remap[e->stack] = (uint32_t)job->nstacks + 1;
     out->stack = (uint32_t)job->nstacks++;
@@ -212,6 +252,7 @@ static void copy_free(struct slice_copy *c)
     ring_reader_detach(&c->rd);
     free(c->remap);
     free(c->hashes);
+    u64map_finish(&c->pyids);
     free(c);
 }
 
@@ -342,6 +383,13 @@ void slice_job_free(struct slice_job *job)
     for (size_t i = 0; i < job->nepochs; i++)
         maps_finish(&job->epochs[i].maps);
     free(job->epochs);
+    for (size_t i = 0; i < job->npycodes; i++) {
+        free(job->pycodes[i].module);
+        free(job->pycodes[i].qualname);
+        free(job->pycodes[i].filename);
+        free(job->pycodes[i].linetable);
+    }
+    free(job->pycodes);
     free(job->txn.id);
     free(job->txn.name);
     free(job->txn.trace_id);
@@ -578,9 +626,39 @@ static void note_module(struct builder *b, const struct map_entry *m)
 }
 
 /* Symbolize one address into frames (inlined callees first). */
+/* A Python frame (python.h): its code object's names, file and the line of its code unit. */
+static void expand_py(struct builder *b, uint64_t v)
+{
+    const struct slice_job *job = b->job;
+    uint32_t id = PY_CODE_ID(v);
+    struct profile_frame *f = new_frame(b);
+    f->python = true;
+    if (id >= job->npycodes) {
+        f->function = xstrdup("<unknown>");
+        return;
+    }
+    const struct slice_pycode *pc = &job->pycodes[id];
+    f->function = xstrdup(pc->qualname);
+    f->file = pc->filename[0] ? xstrdup(pc->filename) : NULL;
+    f->pymodule = pc->module[0] ? xstrdup(pc->module) : NULL;
+    struct py_code c = {.firstlineno = pc->firstlineno,
+                        .linetable = pc->linetable,
+                        .linetable_len = pc->linetable_len};
+    int line = py_code_line(&c, PY_INSTR(v));
+    f->line = line > 0 ? line : 0;
+    /* The application's code unless it is the standard library's or an installed
+     * package's (as Sentry's SDK decides in_app). */
+    f->in_app = f->file && !strstr(f->file, "/lib/python") && !strstr(f->file, "site-packages") &&
+                !strstr(f->file, "dist-packages") && f->file[0] != '<';
+}
+
 static void expand_ip(struct builder *b, uint32_t epoch, uint64_t ip, bool caller)
 {
     const struct slice_job *job = b->job;
+    if (py_is_frame(ip)) {
+        expand_py(b, ip);
+        return;
+    }
     const struct map_entry *m = find_mapping(job, epoch, ip);
     if (m && m->mod) {
         uint64_t off = ip - m->start + m->pgoff;
@@ -696,6 +774,8 @@ static bool prefetch(const struct slice_job *job, struct symbolizer *sym)
         const struct slice_stack *ss = &job->stacks[i];
         for (uint16_t j = 0; j < ss->n; j++) {
             uint64_t ip = ss->ips[j];
+            if (py_is_frame(ip))
+                continue;
             const struct map_entry *m = find_mapping(job, ss->epoch, ip);
             if (m && m->mod) {
                 uint64_t off = ip - m->start + m->pgoff;
@@ -728,6 +808,35 @@ static bool prefetch(const struct slice_job *job, struct symbolizer *sym)
     free(mods);
     u64map_finish(&by_mod);
     return unread;
+}
+
+/* Is frame f a native call of CPython's evaluation loop (which runs Python frames)? */
+static bool is_eval_frame(const struct profile_frame *f)
+{
+    return !f->python && f->function && !strcmp(f->function, "_PyEval_EvalFrameDefault");
+}
+
+/* A stack's frames, leaf first: the native ones (native[n]) with the Python ones (py[npy],
+ * innermost first, split into one group per evaluation call by entry[]) in place of the
+ * evaluation-loop frames that ran them, innermost group at the innermost such frame, as
+ * py-spy --native shows them. Groups left over (the native unwind ended, or the loop's
+ * frames are not named) go on the root side. Returns how many frames went into out. */
+static size_t interleave(const struct profile *p, const uint32_t *native, size_t n,
+                         const uint32_t *py, const bool *entry, size_t npy, uint32_t *out)
+{
+    size_t m = 0, k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k < npy && is_eval_frame(&p->frames[native[i]])) {
+            do
+                out[m++] = py[k];
+            while (!entry[k++] && k < npy);
+            continue;
+        }
+        out[m++] = native[i];
+    }
+    while (k < npy)
+        out[m++] = py[k++];
+    return m;
 }
 
 int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, struct profile *p)
@@ -772,15 +881,26 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
 
     p->nstacks = job->nstacks;
     p->stacks = xcalloc(job->nstacks ? job->nstacks : 1, sizeof(*p->stacks));
-    uint32_t *tmp = NULL;
-    size_t cap_tmp = 0;
+    uint32_t *tmp = NULL, *py = NULL;
+    bool *py_entry = NULL;
+    size_t cap_tmp = 0, cap_py = 0;
     for (size_t i = 0; i < job->nstacks; i++) {
         const struct slice_stack *ss = &job->stacks[i];
-        size_t n = 0;
+        size_t n = 0, npy = 0;
         for (uint16_t j = 0; j < ss->n; j++) {
             /* ips[0] is where the thread was; the rest are return addresses, looked up at
-             * the call instruction (address - 1). */
+             * the call instruction (address - 1). Python frames follow the native ones. */
             struct ipkey *k = lookup_ip(&b, ss->epoch, ss->ips[j], j > 0, nslots - 1);
+            if (py_is_frame(ss->ips[j])) {
+                if (npy == cap_py) {
+                    cap_py = cap_py ? cap_py * 2 : 64;
+                    py = xrealloc(py, cap_py * sizeof(*py));
+                    py_entry = xrealloc(py_entry, cap_py * sizeof(*py_entry));
+                }
+                py[npy] = k->first;
+                py_entry[npy++] = ss->ips[j] & PY_ENTRY;
+                continue;
+            }
             if (n + k->count > cap_tmp) {
                 cap_tmp = (n + k->count) * 2;
                 tmp = xrealloc(tmp, cap_tmp * sizeof(*tmp));
@@ -788,11 +908,14 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
             for (uint32_t f = 0; f < k->count; f++)
                 tmp[n++] = k->first + f;
         }
-        p->stacks[i].n = (uint32_t)n;
-        p->stacks[i].frames = xmalloc((n ? n : 1) * sizeof(uint32_t));
-        memcpy(p->stacks[i].frames, tmp, n * sizeof(uint32_t));
+        uint32_t *frames = xmalloc((n + npy ? n + npy : 1) * sizeof(uint32_t));
+        size_t m = interleave(p, tmp, n, py, py_entry, npy, frames);
+        p->stacks[i].n = (uint32_t)m;
+        p->stacks[i].frames = frames;
     }
     free(tmp);
+    free(py);
+    free(py_entry);
     free(b.keys);
 
     /* Samples, and the threads they name. Samples with a lost stack are dropped. */

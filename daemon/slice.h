@@ -34,6 +34,14 @@ struct slice_stack {
     uint64_t *ips;
 };
 
+/* A Python code object the slice's stacks name (python.h), copied from the target. */
+struct slice_pycode {
+    char *module, *qualname, *filename;
+    int firstlineno;
+    uint8_t *linetable;
+    size_t linetable_len;
+};
+
 struct slice_epoch {
     uint32_t epoch;
     struct maps maps; /* entries copied with their own module references */
@@ -66,6 +74,9 @@ struct slice_job {
     size_t nnames;
     struct slice_epoch *epochs;
     size_t nepochs;
+    /* Python code objects, by the ids in the copied stacks (renumbered: index here). */
+    struct slice_pycode *pycodes;
+    size_t npycodes;
     struct profile_txn txn;
     /* Transactions of the target that overlap the window: each sample is tagged with those
      * open on its thread at its time. */

@@ -412,6 +412,7 @@ int target_refresh_maps(struct target *t)
     t->maps = nm;
     t->maps_dirty = false;
     epoch_merge(t, &t->maps);
+    py_target_detect(&t->py, t->pid, &t->maps);
     if (code_gone) {
         /* Code unmapped (dlclose): cached unwind rules for its addresses may now be wrong. */
         unwinder_flush(&t->unw);
@@ -516,6 +517,7 @@ static void target_destroy(struct target *t)
         maps_finish(&t->epochs[i].maps);
     free(t->epochs);
     unwinder_finish(&t->unw);
+    py_target_finish(&t->py);
     if (t->status_fd >= 0)
         close(t->status_fd);
     if (t->pidfd >= 0)
@@ -741,6 +743,7 @@ static int attach(pid_t pid, unsigned hz, uint64_t buffer_ns, enum sampler_kind 
         goto setup_failed;
     }
     epoch_merge(t, &t->maps);
+    py_target_detect(&t->py, t->pid, &t->maps);
     r = unwinder_init(&t->unw, mm_tid(t), &t->maps);
     if (r < 0) {
         snprintf(why, whylen, "cannot set up unwinding: %s", strerror(-r));
@@ -1101,6 +1104,11 @@ static void target_execed(struct target *t, struct thread *th)
     }
     epoch_merge(t, &t->maps);
     unwinder_flush(&t->unw);
+    /* Another program: its runtime, if any, is looked for again. (Code entries stay: the
+     * old generation's stacks name them.) */
+    t->py.status = PYS_NONE;
+    t->py.module_id = 0;
+    py_target_detect(&t->py, t->pid, &t->maps);
     log_info("process %d exec'd %s", t->pid, t->exe);
     if (t->state == T_DETACHING)
         detach_thread(leader, 0);
@@ -1634,5 +1642,5 @@ size_t target_memory(const struct target *t)
     m += t->maps.n * sizeof(struct map_entry);
     for (size_t i = 0; i < t->nthreads; i++)
         m += perfs_bytes(&t->threads[i]->ps); /* the kernel's rings: locked memory */
-    return m;
+    return m + py_target_memory(&t->py);
 }

@@ -10,6 +10,7 @@
 #include "maps.h"
 #include "perfsample.h"
 #include "perms.h"
+#include "python.h"
 #include "ring.h"
 #include "stacks.h"
 #include "unwind.h"
@@ -87,6 +88,7 @@ struct thread {
                                    deeper than the kernel copies */
     bool perf_refused;          /* its event could not be opened: sampled by stopping */
     uint64_t perf_last_ns;      /* its latest sample from the kernel's copy */
+    uint64_t py_tstate;         /* its CPython thread state, as found last (python.h) */
     struct thread *hnext;       /* tid hash chain */
 };
 
@@ -125,6 +127,8 @@ struct target_stats {
     uint64_t perf_short;      /* copies too short for a complete unwind (copy enlarged) */
     uint64_t fallback_deep;   /* running threads stopped: stack deeper than the kernel copies */
     uint64_t fallback_refused; /* running threads stopped: no perf event for them */
+    uint64_t fallback_python;  /* running threads stopped: their Python frames are read in
+                                  the stop (python.h) */
     uint64_t unwind_complete;
     uint64_t unwind_truncated;
     uint64_t unwind_too_deep;
@@ -183,6 +187,7 @@ struct target {
     struct epoch_maps *epochs;
     size_t nepochs;
     struct unwinder unw;
+    struct py_target py;    /* its CPython runtime, if any */
     struct sched *sched;    /* its schedule (schedule.c: given at attach, freed with it) */
     int status_fd;          /* /proc/PID/status (signal dispositions) */
     uint64_t sig_ign, sig_cgt; /* dispositions (SigIgn, SigCgt) at the latest read of it */
