@@ -233,6 +233,7 @@ static struct module *publish(int fd, const struct stat *st, const struct elf_in
     m->py_runtime = info->py_runtime;
     m->py_version = info->py_version;
     m->py_code_type = info->py_code_type;
+    m->py_str_type = info->py_str_type;
     m->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
     p->dev = st->st_dev;
     p->ino = st->st_ino;

@@ -38,9 +38,9 @@ struct module {
     int e_type;          /* ET_EXEC or ET_DYN */
     struct module_load loads[MODULE_MAX_LOADS];
     int nloads;
-    /* A CPython runtime: file virtual addresses of _PyRuntime, Py_Version and PyCode_Type
-     * (its .dynsym, as the helper read it); 0 if it is none. */
-    uint64_t py_runtime, py_version, py_code_type;
+    /* A CPython runtime: file virtual addresses of _PyRuntime, Py_Version, PyCode_Type and
+     * PyUnicode_Type (its .dynsym, as the helper read it); 0 if it is none. */
+    uint64_t py_runtime, py_version, py_code_type, py_str_type;
     void *sym; /* symbolizer-private state; see symbols.c */
 };
 

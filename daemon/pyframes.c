@@ -97,19 +97,20 @@ static uint64_t ident_of(const struct py_layout *L, const uint8_t *cb)
 }
 
 int py_runtime_init(struct py_runtime *rt, pid_t pid, uint64_t runtime, uint64_t version_addr,
-                    uint64_t code_type)
+                    uint64_t code_type, uint64_t str_type)
 {
     memset(rt, 0, sizeof(*rt));
     rt->pid = pid;
     rt->runtime = runtime;
     rt->code_type = code_type;
+    rt->str_type = str_type;
     unsigned long v;
     int r = peek(pid, version_addr, &v, sizeof(v));
     if (r < 0)
         return r;
     rt->version_hex = v;
     rt->lay = py_layout_of(v);
-    if (!rt->lay || !code_type)
+    if (!rt->lay || !code_type || !str_type)
         return -ENOTSUP;
     if (rt->lay->version == 0x030d0000) {
         /* 3.13 starts _PyRuntime with its debug offsets: a cookie and the version. */
@@ -253,6 +254,8 @@ static int read_str(const struct py_runtime *rt, uint64_t obj, char *dst, size_t
     int r = peek(rt->pid, obj, h, sizeof(h));
     if (r < 0)
         return r;
+    if (u64_at(h, 8) != rt->str_type)
+        return -EAGAIN; /* not a str (None, or a subclass: not named) */
     uint64_t len = u64_at(h, 16);
     uint32_t state = u32_at(h, 32);
     unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;

@@ -65,14 +65,16 @@ struct py_runtime {
     unsigned long version_hex;
     uint64_t runtime;   /* address of _PyRuntime */
     uint64_t code_type; /* address of PyCode_Type: what a code object's ob_type must be */
+    uint64_t str_type;  /* address of PyUnicode_Type: a str's */
 };
 
-/* Set up rt for process pid: the addresses of _PyRuntime, Py_Version and PyCode_Type in its
+/* Set up rt for process pid: the addresses of _PyRuntime, Py_Version, PyCode_Type and
+ * PyUnicode_Type in its
  * memory (symbols of the interpreter's binary or libpython, plus its load bias). Reads
  * Py_Version. Returns 0, -ENOTSUP (a version this file cannot read: rt->version_hex says
  * which) or -errno of the read. */
 int py_runtime_init(struct py_runtime *rt, pid_t pid, uint64_t runtime, uint64_t version_addr,
-                    uint64_t code_type);
+                    uint64_t code_type, uint64_t str_type);
 
 /* One Python frame: its code object and where in its bytecode it is. */
 struct py_frame {

@@ -34,9 +34,10 @@ void py_target_detect(struct py_target *py, pid_t pid, const struct maps *maps)
         uint64_t runtime = addr_in(m, e, m->py_runtime);
         uint64_t version = addr_in(m, e, m->py_version);
         uint64_t code_type = addr_in(m, e, m->py_code_type);
+        uint64_t str_type = addr_in(m, e, m->py_str_type);
         py->module_id = m->id;
-        int r = runtime && version && code_type
-                    ? py_runtime_init(&py->rt, pid, runtime, version, code_type)
+        int r = runtime && version && code_type && str_type
+                    ? py_runtime_init(&py->rt, pid, runtime, version, code_type, str_type)
                     : -EFAULT;
         if (r == 0) {
             py->status = PYS_OK;

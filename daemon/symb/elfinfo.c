@@ -63,6 +63,8 @@ static void read_python_symbols(Elf *elf, struct symp_elf_info *info)
                 info->py_version = sym.st_value;
             else if (!strcmp(name, "PyCode_Type"))
                 info->py_code_type = sym.st_value;
+            else if (!strcmp(name, "PyUnicode_Type"))
+                info->py_str_type = sym.st_value;
         }
         return;
     }
@@ -105,8 +107,8 @@ static int parse(Elf *elf, struct symp_elf_info *info)
         return -ENOEXEC;
     read_python_symbols(elf, info);
     /* All three or none: a reader needs each of them. */
-    if (!info->py_runtime || !info->py_version || !info->py_code_type)
-        info->py_runtime = info->py_version = info->py_code_type = 0;
+    if (!info->py_runtime || !info->py_version || !info->py_code_type || !info->py_str_type)
+        info->py_runtime = info->py_version = info->py_code_type = info->py_str_type = 0;
     return 0;
 }
 

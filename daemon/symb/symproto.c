@@ -143,6 +143,7 @@ void symp_put_elf_info(struct symp_w *w, const struct symp_elf_info *e)
     symp_put_u64(w, e->py_runtime);
     symp_put_u64(w, e->py_version);
     symp_put_u64(w, e->py_code_type);
+    symp_put_u64(w, e->py_str_type);
 }
 
 int symp_get_elf_info(struct symp_r *r, struct symp_elf_info *e)
@@ -169,6 +170,7 @@ int symp_get_elf_info(struct symp_r *r, struct symp_elf_info *e)
     e->py_runtime = symp_get_u64(r);
     e->py_version = symp_get_u64(r);
     e->py_code_type = symp_get_u64(r);
+    e->py_str_type = symp_get_u64(r);
     if (!symp_r_done(r) || e->err > 0 || e->err < -4095)
         return -EPROTO;
     return 0;

@@ -78,8 +78,9 @@ struct symp_elf_info {
     struct symp_load loads[SYMP_MAX_LOADS];
     uint32_t nloads;
     /* A CPython runtime (the interpreter's binary or libpython): where its .dynsym puts
-     * _PyRuntime, Py_Version and PyCode_Type (file virtual addresses); 0 when absent. */
-    uint64_t py_runtime, py_version, py_code_type;
+     * _PyRuntime, Py_Version, PyCode_Type and PyUnicode_Type (file virtual addresses); 0 when
+     * absent. */
+    uint64_t py_runtime, py_version, py_code_type, py_str_type;
 };
 
 /* Writer: fields appended to a fixed buffer; overflow is remembered, not written. */

@@ -34,7 +34,7 @@ static int failures;
     } while (0)
 
 struct syms {
-    uint64_t runtime, version, code_type;
+    uint64_t runtime, version, code_type, str_type;
 };
 
 /* The three symbols in file's .dynsym, plus bias. Returns how many were found. */
@@ -61,6 +61,7 @@ static int find_syms(const char *file, uint64_t bias, struct syms *out)
             uint64_t *slot = !strcmp(n, "_PyRuntime")     ? &out->runtime
                              : !strcmp(n, "Py_Version")   ? &out->version
                              : !strcmp(n, "PyCode_Type") ? &out->code_type
+                             : !strcmp(n, "PyUnicode_Type") ? &out->str_type
                                                           : NULL;
             if (slot && !*slot) {
                 *slot = s.st_value + bias;
@@ -111,7 +112,7 @@ static int locate(pid_t pid, struct syms *out)
             elf_end(e);
         close(fd);
         memset(out, 0, sizeof(*out));
-        if (find_syms(file, bias, out) == 3)
+        if (find_syms(file, bias, out) == 4)
             r = 0;
     }
     fclose(f);
@@ -264,10 +265,10 @@ static void run_one(const char *python, const char *script)
     usleep(200000); /* (the threads reach their waits) */
     struct syms s;
     int r = locate(pid, &s);
-    CHECK(r == 0, "%s: _PyRuntime, Py_Version and PyCode_Type found in its .dynsym", python);
+    CHECK(r == 0, "%s: _PyRuntime, Py_Version, PyCode_Type and PyUnicode_Type found in its .dynsym", python);
     struct py_runtime rt;
     if (r == 0) {
-        r = py_runtime_init(&rt, pid, s.runtime, s.version, s.code_type);
+        r = py_runtime_init(&rt, pid, s.runtime, s.version, s.code_type, s.str_type);
         CHECK(r == 0, "%s: version %#lx is read (%s)", python, rt.version_hex,
               r ? strerror(-r) : "ok");
     }

@@ -1,0 +1,122 @@
+"""Python programs profiled from outside: pyapp.py (a known time split, a C extension under
+Python, a generator, an asyncio coroutine, a sleeping thread) under every CPython 3.11-3.13 on
+the machine (Debian's python3.11 always; pyenv's 3.11, 3.12 and 3.13 where present), on both
+sampling paths. Checked in each run: the Python functions in the collapsed profile in place
+of the interpreter's evaluation loop, module-qualified; the split of the work thread within
+5 points of 60/30/10; zlib's native frames under the Python function that called it; at least
+99% of the work thread's samples complete (from start_thread through Thread._bootstrap to the
+phase); the blocked thread's Python frames; and status naming the version."""
+import glob
+import os
+
+from harness import *
+
+HZ = 199
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+interpreters = []
+if os.access("/usr/bin/python3.11", os.X_OK):
+    interpreters.append("/usr/bin/python3.11")
+root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+found = sorted(glob.glob(os.path.join(root, "versions", "3.1[123].*", "bin", "python3.1[123]")))
+interpreters += found
+if not found:
+    log("no pyenv interpreters under %s: only Debian's python3.11 is checked" % root)
+if not interpreters:
+    skip("no CPython 3.11-3.13 on this machine")
+
+SAMPLERS = ["auto", "ptrace"]
+
+
+def run(python, sampler):
+    what = "%s (%s)" % (python, sampler)
+    app = subprocess.Popen([python, os.path.join(HERE, "pyapp.py")], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        if app.stdout.readline().strip() != "ready":
+            fail("%s: pyapp did not start" % what)
+        with Daemon() as d:
+            d.ctl("attach", app.pid, "--hz", HZ, "--sampler", sampler)
+            # Enough samples of the work thread for a split within 5 points: 4 threads a
+            # tick, ~3 s at full rate, however long this machine takes.
+            d.wait_samples(app.pid, 4 * HZ * 3, timeout=120)
+            st = d.target_status(app.pid)
+            prof = d.slice(app.pid, "--thread-ids")
+        py = st.get("python") or {}
+        ver = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.strip()
+        check(py.get("frames") is True and py.get("version") == ver,
+              "%s: status says Python %s frames are read (%s)" % (what, ver, py))
+        work = {s: c for s, c in prof.items() if "__main__.work" in s.split(";")}
+        total = sum(work.values())
+        check(total >= HZ, "%s: the work thread's samples name __main__.work (%d)"
+              % (what, total))
+        complete = 0
+        share = {"__main__.phase_a": 0, "__main__.phase_b": 0, "__main__.phase_c": 0}
+        under_b = native_under_b = in_libz = gen = 0
+        bad = []
+        for s, c in work.items():
+            fr = s.split(";")[1:]
+            ok = ("start_thread" in fr and "threading.Thread._bootstrap" in fr and
+                  fr.index("start_thread") < fr.index("threading.Thread._bootstrap") and
+                  "__main__.handle" in fr and
+                  not any(f == "_PyEval_EvalFrameDefault" for f in fr))
+            for k in share:
+                if k in fr:
+                    share[k] += c
+                    ok = ok and fr.index("__main__.handle") < fr.index(k)
+            if ok:
+                complete += c
+            else:
+                bad.append((c, s))
+            if "__main__.phase_b" in fr:
+                under_b += c
+                rest = fr[fr.index("__main__.phase_b") + 1:]
+                # zlib.compress: C code below the Python caller (zlib's module, libz; or the
+                # wait for the GIL it released, which the asyncio thread holds meanwhile).
+                if rest and not any(f.startswith("__main__.") for f in rest):
+                    native_under_b += c
+                if any("libz" in f or f.startswith("deflate") for f in rest):
+                    in_libz += c
+            if "__main__.phase_c" in fr and "__main__.gen_items" in fr and \
+                    fr.index("__main__.phase_c") < fr.index("__main__.gen_items"):
+                gen += c
+        for c, s in sorted(bad, reverse=True)[:3]:
+            log("  incomplete: %d %s" % (c, s))
+        named = sum(share.values())
+        check(complete >= 0.99 * total,
+              "%s: %.2f%% of the work thread's samples are complete: start_thread, "
+              "Thread._bootstrap, handle, the phase, no evaluation loop left (need 99%%)"
+              % (what, 100.0 * complete / max(1, total)))
+        want = {"__main__.phase_a": 60, "__main__.phase_b": 30, "__main__.phase_c": 10}
+        for k, e in want.items():
+            got = 100.0 * share[k] / max(1, named)
+            check(abs(got - e) <= 5, "%s: %s %.1f%% of the rounds' samples (built to spend %d%%)"
+                  % (what, k, got, e))
+        check(under_b and native_under_b >= 0.8 * under_b and in_libz >= 0.1 * under_b,
+              "%s: native frames under __main__.phase_b (zlib.compress) in %d of its %d "
+              "samples, libz's deflate in %d" % (what, native_under_b, under_b, in_libz))
+        check(gen >= 0.8 * share["__main__.phase_c"] and gen > 0,
+              "%s: the generator __main__.gen_items under __main__.phase_c (%d of %d)"
+              % (what, gen, share["__main__.phase_c"]))
+        aio = sum(c for s, c in prof.items() if "__main__.crunch" in s.split(";"))
+        check(aio > 0, "%s: the asyncio coroutine __main__.crunch is named (%d samples)"
+              % (what, aio))
+        idle = sum(c for s, c in prof.items()
+                   if "__main__.idle_wait" in s.split(";") and "threading.Thread._bootstrap" in s)
+        check(idle > 0, "%s: the sleeping thread's Python frames (__main__.idle_wait: %d)"
+              % (what, idle))
+        # (The module's own frame has no function object to name its module: "<module>".)
+        main = sum(c for s, c in prof.items()
+                   if "__main__.main_wait" in s.split(";") and
+                   ("<module>" in s.split(";") or "__main__.<module>" in s.split(";")))
+        check(main > 0, "%s: the main thread's __main__.main_wait under <module> (%d)"
+              % (what, main))
+    finally:
+        app.kill()
+        app.wait()
+
+
+for python in interpreters:
+    for sampler in SAMPLERS:
+        run(python, sampler)
