@@ -202,24 +202,6 @@ static void set_last(struct thread *th, uint32_t stack, uint64_t run_ns, uint64_
     th->pcount = pcount;
 }
 
-/* Track how long a thread has been blocked in the same call: the first time we saw it
- * there, with the same arguments, and not having run since (pcount unchanged). "Saw" is a
- * time taken after the read of its syscall file, never the tick's: the call began before
- * that read, but maybe after the tick began (on a busy machine the tick can take
- * milliseconds), and a start taken too early would end a repaired wait early. */
-static void observe_blocked(struct thread *th, const struct sysc_info *si, uint64_t pcount,
-                            uint64_t now)
-{
-    if (th->blk_valid && th->blk_nr == si->nr && th->blk_pcount == pcount &&
-        !memcmp(th->blk_args, si->args, sizeof(si->args)))
-        return;
-    th->blk_valid = true;
-    th->blk_nr = si->nr;
-    th->blk_pcount = pcount;
-    memcpy(th->blk_args, si->args, sizeof(si->args));
-    th->blk_since_ns = now;
-}
-
 /* Ask the kernel to stop a running thread; the stop arrives through the wait (targets_wait_event). Returns
  * whether the interrupt was sent. */
 static bool interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
@@ -505,8 +487,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         /* Without its /proc files (profd's descriptors for threads are used up, fds.h)
          * whether it ran or waits cannot be seen: stop it for its stack. */
         target_thread_forget_stack(th);
-        th->blk_valid = false;
-        return interrupt(t, th, tick_ns);
+            return interrupt(t, th, tick_ns);
     }
     if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0) {
         t->stats.failed_vanished++;
@@ -530,8 +511,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         }
         th->stop_eintr = false;
         target_thread_forget_stack(th);
-        th->blk_valid = false;
-        if (perf_oneshot(t, th, tick_ns))
+            if (perf_oneshot(t, th, tick_ns))
             return false;
         return interrupt(t, th, tick_ns);
     }
@@ -572,7 +552,6 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             pcount = pcount2;
             continue;
         }
-        observe_blocked(th, &si, pcount, now_ns());
         if (th->stop_eintr && run - th->stop_eintr_run_ns >= PAST_STOP_EINTR_NS)
             th->stop_eintr = false; /* blocked again since: past the job-control EINTR */
         enum unwind_end end;
@@ -610,7 +589,6 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         return false;
     }
     target_thread_forget_stack(th);
-    th->blk_valid = false;
     if (perf_oneshot(t, th, tick_ns))
         return false;
     return interrupt(t, th, tick_ns);

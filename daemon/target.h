@@ -49,12 +49,6 @@ struct thread {
     uint64_t run_ns, pcount;
     uint32_t last_stack;        /* holds a reference; STACK_NONE if none */
     uint64_t stack_top;         /* highest stack address a complete unwind needed; 0: unknown */
-    /* Last observed blocking system call, to bound how long it has been waiting. */
-    bool blk_valid;
-    long blk_nr;
-    uint64_t blk_args[6];
-    uint64_t blk_pcount;
-    uint64_t blk_since_ns;
     /* The call that ignored signals keep interrupting (see repair_ignored_signal). */
     bool chain_valid;
     long chain_nr;
