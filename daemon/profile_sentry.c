@@ -86,7 +86,7 @@ static int cmp_frame(const void *a, const void *b, void *ctx)
     const struct profile_frame *x = &p->frames[ia], *y = &p->frames[ib];
     int r;
     if ((r = cmp_str(x->function, y->function)) || (r = cmp_str(x->file, y->file)) ||
-        (r = cmp_str(x->module, y->module)))
+        (r = cmp_str(x->module, y->module)) || (r = cmp_str(x->pymodule, y->pymodule)))
         return r;
     int lx = x->line > 0 ? x->line : 0, ly = y->line > 0 ? y->line : 0;
     if (lx != ly)
@@ -103,7 +103,7 @@ static bool same_frame(const struct profile *p, uint32_t ia, uint32_t ib)
 {
     const struct profile_frame *x = &p->frames[ia], *y = &p->frames[ib];
     return !cmp_str(x->function, y->function) && !cmp_str(x->file, y->file) &&
-           !cmp_str(x->module, y->module) &&
+           !cmp_str(x->module, y->module) && !cmp_str(x->pymodule, y->pymodule) &&
            (x->line > 0 ? x->line : 0) == (y->line > 0 ? y->line : 0) && x->addr == y->addr &&
            x->in_app == y->in_app;
 }
@@ -352,6 +352,28 @@ static bool add_u64(cJSON *o, const char *key, uint64_t v)
     return cJSON_AddRawToObject(o, key, buf) != NULL;
 }
 
+/* A Python frame's filename as the SDK gives it (filename_for_module): the path from the
+ * module's package root, "pkg/mod.py" for module "pkg.mod" in ".../pkg/mod.py"; else the
+ * file's base name. */
+static const char *python_filename(const struct profile_frame *f)
+{
+    const char *base = strrchr(f->file, '/');
+    base = base ? base + 1 : f->file;
+    if (!nz(f->pymodule) || !strchr(f->pymodule, '.'))
+        return base;
+    /* Walk back one path component per dot of the module name. */
+    const char *p = base;
+    for (const char *d = f->pymodule; (d = strchr(d, '.')); d++) {
+        if (p == f->file)
+            return base;
+        const char *q = p - 1; /* the '/' before p */
+        while (q > f->file && q[-1] != '/')
+            q--;
+        p = q;
+    }
+    return p;
+}
+
 /* One frame: the fields relay's sample::Frame knows. An unresolved frame has no function:
  * Sentry shows it as unknown, with its module and address. */
 static cJSON *frame_json(const struct profile_frame *f)
@@ -359,6 +381,26 @@ static cJSON *frame_json(const struct profile_frame *f)
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
+    if (f->python) {
+        /* As Sentry's Python SDK writes a frame (sentry_sdk/profiler.py extract_frame): the
+         * function, its module, the file relative to the module's package root (filename)
+         * and its absolute path, the line; no address. */
+        bool ok = add_text(o, "function", nz(f->function) ? f->function : "<unknown>");
+        if (nz(f->pymodule))
+            ok = ok && add_text(o, "module", f->pymodule);
+        if (nz(f->file)) {
+            ok = ok && add_text(o, "abs_path", f->file);
+            ok = ok && add_text(o, "filename", python_filename(f));
+        }
+        if (f->line > 0)
+            ok = ok && cJSON_AddNumberToObject(o, "lineno", f->line) != NULL;
+        ok = ok && cJSON_AddBoolToObject(o, "in_app", f->in_app) != NULL;
+        if (!ok) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+        return o;
+    }
     char addr[24];
     snprintf(addr, sizeof(addr), "0x%" PRIx64, f->addr);
     bool ok = cJSON_AddStringToObject(o, "instruction_addr", addr) != NULL;

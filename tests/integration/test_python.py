@@ -7,9 +7,15 @@ of the interpreter's evaluation loop, module-qualified; the split of the work th
 99% of the work thread's samples complete (from start_thread through Thread._bootstrap to the
 phase); the blocked thread's Python frames; and status naming the version."""
 import glob
+import json
 import os
+import sys
 
 from harness import *
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "unit",
+                                "profile"))
+import check_sentry  # noqa: E402
 
 HZ = 199
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,6 +32,12 @@ if not interpreters:
     skip("no CPython 3.11-3.13 on this machine")
 
 SAMPLERS = ["auto", "ptrace"]
+# Under valgrind (the daemon takes a few samples a second) one interpreter, one sampler, and
+# what does not need many samples: names, nesting, completeness; not the split.
+WRAPPED = bool(os.environ.get("PROFD_WRAPPER"))
+if WRAPPED:
+    interpreters, SAMPLERS = interpreters[:1], ["auto"]
+NEED = 200 if WRAPPED else 4 * HZ * 3
 
 
 def run(python, sampler):
@@ -39,9 +51,10 @@ def run(python, sampler):
             d.ctl("attach", app.pid, "--hz", HZ, "--sampler", sampler)
             # Enough samples of the work thread for a split within 5 points: 4 threads a
             # tick, ~3 s at full rate, however long this machine takes.
-            d.wait_samples(app.pid, 4 * HZ * 3, timeout=120)
+            d.wait_samples(app.pid, NEED, timeout=120)
             st = d.target_status(app.pid)
             prof = d.slice(app.pid, "--thread-ids")
+            sentry = d.ctl("slice", app.pid, "--last", "2", "--format", "sentry").stdout
         py = st.get("python") or {}
         ver = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                              capture_output=True, text=True).stdout.strip()
@@ -49,7 +62,7 @@ def run(python, sampler):
               "%s: status says Python %s frames are read (%s)" % (what, ver, py))
         work = {s: c for s, c in prof.items() if "__main__.work" in s.split(";")}
         total = sum(work.values())
-        check(total >= HZ, "%s: the work thread's samples name __main__.work (%d)"
+        check(total >= NEED // 8, "%s: the work thread's samples name __main__.work (%d)"
               % (what, total))
         complete = 0
         share = {"__main__.phase_a": 0, "__main__.phase_b": 0, "__main__.phase_c": 0}
@@ -91,12 +104,16 @@ def run(python, sampler):
         want = {"__main__.phase_a": 60, "__main__.phase_b": 30, "__main__.phase_c": 10}
         for k, e in want.items():
             got = 100.0 * share[k] / max(1, named)
-            check(abs(got - e) <= 5, "%s: %s %.1f%% of the rounds' samples (built to spend %d%%)"
-                  % (what, k, got, e))
-        check(under_b and native_under_b >= 0.8 * under_b and in_libz >= 0.1 * under_b,
+            msg = "%s: %s %.1f%% of the rounds' samples (built to spend %d%%)" % (what, k, got, e)
+            if WRAPPED:
+                log("not checked under a slow wrapper (too few samples):", msg)
+            else:
+                check(abs(got - e) <= 5, msg)
+        check(under_b and native_under_b >= 0.8 * under_b and
+              (in_libz >= 0.1 * under_b or (WRAPPED and in_libz)),
               "%s: native frames under __main__.phase_b (zlib.compress) in %d of its %d "
               "samples, libz's deflate in %d" % (what, native_under_b, under_b, in_libz))
-        check(gen >= 0.8 * share["__main__.phase_c"] and gen > 0,
+        check(gen >= 0.8 * share["__main__.phase_c"] and (gen > 0 or WRAPPED),
               "%s: the generator __main__.gen_items under __main__.phase_c (%d of %d)"
               % (what, gen, share["__main__.phase_c"]))
         aio = sum(c for s, c in prof.items() if "__main__.crunch" in s.split(";"))
@@ -106,6 +123,23 @@ def run(python, sampler):
                    if "__main__.idle_wait" in s.split(";") and "threading.Thread._bootstrap" in s)
         check(idle > 0, "%s: the sleeping thread's Python frames (__main__.idle_wait: %d)"
               % (what, idle))
+        # Sentry's format: valid by relay's rules; Python frames as the Python SDK writes them,
+        # native ones with their addresses, in one stack.
+        problems, _ = check_sentry.check(sentry.encode())
+        doc = json.loads(sentry)
+        frames = doc["profile"]["frames"]
+        pyf = [f for f in frames if "instruction_addr" not in f]
+        leaf_a = [f for f in pyf if f.get("function") == "phase_a"]
+        mixed = any(any("instruction_addr" in frames[i] for i in st_) and
+                    any("instruction_addr" not in frames[i] for i in st_)
+                    for st_ in doc["profile"]["stacks"])
+        check(not problems and leaf_a and leaf_a[0].get("module") == "__main__" and
+              leaf_a[0].get("abs_path", "").endswith("/pyapp.py") and
+              leaf_a[0].get("filename") == "pyapp.py" and leaf_a[0].get("lineno", 0) > 0 and
+              leaf_a[0].get("in_app") is True and mixed,
+              "%s: the Sentry profile passes relay's rules (%s) and has phase_a as the SDK "
+              "writes it (%s), in stacks with native frames" % (what, problems[:2],
+                                                               leaf_a[:1]))
         # (The module's own frame has no function object to name its module: "<module>".)
         main = sum(c for s, c in prof.items()
                    if "__main__.main_wait" in s.split(";") and

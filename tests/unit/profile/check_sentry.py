@@ -472,8 +472,14 @@ class Checker:
         addr = self.field(f, "instruction_addr", path, False)
         if addr is not None:
             self.addr(addr, path + ".instruction_addr")
-        # profd's frames
-        if not (isinstance(addr, str) and re.fullmatch("0x[0-9a-f]+", addr)):
+        # profd's frames: native ones with their address; Python ones as Sentry's Python SDK
+        # writes them (function, abs_path, filename, lineno, module if known), no address.
+        if addr is None:
+            if not (isinstance(f.get("function"), str) and isinstance(f.get("abs_path"), str)
+                    and isinstance(f.get("filename"), str)):
+                self.err(path, "profd: a frame without instruction_addr is a Python frame: "
+                         "function, abs_path and filename")
+        elif not (isinstance(addr, str) and re.fullmatch("0x[0-9a-f]+", addr)):
             self.err(path + ".instruction_addr", "profd: expected 0x and lowercase hex")
         if not isinstance(in_app, bool):
             self.err(path + ".in_app", "profd: every frame says whether it is in the app")
