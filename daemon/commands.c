@@ -167,7 +167,8 @@ static cJSON *target_status(const struct target *t, uint64_t now)
         char v[16];
         snprintf(v, sizeof(v), "%lu.%lu", (t->py.rt.version_hex >> 24) & 0xff,
                  (t->py.rt.version_hex >> 16) & 0xff);
-        cJSON_AddStringToObject(py, "version", v);
+        if (t->py.rt.version_hex)
+            cJSON_AddStringToObject(py, "version", v);
         cJSON_AddBoolToObject(py, "frames", t->py.status == PYS_OK);
         if (t->py.status == PYS_UNSUPPORTED)
             cJSON_AddStringToObject(py, "error", t->py.why);
@@ -176,6 +177,10 @@ static cJSON *target_status(const struct target *t, uint64_t now)
         cJSON_AddNumberToObject(py, "unreadable", (double)t->py.unreadable);
         cJSON_AddNumberToObject(py, "code_objects", (double)t->py.ncodes);
         cJSON_AddNumberToObject(py, "code_objects_failed", (double)t->py.codes_failed);
+        cJSON_AddNumberToObject(py, "us_per_read",
+                                t->py.captures ? (double)t->py.capture_ns / 1e3 /
+                                                     (double)t->py.captures
+                                               : 0);
     }
     cJSON *u = cJSON_AddObjectToObject(o, "unwind");
     cJSON_AddNumberToObject(u, "complete", (double)s->unwind_complete);

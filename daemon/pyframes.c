@@ -364,7 +364,7 @@ static bool svarint(const uint8_t **p, const uint8_t *end, int *out)
 int py_code_line(const struct py_code *c, uint32_t instr)
 {
     const uint8_t *p = c->linetable, *end = p + c->linetable_len;
-    int line = c->firstlineno;
+    int64_t line = c->firstlineno; /* (a hostile table's deltas may sum past an int) */
     uint64_t addr = 0;
     while (p < end) {
         uint8_t first = *p++;
@@ -392,8 +392,10 @@ int py_code_line(const struct py_code *c, uint32_t instr)
         if (p > end)
             return -1;
         line += delta;
+        if (line < -1 || line > INT32_MAX)
+            return -1;
         if (instr < addr + len)
-            return none ? -1 : line;
+            return none ? -1 : (int)line;
         addr += len;
     }
     return -1;

@@ -32,10 +32,18 @@ void py_target_detect(struct py_target *py, pid_t pid, const struct maps *maps)
         if (m->id == py->module_id)
             return; /* the one found before */
         uint64_t runtime = addr_in(m, e, m->py_runtime);
-        uint64_t version = addr_in(m, e, m->py_version);
-        uint64_t code_type = addr_in(m, e, m->py_code_type);
-        uint64_t str_type = addr_in(m, e, m->py_str_type);
+        uint64_t version = m->py_version ? addr_in(m, e, m->py_version) : 0;
+        uint64_t code_type = m->py_code_type ? addr_in(m, e, m->py_code_type) : 0;
+        uint64_t str_type = m->py_str_type ? addr_in(m, e, m->py_str_type) : 0;
         py->module_id = m->id;
+        if (!m->py_version) {
+            /* Py_Version appeared in 3.11: an older CPython. */
+            py->status = PYS_UNSUPPORTED;
+            snprintf(py->why, sizeof(py->why), "a CPython before 3.11 in %s (no Py_Version): "
+                     "profd reads 3.11 to 3.13; its native stacks are sampled", m->name);
+            log_warn("pid %d: %s", pid, py->why);
+            return;
+        }
         int r = runtime && version && code_type && str_type
                     ? py_runtime_init(&py->rt, pid, runtime, version, code_type, str_type)
                     : -EFAULT;
@@ -62,8 +70,13 @@ void py_target_detect(struct py_target *py, pid_t pid, const struct maps *maps)
 
 void py_target_finish(struct py_target *py)
 {
-    for (uint32_t i = 0; i < py->ncodes; i++)
-        py_code_free(&py->chunks[i / PY_CODE_CHUNK][i % PY_CODE_CHUNK].c);
+    for (uint32_t i = 0; i < py->ncodes; i++) {
+        struct py_code_entry *e = &py->chunks[i / PY_CODE_CHUNK][i % PY_CODE_CHUNK];
+        free(e->module);
+        free(e->qualname);
+        free(e->filename);
+        free(e->linetable);
+    }
     for (uint32_t i = 0; i < (py->ncodes + PY_CODE_CHUNK - 1) / PY_CODE_CHUNK; i++)
         free(py->chunks[i]);
     free(py->chunks);
@@ -71,10 +84,21 @@ void py_target_finish(struct py_target *py)
     memset(py, 0, sizeof(*py));
 }
 
+static int capture(struct py_target *py, pid_t tid, uint64_t *tstate, struct py_frame *frames);
+
 int py_capture(struct py_target *py, pid_t tid, uint64_t *tstate, struct py_frame *frames)
 {
     if (py->status != PYS_OK)
         return 0;
+    uint64_t t0 = thread_cpu_ns();
+    int n = capture(py, tid, tstate, frames);
+    py->captures++;
+    py->capture_ns += thread_cpu_ns() - t0;
+    return n;
+}
+
+static int capture(struct py_target *py, pid_t tid, uint64_t *tstate, struct py_frame *frames)
+{
     int64_t ts = py_thread_state(&py->rt, tid, tstate);
     if (ts <= 0) {
         py->unreadable += ts < 0;
@@ -108,7 +132,7 @@ static uint32_t code_id(struct py_target *py, const struct py_frame *f)
     size_t k = (size_t)(uintptr_t)u64map_get(&py->by_code, f->code);
     if (k) {
         const struct py_code_entry *e = py_code_get(py, (uint32_t)(k - 1));
-        if (e && e->c.ident == f->ident)
+        if (e && e->ident == f->ident)
             return (uint32_t)(k - 1);
     }
     if (py->ncodes >= PY_MAX_CODES)
@@ -126,9 +150,16 @@ static uint32_t code_id(struct py_target *py, const struct py_frame *f)
         py->code_bytes += PY_CODE_CHUNK * sizeof(struct py_code_entry) + sizeof(void *);
     }
     struct py_code_entry *e = &py->chunks[id / PY_CODE_CHUNK][id % PY_CODE_CHUNK];
-    e->c = c;
     e->code = f->code;
-    py->code_bytes += c.linetable_len;
+    e->ident = c.ident;
+    e->module = xstrdup(c.module);
+    e->qualname = xstrdup(c.qualname[0] ? c.qualname : c.name);
+    e->filename = xstrdup(c.filename);
+    e->firstlineno = c.firstlineno;
+    e->linetable = c.linetable; /* taken over */
+    e->linetable_len = c.linetable_len;
+    py->code_bytes += c.linetable_len + strlen(e->module) + strlen(e->qualname) +
+                      strlen(e->filename) + 3;
     __atomic_store_n(&py->ncodes, id + 1, __ATOMIC_RELEASE);
     u64map_put(&py->by_code, f->code, (void *)(uintptr_t)(id + 1));
     return id;

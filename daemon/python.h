@@ -2,7 +2,7 @@
  * Python frames captured with their native samples, and the code objects they ran named once.
  *
  * A sample's Python frames are stored after its native frames in the same stack (stacks.h),
- * each as a tagged value that no user-space address can be (PY_TAG set): the code object's
+ * each as a tagged value that no address can be (top bits 01: PY_TAG): the code object's
  * id in the target's table, the code unit it was at, and whether it is an evaluation call's
  * first frame. The slice resolves them (names, file, line) and puts each group of them in
  * place of the native _PyEval_EvalFrameDefault call that ran it.
@@ -25,15 +25,17 @@
 
 struct maps;
 
-#define PY_TAG (1ull << 63)
-#define PY_ENTRY (1ull << 62)
+/* Top bits 01: a non-canonical x86-64 address, neither user space (below 2^47) nor the
+ * kernel's half (the [vsyscall] page, 0xffffffffff600000, is in stacks too). */
+#define PY_TAG (1ull << 62)
+#define PY_ENTRY (1ull << 61)
+#define PY_ID_MASK 0x1fffffffffull /* 37 bits of code id, above 24 of code unit */
 #define PY_MAX_FRAMES 128
-/* Code ids are 38 bits, the code unit 24 bits. */
-#define PY_CODE_ID(v) ((uint32_t)(((v) >> 24) & 0x3fffffffffull))
+#define PY_CODE_ID(v) ((uint32_t)(((v) >> 24) & PY_ID_MASK))
 #define PY_INSTR(v) ((uint32_t)((v) & 0xffffff))
 static inline bool py_is_frame(uint64_t v)
 {
-    return v & PY_TAG;
+    return (v >> 62) == 1;
 }
 
 enum py_status {
@@ -44,11 +46,14 @@ enum py_status {
 
 /* A code object the target ran, as first seen. Immutable once added. */
 struct py_code_entry {
-    struct py_code c;
-    uint64_t code;
+    uint64_t code, ident;
+    char *module, *qualname, *filename; /* module "" if unknown */
+    int firstlineno;
+    uint8_t *linetable;
+    size_t linetable_len;
 };
 
-#define PY_CODE_CHUNK 1024
+#define PY_CODE_CHUNK 512
 #define PY_MAX_CODES (1u << 20)
 
 struct py_target {
@@ -66,6 +71,8 @@ struct py_target {
     uint64_t torn;              /* chains that failed a check (dropped: native only) */
     uint64_t unreadable;        /* chains that could not be read */
     uint64_t codes_failed;      /* code objects that could not be named */
+    uint64_t captures;          /* chains read (py_capture calls on a Python runtime) */
+    uint64_t capture_ns;        /* profd's CPU reading them: in a stop, the pause it adds */
 };
 
 /* Look for a runtime in the maps (at attach, and when they change). pid: the process. */

@@ -139,14 +139,14 @@ static uint64_t copy_pycode(struct slice_copy *c, uint64_t v)
         struct slice_pycode *pc = &job->pycodes[job->npycodes];
         memset(pc, 0, sizeof(*pc));
         if (e) {
-            pc->module = xstrdup(e->c.module);
-            pc->qualname = xstrdup(e->c.qualname[0] ? e->c.qualname : e->c.name);
-            pc->filename = xstrdup(e->c.filename);
-            pc->firstlineno = e->c.firstlineno;
-            if (e->c.linetable_len) {
-                pc->linetable = xmalloc(e->c.linetable_len);
-                memcpy(pc->linetable, e->c.linetable, e->c.linetable_len);
-                pc->linetable_len = e->c.linetable_len;
+            pc->module = xstrdup(e->module);
+            pc->qualname = xstrdup(e->qualname);
+            pc->filename = xstrdup(e->filename);
+            pc->firstlineno = e->firstlineno;
+            if (e->linetable_len) {
+                pc->linetable = xmalloc(e->linetable_len);
+                memcpy(pc->linetable, e->linetable, e->linetable_len);
+                pc->linetable_len = e->linetable_len;
             }
         } else {
             pc->module = xstrdup("");
@@ -158,7 +158,7 @@ static uint64_t copy_pycode(struct slice_copy *c, uint64_t v)
         k = ++job->npycodes;
         u64map_put(&c->pyids, (uint64_t)id + 1, (void *)(uintptr_t)k);
     }
-    return (v & ~(0x3fffffffffull << 24)) | ((uint64_t)(k - 1) << 24);
+    return (v & ~(PY_ID_MASK << 24)) | ((uint64_t)(k - 1) << 24);
 }
 
 static void copy_take(struct ring_reader *rd, const struct ring_entry *e)

@@ -106,9 +106,10 @@ static int parse(Elf *elf, struct symp_elf_info *info)
     if (!info->nloads)
         return -ENOEXEC;
     read_python_symbols(elf, info);
-    /* All three or none: a reader needs each of them. */
-    if (!info->py_runtime || !info->py_version || !info->py_code_type || !info->py_str_type)
-        info->py_runtime = info->py_version = info->py_code_type = info->py_str_type = 0;
+    /* Without _PyRuntime, no CPython runtime at all (the others alone mean nothing); with
+     * it, a missing one says a version profd cannot read (Py_Version is 3.11's). */
+    if (!info->py_runtime)
+        info->py_version = info->py_code_type = info->py_str_type = 0;
     return 0;
 }
 

@@ -154,3 +154,32 @@ def run(python, sampler):
 for python in interpreters:
     for sampler in SAMPLERS:
         run(python, sampler)
+
+# A CPython profd cannot read (before 3.11): said in status, native stacks still sampled.
+old = sorted(glob.glob(os.path.join(root, "versions", "3.[0-9].*", "bin", "python3.[0-9]")) +
+             glob.glob(os.path.join(root, "versions", "3.10.*", "bin", "python3.10")))
+if not old or WRAPPED:
+    log("no CPython before 3.11 under %s (or under valgrind): the unreadable version is not "
+        "checked" % root)
+else:
+    python = max(old, key=lambda p: tuple(int(x) for x in
+                                           os.path.basename(os.path.dirname(os.path.dirname(p)))
+                                           .split(".")))
+    app = subprocess.Popen([python, os.path.join(HERE, "pyapp.py")], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        if app.stdout.readline().strip() != "ready":
+            fail("%s: pyapp did not start" % python)
+        with Daemon() as d:
+            d.ctl("attach", app.pid, "--hz", HZ)
+            d.wait_samples(app.pid, 200, timeout=60)
+            st = d.target_status(app.pid)
+            prof = d.slice(app.pid)
+        py = st.get("python") or {}
+        native = sum(c for s, c in prof.items() if "_PyEval_EvalFrameDefault" in s)
+        check(py.get("frames") is False and "3.11" in py.get("error", "") and native > 0,
+              "%s: status says profd cannot read it (%s), and its native stacks are sampled "
+              "(%d samples in the evaluation loop)" % (python, py.get("error"), native))
+    finally:
+        app.kill()
+        app.wait()
