@@ -155,6 +155,40 @@ int64_t py_thread_state(const struct py_runtime *rt, pid_t tid, uint64_t *hint)
     return 0;
 }
 
+/* The frames of a chain sit mostly in one data-stack chunk, close together: whole pages of
+ * it are read (a few, kept for one chain), each frame copied from its page, so that a chain
+ * of tens of frames costs a read or two rather than one each. */
+#define PAGE 4096u
+#define PAGES 4
+
+struct pages {
+    uint64_t addr[PAGES]; /* 0: empty */
+    uint8_t data[PAGES][PAGE];
+    unsigned next;
+};
+
+/* Read the len bytes of a frame at f, through pages where it lies within one. */
+static int read_frame(pid_t pid, struct pages *pg, uint64_t f, uint8_t *dst, unsigned len)
+{
+    uint64_t page = f & ~(uint64_t)(PAGE - 1);
+    if (f + len > page + PAGE || f + len < f)
+        return peek(pid, f, dst, len);
+    for (unsigned i = 0; i < PAGES; i++) {
+        if (pg->addr[i] == page) {
+            memcpy(dst, pg->data[i] + (f - page), len);
+            return 0;
+        }
+    }
+    unsigned k = pg->next++ % PAGES;
+    if (peek(pid, page, pg->data[k], PAGE) < 0) {
+        pg->addr[k] = 0;
+        return peek(pid, f, dst, len); /* (a page only partly readable: just the frame) */
+    }
+    pg->addr[k] = page;
+    memcpy(dst, pg->data[k] + (f - page), len);
+    return 0;
+}
+
 int py_read_frames(const struct py_runtime *rt, uint64_t tstate, struct py_frame *out,
                    size_t max, bool *truncated)
 {
@@ -167,14 +201,20 @@ int py_read_frames(const struct py_runtime *rt, uint64_t tstate, struct py_frame
     if (L->cframe_current >= 0 && f &&
         (r = peek(rt->pid, f + (unsigned)L->cframe_current, &f, sizeof(f))) < 0)
         return r == -ESRCH ? r : -EAGAIN;
+    /* Pass 1: the frames, innermost first, with their code objects' addresses. */
+    static struct pages pg; /* (the loop thread's: one chain at a time) */
+    memset(pg.addr, 0, sizeof(pg.addr));
+    pg.next = 0;
     size_t n = 0;
-    uint8_t fb[128], cb[256];
+    uint8_t fb[128];
+    uint64_t instr_ptr[PY_READ_MAX];
+    if (max > PY_READ_MAX)
+        max = PY_READ_MAX;
     /* A cycle (a torn chain) ends at max. */
     for (size_t steps = 0; f && steps < 4 * max + 16; steps++) {
-        if ((r = peek(rt->pid, f, fb, L->fr_size)) < 0)
+        if ((r = read_frame(rt->pid, &pg, f, fb, L->fr_size)) < 0)
             return r == -ESRCH ? r : -EAGAIN;
-        uint64_t code = u64_at(fb, L->fr_code), prev = u64_at(fb, L->fr_previous);
-        uint64_t instr_ptr = u64_at(fb, L->fr_instr);
+        uint64_t prev = u64_at(fb, L->fr_previous);
         uint8_t owner = fb[L->fr_owner];
         if (owner > PY_OWNED_BY_CSTACK)
             return -EAGAIN;
@@ -185,31 +225,45 @@ int py_read_frames(const struct py_runtime *rt, uint64_t tstate, struct py_frame
             f = prev;
             continue;
         }
-        /* The code object: its type, its size in code units (ob_size) bounding instr, and
-         * what it is (ident). */
-        if ((r = peek(rt->pid, code, cb, L->co_size)) < 0)
-            return r == -ESRCH ? r : -EAGAIN;
-        if (u64_at(cb, 8) != rt->code_type)
-            return -EAGAIN;
-        uint64_t units = u64_at(cb, 16);
-        uint64_t base = code + L->co_code_adaptive;
-        uint64_t instr = instr_ptr >= base ? (instr_ptr - base) / 2 : 0;
-        if (units > MAX_CODE_UNITS || instr > units)
-            return -EAGAIN;
         if (n == max) {
             *truncated = true;
             break;
         }
-        out[n].code = code;
-        out[n].ident = ident_of(L, cb);
+        out[n].code = u64_at(fb, L->fr_code);
         out[n].func = u64_at(fb, L->fr_func);
-        out[n].instr = (uint32_t)instr;
         out[n].entry = L->fr_is_entry >= 0 && fb[L->fr_is_entry];
+        instr_ptr[n] = u64_at(fb, L->fr_instr);
         n++;
         f = prev;
     }
     if (f && !*truncated)
         return -EAGAIN; /* longer than any real chain we keep: a cycle */
+    /* Pass 2: the code objects' heads, in one read: each one's type, its size in code
+     * units (ob_size) bounding instr, and what it is (ident). */
+    static uint8_t cb[PY_READ_MAX][160];
+    struct iovec lv[PY_READ_MAX], rv[PY_READ_MAX];
+    for (size_t i = 0; i < n; i++) {
+        lv[i] = (struct iovec){cb[i], L->co_size};
+        rv[i] = (struct iovec){(void *)(uintptr_t)out[i].code, L->co_size};
+    }
+    ssize_t got = n ? process_vm_readv(rt->pid, lv, n, rv, n, 0) : 0;
+    if (got < 0 && errno == ESRCH)
+        return -ESRCH;
+    size_t whole = got > 0 ? (size_t)got / L->co_size : 0;
+    for (size_t i = 0; i < n; i++) {
+        /* (A read stops at the first code object it cannot read: the rest one by one.) */
+        if (i >= whole && (r = peek(rt->pid, out[i].code, cb[i], L->co_size)) < 0)
+            return r == -ESRCH ? r : -EAGAIN;
+        if (u64_at(cb[i], 8) != rt->code_type)
+            return -EAGAIN;
+        uint64_t units = u64_at(cb[i], 16);
+        uint64_t base = out[i].code + L->co_code_adaptive;
+        uint64_t instr = instr_ptr[i] >= base ? (instr_ptr[i] - base) / 2 : 0;
+        if (units > MAX_CODE_UNITS || instr > units)
+            return -EAGAIN;
+        out[i].instr = (uint32_t)instr;
+        out[i].ident = ident_of(L, cb[i]);
+    }
     return (int)n;
 }
 

@@ -92,7 +92,11 @@ struct py_frame {
  * first; updated. */
 int64_t py_thread_state(const struct py_runtime *rt, pid_t tid, uint64_t *hint);
 
-/* The Python frames of the thread whose state is at tstate, innermost first: at most max,
+/* Most frames one read returns. */
+#define PY_READ_MAX 128
+
+/* The Python frames of the thread whose state is at tstate, innermost first: at most max
+ * (and PY_READ_MAX),
  * *truncated set when there were more. Returns how many, or -errno: -EAGAIN when the chain
  * was torn (a frame or its code object failed a check: the thread moved on while it was
  * read), -EFAULT when memory could not be read. */
