@@ -14,7 +14,15 @@ Only the standard library; the same protocol as libprofd (common/PROTOCOL.md).
     profile = p.finish(txn, lookback_s=2)   # the 2 s before the start too
 
 profd samples the process from outside (ptrace): no thread, no signal handler, no timer is
-added to it; it profiles native frames (the interpreter's C stack). Like libprofd: lazy
+added to it; for CPython 3.11-3.13 its profiles show the program's Python functions with the
+native frames between and below them. With Sentry's SDK:
+
+    sentry_sdk.init(dsn=..., traces_sample_rate=1.0,
+                    _experiments={"profiles_sample_rate": 1.0},  # (the SDK's own option)
+                    integrations=[profd.SentryIntegration()])
+
+makes every sampled transaction carry profd's profile of exactly it, and keeps the SDK's own
+profiler (its signal handler or thread) from ever starting. Like libprofd: lazy
 connection, reconnection after a daemon restart, a timeout on every wait, thread-safe,
 fork-safe (a child never uses its parent's connection).
 """
@@ -28,7 +36,7 @@ import threading
 import time
 import weakref
 
-__all__ = ["Profd", "ProfdError", "default_socket_path"]
+__all__ = ["Profd", "ProfdError", "SentryIntegration", "default_socket_path"]
 
 PROTO_VERSION = 1
 MAX_REPLY = 256 << 20
@@ -328,3 +336,129 @@ class _Transaction:
         except ProfdError as e:
             self.error = e
         return False
+
+
+# -- Sentry's SDK --------------------------------------------------------------------------
+
+def _sentry_integration_base():
+    try:
+        from sentry_sdk.integrations import Integration
+        return Integration
+    except ImportError:  # no SDK: the class still exists, and does nothing
+        return object
+
+
+class SentryIntegration(_sentry_integration_base()):
+    """Pass to sentry_sdk.init(integrations=[...]): each transaction the SDK starts and
+    samples (sentry_sdk.start_transaction, its WSGI integration...) is a profd transaction of
+    the thread that started it, and when it finishes its profile from profd travels in the
+    transaction's envelope as the `profile` item, linked as the SDK links its own (the
+    transaction's event id, trace id and name; the thread that ran it as the active one).
+    Profiles are sampled at profiles_sample_rate (given here, else the SDK's
+    `_experiments["profiles_sample_rate"]`; none: every sampled transaction). The SDK's own
+    profiler is never set up: no signal handler, thread or timer of it runs. Without profd
+    the application runs unchanged and its transactions go without profiles; nothing raises
+    (finish waits at most finish_timeout for the profile)."""
+
+    identifier = "profd"
+    _installed = False
+
+    def __init__(self, socket_path=None, profiles_sample_rate=None, timeout=0.5,
+                 finish_timeout=2.0):
+        self.profiles_sample_rate = profiles_sample_rate
+        self.client = Profd(socket_path, timeout=timeout, finish_timeout=finish_timeout)
+        self.errors = 0  # transactions that went without a profile because of profd
+        self.last_error = None  # why the latest of them did
+        # Have profd attach this process now (a transaction's start attaches it), so that
+        # the first real transaction is sampled from its start.
+        try:
+            self.client.discard(self.client.start("profd.SentryIntegration"))
+        except Exception as e:
+            self.last_error = e
+
+    @staticmethod
+    def setup_once():
+        if SentryIntegration._installed:
+            return
+        SentryIntegration._installed = True
+        import random
+
+        import sentry_sdk.client
+        from sentry_sdk.hub import Hub
+        from sentry_sdk.tracing import Transaction
+
+        # The SDK's profiler (a SIGPROF/SIGALRM handler or a sampling thread) stays off:
+        # profd samples from outside.
+        sentry_sdk.client.setup_profiler = lambda options: None
+
+        start_transaction = Hub.start_transaction
+        # Open profd transactions by the SDK transaction's span id (its objects have
+        # __slots__): oldest first, bounded (one never finished is discarded at profd).
+        import collections
+        open_txns = collections.OrderedDict()
+        lock = threading.Lock()
+
+        def start(hub, transaction=None, **kwargs):
+            tx = start_transaction(hub, transaction, **kwargs)
+            me = hub.get_integration(SentryIntegration)
+            if me is None or not getattr(tx, "sampled", False):
+                return tx
+            with lock:
+                if tx.span_id in open_txns:
+                    return tx
+            rate = me.profiles_sample_rate
+            if rate is None and hub.client is not None:
+                rate = hub.client.options.get("_experiments", {}).get("profiles_sample_rate")
+            if rate is not None and random.random() >= float(rate):
+                return tx
+            try:
+                txn = me.client.start(tx.name or "transaction", tx.trace_id)
+            except Exception as e:  # profd absent or refusing: no profile, nothing else changes
+                me.errors += 1
+                me.last_error = e
+                return tx
+            with lock:
+                open_txns[tx.span_id] = (me, txn)
+                while len(open_txns) > 10000:
+                    _, (m, old) = open_txns.popitem(last=False)
+                    try:
+                        m.client.discard(old)
+                    except Exception:
+                        pass
+            return tx
+
+        finish = Transaction.finish
+
+        def finish_with_profile(tx, hub=None):
+            with lock:
+                got = open_txns.pop(tx.span_id, None) if tx.timestamp is None else None
+            if got is not None:
+                me, txn = got
+                try:
+                    prof = me.client.finish(txn)
+                    # Relay drops a profile with fewer than two samples of a thread (a
+                    # transaction shorter than the sampling interval): not sent.
+                    if len(prof.get("profile", {}).get("samples", ())) >= 2:
+                        tx._profile = _as_sdk_profile(prof, tx)
+                except Exception as e:
+                    me.errors += 1
+                    me.last_error = e
+            return finish(tx, hub)
+
+        Hub.start_transaction = start
+        Transaction.finish = finish_with_profile
+
+
+def _as_sdk_profile(prof, tx):
+    """profd's Sentry profile as the SDK's client expects a transaction's `_profile`: a
+    `transactions` list (the client sets its id to the event's), the transaction's name
+    now (a WSGI transaction is renamed after it starts), a Python runtime."""
+    import platform
+    t = prof.pop("transaction", None) or {}
+    t["name"] = tx.name or t.get("name", "")
+    t["trace_id"] = tx.trace_id
+    prof["transactions"] = [t]
+    prof["platform"] = "python"
+    prof["runtime"] = {"name": platform.python_implementation(),
+                       "version": platform.python_version()}
+    return prof
