@@ -96,6 +96,78 @@ static uint64_t ident_of(const struct py_layout *L, const uint8_t *cb)
     return h;
 }
 
+/* 3.13 starts _PyRuntime with _Py_DebugOffsets (a cookie, the version, then the offsets an
+ * out-of-process reader needs, for this very build): take the fields from there, so that a
+ * 3.13.x whose structures moved is still read right. Where they are in _Py_DebugOffsets
+ * (3.13's own layout of it, offsetof against its headers): */
+enum {
+    DO_VERSION = 8, DO_RT_INTERP_HEAD = 40, DO_INTERP_NEXT = 64, DO_INTERP_THREADS = 72,
+    DO_TS_NEXT = 168, DO_TS_FRAME = 184, DO_TS_NATIVE_TID = 200, DO_FR_PREVIOUS = 232,
+    DO_FR_CODE = 240, DO_FR_INSTR = 248, DO_FR_OWNER = 264, DO_CO_FILENAME = 280,
+    DO_CO_NAME = 288, DO_CO_QUALNAME = 296, DO_CO_LINETABLE = 304, DO_CO_FIRSTLINENO = 312,
+    DO_CO_CODE_ADAPTIVE = 344, DO_STR_ASCII = 560, DO_SIZE = 584,
+};
+
+static int debug_offsets(struct py_runtime *rt)
+{
+    uint8_t d[DO_SIZE];
+    int r = peek(rt->pid, rt->runtime, d, sizeof(d));
+    if (r < 0)
+        return r;
+    if (memcmp(d, "xdebugpy", 8) || (u64_at(d, DO_VERSION) & 0xffff0000ul) != 0x030d0000)
+        return -ENOTSUP;
+    /* The target's memory: every offset bounded by what the reads here can hold. */
+    struct py_layout L = *rt->lay;
+    uint64_t v[] = {u64_at(d, DO_RT_INTERP_HEAD), u64_at(d, DO_INTERP_NEXT),
+                    u64_at(d, DO_INTERP_THREADS), u64_at(d, DO_TS_NEXT),
+                    u64_at(d, DO_TS_FRAME), u64_at(d, DO_TS_NATIVE_TID)};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        if (v[i] > (i < 3 ? 65536u : 240u))
+            return -ENOTSUP;
+    L.rt_interp_head = (unsigned)v[0];
+    L.interp_next = (unsigned)v[1];
+    L.interp_threads = (unsigned)v[2];
+    L.ts_next = (unsigned)v[3];
+    L.ts_frame = (unsigned)v[4];
+    L.ts_native_tid = (unsigned)v[5];
+    uint64_t fr[] = {u64_at(d, DO_FR_PREVIOUS), u64_at(d, DO_FR_CODE), u64_at(d, DO_FR_INSTR),
+                     u64_at(d, DO_FR_OWNER)};
+    uint64_t co[] = {u64_at(d, DO_CO_FILENAME), u64_at(d, DO_CO_NAME), u64_at(d, DO_CO_QUALNAME),
+                     u64_at(d, DO_CO_LINETABLE), u64_at(d, DO_CO_FIRSTLINENO)};
+    for (size_t i = 0; i < 4; i++)
+        if (fr[i] > 120)
+            return -ENOTSUP;
+    for (size_t i = 0; i < 5; i++)
+        if (co[i] > 152)
+            return -ENOTSUP;
+    L.fr_previous = (unsigned)fr[0];
+    L.fr_code = (unsigned)fr[1];
+    L.fr_instr = (unsigned)fr[2];
+    L.fr_owner = (unsigned)fr[3];
+    L.co_filename = (unsigned)co[0];
+    L.co_name = (unsigned)co[1];
+    L.co_qualname = (unsigned)co[2];
+    L.co_linetable = (unsigned)co[3];
+    L.co_firstlineno = (unsigned)co[4];
+    uint64_t adaptive = u64_at(d, DO_CO_CODE_ADAPTIVE), ascii = u64_at(d, DO_STR_ASCII);
+    if (adaptive > 4096 || ascii < 40 || ascii > 64)
+        return -ENOTSUP;
+    L.co_code_adaptive = (unsigned)adaptive;
+    L.str_ascii = (unsigned)ascii;
+    /* Bytes read of a frame and of a code object's head: up to the last field. */
+    unsigned fs = L.fr_func + 8;
+    for (size_t i = 0; i < 4; i++)
+        fs = fr[i] + 8 > fs ? (unsigned)fr[i] + 8 : fs;
+    unsigned cs = 24;
+    for (size_t i = 0; i < 5; i++)
+        cs = co[i] + 8 > cs ? (unsigned)co[i] + 8 : cs;
+    L.fr_size = fs;
+    L.co_size = cs;
+    rt->own = L;
+    rt->lay = &rt->own;
+    return 0;
+}
+
 int py_runtime_init(struct py_runtime *rt, pid_t pid, uint64_t runtime, uint64_t version_addr,
                     uint64_t code_type, uint64_t str_type)
 {
@@ -112,14 +184,8 @@ int py_runtime_init(struct py_runtime *rt, pid_t pid, uint64_t runtime, uint64_t
     rt->lay = py_layout_of(v);
     if (!rt->lay || !code_type || !str_type)
         return -ENOTSUP;
-    if (rt->lay->version == 0x030d0000) {
-        /* 3.13 starts _PyRuntime with its debug offsets: a cookie and the version. */
-        uint8_t head[16];
-        if ((r = peek(pid, runtime, head, sizeof(head))) < 0)
-            return r;
-        if (memcmp(head, "xdebugpy", 8) || (u64_at(head, 8) & 0xffff0000ul) != 0x030d0000)
-            return -ENOTSUP;
-    }
+    if (rt->lay->version == 0x030d0000)
+        return debug_offsets(rt);
     return 0;
 }
 

@@ -58,10 +58,11 @@ const struct py_layout *py_layout_of(unsigned long version_hex);
 #define PY_OWNED_BY_FRAME_OBJECT 2
 #define PY_OWNED_BY_CSTACK 3 /* 3.12+: the shim frame an evaluation call starts with */
 
-/* A CPython runtime in a process. */
+/* A CPython runtime in a process. Not to be copied: lay may point into it. */
 struct py_runtime {
     pid_t pid;
-    const struct py_layout *lay;
+    const struct py_layout *lay; /* the table's, or own */
+    struct py_layout own;        /* 3.13: the table's with what its debug offsets say */
     unsigned long version_hex;
     uint64_t runtime;   /* address of _PyRuntime */
     uint64_t code_type; /* address of PyCode_Type: what a code object's ob_type must be */

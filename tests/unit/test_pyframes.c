@@ -271,6 +271,23 @@ static void run_one(const char *python, const char *script)
         r = py_runtime_init(&rt, pid, s.runtime, s.version, s.code_type, s.str_type);
         CHECK(r == 0, "%s: version %#lx is read (%s)", python, rt.version_hex,
               r ? strerror(-r) : "ok");
+        if (r == 0 && rt.lay->version == 0x030d0000) {
+            /* 3.13: the offsets come from its _Py_DebugOffsets; for 3.13.0 they are the
+             * ones measured against its headers. */
+            const struct py_layout *t = py_layout_of(rt.version_hex);
+            const struct py_layout *l = rt.lay;
+            CHECK(l == &rt.own && l->rt_interp_head == t->rt_interp_head &&
+                      l->interp_threads == t->interp_threads && l->interp_next == t->interp_next &&
+                      l->ts_frame == t->ts_frame && l->ts_native_tid == t->ts_native_tid &&
+                      l->fr_code == t->fr_code && l->fr_previous == t->fr_previous &&
+                      l->fr_instr == t->fr_instr && l->fr_owner == t->fr_owner &&
+                      l->co_qualname == t->co_qualname && l->co_linetable == t->co_linetable &&
+                      l->co_code_adaptive == t->co_code_adaptive && l->str_ascii == t->str_ascii,
+                  "%s: the offsets read from _Py_DebugOffsets (interpreters at %u, threads at "
+                  "%u, current_frame at %u, code at %u) are the ones measured for 3.13.0",
+                  python, l->rt_interp_head, l->interp_threads, l->ts_frame,
+                  l->co_code_adaptive);
+        }
     }
     if (r == 0) {
         struct named fr[128];
