@@ -436,9 +436,9 @@ class SentryIntegration(_sentry_integration_base()):
                 me, txn = got
                 try:
                     prof = me.client.finish(txn)
-                    # Relay drops a profile with fewer than two samples of a thread (a
-                    # transaction shorter than the sampling interval): not sent.
-                    if len(prof.get("profile", {}).get("samples", ())) >= 2:
+                    # A profile relay would drop (a transaction shorter than the
+                    # sampling interval) is not sent.
+                    if _relay_keeps(prof):
                         tx._profile = _as_sdk_profile(prof, tx)
                 except Exception as e:
                     me.errors += 1
@@ -447,6 +447,33 @@ class SentryIntegration(_sentry_integration_base()):
 
         Hub.start_transaction = start
         Transaction.finish = finish_with_profile
+
+
+def _relay_keeps(prof):
+    """Whether relay keeps the profile and Sentry can draw it: relay's normalization (samples
+    inside the transaction; per thread, idle samples at the edges dropped, then threads with a
+    single sample) must leave at least two samples of the active thread, from which Sentry
+    builds the call trees. Two samples of two threads, or one of them idle, are not enough."""
+    try:
+        t = prof.get("transaction") or {}
+        trace = prof.get("profile") or {}
+        stacks = trace.get("stacks") or []
+        start = int(t.get("relative_start_ns", 0))
+        end = int(t.get("relative_end_ns", 0))
+        active = str(t.get("active_thread_id", ""))
+        samples = []
+        for s in trace.get("samples") or []:
+            at = int(s.get("elapsed_since_start_ns", -1))
+            if end > 0 and not start <= at <= end:
+                continue
+            st = s.get("stack_id", -1)
+            busy = isinstance(st, int) and 0 <= st < len(stacks) and bool(stacks[st])
+            samples.append((str(s.get("thread_id")), busy))
+        mine = [busy for tid, busy in samples if tid == active]
+        busy_at = [i for i, busy in enumerate(mine) if busy]
+        return bool(busy_at) and busy_at[-1] - busy_at[0] + 1 >= 2
+    except (TypeError, ValueError, AttributeError):
+        return False
 
 
 def _as_sdk_profile(prof, tx):

@@ -102,8 +102,10 @@ with Daemon() as d:
         url = ev.get("request", {}).get("url", "")
         if url.endswith("/fast"):
             # A few milliseconds: at most one sample, which relay would drop: none sent.
-            check(prof is None or not check_sentry.check(json.dumps(prof).encode())[0],
-                  "the fast WSGI request (%s): no profile, or a valid one" % url)
+            problems = check_sentry.check(json.dumps(prof).encode())[0] if prof else []
+            check(not problems, "the fast WSGI request (%s): no profile, or a valid one (%s; "
+                  "%d samples)" % (url, problems[:2],
+                                   len((prof or {}).get("profile", {}).get("samples", ()))))
             continue
         if url:
             name = "%s %s" % (name, url)
