@@ -131,6 +131,7 @@ static int tfd_set(struct sched *s, int flags, const struct itimerspec *it)
 /* Fire once, `after` ns from now. */
 static int arm(struct sched *s, uint64_t after)
 {
+    s->wait_until_ns = now_ns() + after;
     struct itimerspec it = {.it_value = ts_of(after ? after : 1)};
     return tfd_set(s, 0, &it);
 }
@@ -907,12 +908,21 @@ static int rearm(struct sched *s, uint64_t now)
             return timer_set(s, s->eff_interval_ns);
         return arm_periodic(s, now + poll_period_ns(s), poll_period_ns(s));
     }
+    /* A new rate starts a new grid from now, but never puts off the tick already due
+     * sooner: the budget re-grids a target at every period its scale changes (every 0.25 s
+     * at worst), and a target slowed to 1 Hz whose next tick moved away each time was never
+     * sampled again (test_schedules under valgrind, CI run 15). */
+    uint64_t next = now + s->eff_interval_ns;
     if (s->mode == SCHED_ALARM) {
-        s->next_ns = now + s->eff_interval_ns;
+        if (s->next_ns > now && s->next_ns < next)
+            next = s->next_ns;
+        s->next_ns = next;
         return arm_alarm(s);
     }
     /* sleep, event: the wait under way is for the old interval. */
-    return arm(s, s->eff_interval_ns);
+    if (s->wait_until_ns > now && s->wait_until_ns < next)
+        next = s->wait_until_ns;
+    return arm(s, next - now);
 }
 
 static void set_scale(struct sched *s, double scale, uint64_t now)

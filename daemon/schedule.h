@@ -68,6 +68,7 @@ struct sched {
     int tfd;
     ev_io tio;
     uint64_t next_ns;       /* alarm: start of the next tick's interval on the grid */
+    uint64_t wait_until_ns; /* sleep, event: when the wait under way ends */
     uint64_t due_ns;        /* alarm: when the armed tick is due (its lateness is measured) */
     struct lateness lateness; /* alarm: how late ticks ran */
     timer_t cpu_timer;      /* cputime's timer source */
