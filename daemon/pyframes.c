@@ -483,6 +483,8 @@ static bool svarint(const uint8_t **p, const uint8_t *end, int *out)
 
 int py_code_line(const struct py_code *c, uint32_t instr)
 {
+    if (!c->linetable || !c->linetable_len)
+        return -1; /* no table: no line (and no arithmetic on a null pointer) */
     const uint8_t *p = c->linetable, *end = p + c->linetable_len;
     int64_t line = c->firstlineno; /* (a hostile table's deltas may sum past an int) */
     uint64_t addr = 0;
