@@ -40,13 +40,21 @@ if WRAPPED:
 NEED = 200 if WRAPPED else 4 * HZ * 3
 
 
-def run(python, sampler):
-    what = "%s (%s)" % (python, sampler)
+def start_pyapp(python, what):
+    """pyapp.py under python, once it says it is ready."""
     app = subprocess.Popen([python, os.path.join(HERE, "pyapp.py")], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
+    if app.stdout.readline().strip() != "ready":
+        app.kill()
+        app.wait()
+        fail("%s: pyapp did not start" % what)
+    return app
+
+
+def run(python, sampler):
+    what = "%s (%s)" % (python, sampler)
+    app = start_pyapp(python, what)
     try:
-        if app.stdout.readline().strip() != "ready":
-            fail("%s: pyapp did not start" % what)
         with Daemon() as d:
             d.ctl("attach", app.pid, "--hz", HZ, "--sampler", sampler)
             app.stdin.write("reset\n")
@@ -192,11 +200,8 @@ else:
     python = max(old, key=lambda p: tuple(int(x) for x in
                                            os.path.basename(os.path.dirname(os.path.dirname(p)))
                                            .split(".")))
-    app = subprocess.Popen([python, os.path.join(HERE, "pyapp.py")], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True)
+    app = start_pyapp(python, python)
     try:
-        if app.stdout.readline().strip() != "ready":
-            fail("%s: pyapp did not start" % python)
         with Daemon() as d:
             d.ctl("attach", app.pid, "--hz", HZ)
             d.wait_samples(app.pid, 200, timeout=60)
