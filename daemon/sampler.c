@@ -33,6 +33,8 @@ static uint64_t ips[UNWIND_MAX_FRAMES + PY_MAX_FRAMES];
  * (python.h); npy of them, 0 if none. */
 static struct py_frame pyframes[PY_MAX_FRAMES];
 static int npy;
+/* The sample being interned is a transaction boundary's (STACK_BOUNDARY). */
+static bool boundary_sample;
 static timer_t stop_timer; /* bounds the wait for stops; see await_stops */
 static bool have_stop_timer;
 static volatile sig_atomic_t stop_timer_fired;
@@ -136,18 +138,18 @@ static uint32_t unwind_and_intern(struct target *t, struct thread *th, enum unwi
         n = (int)py_encode(&t->py, pyframes, npy, ips, (size_t)n,
                            sizeof(ips) / sizeof(ips[0]));
     npy = 0;
-    uint16_t flags = 0;
+    uint16_t flags = boundary_sample ? STACK_BOUNDARY : 0;
     switch (end) {
     case UNWIND_COMPLETE:
         t->stats.unwind_complete++;
         break;
     case UNWIND_TOO_DEEP:
         t->stats.unwind_too_deep++;
-        flags = STACK_TRUNCATED;
+        flags |= STACK_TRUNCATED;
         break;
     default:
         t->stats.unwind_truncated++;
-        flags = STACK_TRUNCATED;
+        flags |= STACK_TRUNCATED;
         break;
     }
     return stacks_intern(&t->stacks, t->epoch, flags, ips, (uint16_t)n);
@@ -211,6 +213,7 @@ static bool interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
         return false;
     }
     th->interrupt_pending = true;
+    th->boundary_stop = boundary;
     th->interrupt_sent_ns = now_ns();
     th->sample_tick_ns = tick_ns;
     t->stats.interrupts++;
@@ -555,12 +558,16 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         if (th->stop_eintr && run - th->stop_eintr_run_ns >= PAST_STOP_EINTR_NS)
             th->stop_eintr = false; /* blocked again since: past the job-control EINTR */
         enum unwind_end end;
+        boundary_sample = boundary;
         uint32_t id = unwind_and_intern(t, th, &end);
+        boundary_sample = false;
         if (id == STACK_NONE)
             return false;
         /* Only a complete stack is worth reusing while the thread stays blocked: a truncated
          * one (code mapped after the maps were read, say) is taken again next time. */
-        if (end == UNWIND_COMPLETE) {
+        /* (Nor a boundary's, whose frames inside the client library a profile leaves
+         * out: the thread's next samples take their own.) */
+        if (end == UNWIND_COMPLETE && !boundary) {
             set_last(th, id, run, pcount);
             learn_perf_stack(th, si.sp);
         } else {
@@ -908,7 +915,9 @@ static void sample_stopped(struct thread *th)
         return;
     }
     enum unwind_end end;
+    boundary_sample = th->boundary_stop;
     uint32_t id = unwind_and_intern(t, th, &end);
+    boundary_sample = th->boundary_stop = false;
     if (end == UNWIND_COMPLETE)
         learn_perf_stack(th, snap.regs.rsp);
     if (id == STACK_NONE)

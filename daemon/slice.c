@@ -839,6 +839,34 @@ static size_t interleave(const struct profile *p, const uint32_t *native, size_t
     return m;
 }
 
+/* Is f the client library's (libprofd, or the Python module profd)? */
+static bool is_client_frame(const struct profile_frame *f)
+{
+    if (f->python)
+        return f->pymodule && !strcmp(f->pymodule, "profd");
+    if (f->function && !strncmp(f->function, "profd_", 6))
+        return true;
+    const char *base = f->module ? strrchr(f->module, '/') : NULL;
+    base = base ? base + 1 : f->module;
+    return base && !strncmp(base, "libprofd.so", 11);
+}
+
+/* A transaction boundary's sample is taken inside the client library's call: the profile
+ * shows it at the application's call site, without the library's frames and what they
+ * called (the system call that sent the request, say). frames: leaf first; returns the new
+ * count. */
+static size_t at_call_site(const struct profile *p, uint32_t *frames, size_t m)
+{
+    size_t cut = 0; /* frames [0, cut) go: up to the outermost client frame */
+    for (size_t i = 0; i < m; i++)
+        if (is_client_frame(&p->frames[frames[i]]))
+            cut = i + 1;
+    if (!cut || cut == m)
+        return m; /* none, or nothing of the application's would be left */
+    memmove(frames, frames + cut, (m - cut) * sizeof(*frames));
+    return m - cut;
+}
+
 int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, struct profile *p)
 {
     memset(p, 0, sizeof(*p));
@@ -910,6 +938,8 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
         }
         uint32_t *frames = xmalloc((n + npy ? n + npy : 1) * sizeof(uint32_t));
         size_t m = interleave(p, tmp, n, py, py_entry, npy, frames);
+        if (ss->flags & STACK_BOUNDARY)
+            m = at_call_site(p, frames, m);
         p->stacks[i].n = (uint32_t)m;
         p->stacks[i].frames = frames;
     }

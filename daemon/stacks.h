@@ -11,6 +11,8 @@
 
 /* Stack flags, part of a stack's identity. */
 #define STACK_TRUNCATED 1u /* the unwind stopped before the thread's first frame */
+#define STACK_BOUNDARY 2u  /* a transaction boundary's sample, taken inside the client library's
+                              call: a profile shows it at the application's call site */
 
 struct stack_entry {
     uint64_t hash;

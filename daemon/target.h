@@ -41,6 +41,7 @@ struct thread {
     uint64_t interrupt_sent_ns;
     uint64_t sample_tick_ns;    /* tick the pending stop belongs to */
     uint64_t boundary_ns;       /* its latest transaction-boundary sample */
+    bool boundary_stop;         /* the pending stop is for a transaction-boundary sample */
     int schedstat_fd;           /* /proc/PID/task/TID/schedstat, kept open */
     int syscall_fd;             /* /proc/PID/task/TID/syscall */
     int status_fd;              /* /proc/PID/task/TID/status */

@@ -127,6 +127,16 @@ with Daemon() as d:
               "id, name, active thread %d (%s)"
               % (name, problems[:2], main_tid,
                  {k: t.get(k) for k in ("id", "trace_id", "name", "active_thread_id")}))
+        # The boundary samples (at the start and the finish, taken inside profd's client)
+        # stand at the application's call site: no frame of the client. (A tick may still
+        # land inside it, as in any code the application runs: at most one here.)
+        fr, stk = prof["profile"]["frames"], prof["profile"]["stacks"]
+        client = [i for i, f in enumerate(fr) if f.get("module") == "profd" or
+                  str(f.get("function", "")).startswith("profd_")]
+        inside = sum(1 for s in prof["profile"]["samples"]
+                     if any(i in client for i in stk[s["stack_id"]]))
+        check(inside <= 1, "%s: %d of its %d samples inside profd's own client (boundary "
+              "samples stand at the call site)" % (name, inside, len(prof["profile"]["samples"])))
         if "unsampled_before_attach_ms" in prof.get("profd", {}):
             # Started before profd had attached the process (the integration asks it to
             # at init, and a start does not wait): the profile says so.
