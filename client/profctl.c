@@ -41,9 +41,9 @@ static void usage(FILE *f)
             "  status [PID] [--json]                    daemon and sampling statistics\n"
             "  reload                                   profd re-reads its configuration file\n"
             "                                           (root and profd's user only)\n"
-            "  slice PID [--last SECONDS | --from NS --to NS] [--format collapsed|sentry]\n"
-            "            [-o FILE] [--thread-ids] [--top N] [--transaction NAME]\n"
-            "            [--by-transaction]             write a profile of a time window\n\n"
+            "  slice PID [--last SECONDS | --from NS --to NS] [--format FORMAT] [-o FILE]\n"
+            "            [--thread-ids] [--top N] [--transaction NAME] [--by-transaction]\n"
+            "                                           write a profile of a time window\n\n"
             "The socket is --socket, else $PROFD_SOCKET, else /run/profd/profd.sock as root,\n"
             "else $XDG_RUNTIME_DIR/profd.sock (or /run/profd/profd.sock if only that exists).\n"
             "--from/--to are CLOCK_MONOTONIC nanoseconds. MODE: alarm (fixed rate on the wall\n"
@@ -51,6 +51,11 @@ static void usage(FILE *f)
             "slice request), cputime (per interval of each thread's CPU time, on-CPU only).\n"
             "Exit status: 0 ok, 1 error, 2 usage, 3 profd not running, 4 no such process,\n"
             "5 permission denied, 6 not attached.\n"
+            "FORMAT: collapsed (folded stacks, the default), sentry (a Sentry profile),\n"
+            "sentry-chunks (Sentry's continuous profile chunks), pprof (gzipped\n"
+            "profile.proto, for go tool pprof), speedscope (speedscope's JSON), flamegraph\n"
+            "(an interactive SVG). Without --format, -o's name decides: FILE.folded, .json,\n"
+            ".chunks.json, .pb.gz, .speedscope.json, .svg; else collapsed.\n"
             "--transaction NAME keeps the samples of threads while they ran a transaction of\n"
             "that name; --by-transaction splits the profile by transaction (collapsed: a root\n"
             "frame \"[txn NAME]\" per open transaction, or \"[no transaction]\"; sentry: the\n"
@@ -373,62 +378,51 @@ static int cmd_status(int fd, pid_t pid)
     return 0;
 }
 
-struct count {
-    char *name;
-    uint64_t n;
-};
-
-static void add_count(struct count **v, size_t *n, const char *name, size_t len, uint64_t c)
+/* Where the time went, from the reply's summary: the top functions by self samples. */
+static void print_summary(const cJSON *res, unsigned top)
 {
-    for (size_t i = 0; i < *n; i++) {
-        if (strlen((*v)[i].name) == len && !memcmp((*v)[i].name, name, len)) {
-            (*v)[i].n += c;
-            return;
-        }
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(res, "summary");
+    const cJSON *fns = cJSON_GetObjectItemCaseSensitive(sum, "functions");
+    double total = num(sum, "samples");
+    if (!top || total <= 0 || !cJSON_GetArraySize(fns))
+        return;
+    fprintf(stderr, "  top functions by samples (self):\n");
+    unsigned i = 0;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, fns) {
+        if (i++ == top)
+            break;
+        fprintf(stderr, "  %6.1f%%  %8.0f  %s\n", 100.0 * num(f, "self") / total, num(f, "self"),
+                str(f, "name"));
     }
-    *v = xrealloc(*v, (*n + 1) * sizeof(**v));
-    (*v)[*n].name = strndup(name, len);
-    (*v)[*n].n = c;
-    (*n)++;
 }
 
-static int by_count(const void *a, const void *b)
+/* The format an output file's name asks for, or NULL: FILE.folded (or .collapsed),
+ * FILE.json (Sentry), FILE.chunks.json (Sentry chunks), FILE.pb.gz (pprof),
+ * FILE.speedscope.json, FILE.svg. */
+static const char *format_of(const char *path)
 {
-    const struct count *x = a, *y = b;
-    return x->n < y->n ? 1 : x->n > y->n ? -1 : strcmp(x->name, y->name);
+    static const struct { const char *ext, *format; } exts[] = {
+        {".speedscope.json", "speedscope"}, {".chunks.json", "sentry-chunks"},
+        {".pb.gz", "pprof"}, {".pprof", "pprof"}, {".svg", "flamegraph"},
+        {".folded", "collapsed"}, {".collapsed", "collapsed"}, {".json", "sentry"}};
+    size_t n = strlen(path);
+    for (size_t i = 0; i < sizeof(exts) / sizeof(exts[0]); i++) {
+        size_t e = strlen(exts[i].ext);
+        if (n > e && !strcmp(path + n - e, exts[i].ext))
+            return exts[i].format;
+    }
+    return NULL;
 }
 
-/* Where the time went: the leaf (self) functions of a collapsed profile. */
-static void summarize_collapsed(const char *data, unsigned top)
+static bool valid_format(const char *f)
 {
-    struct count *v = NULL;
-    size_t n = 0;
-    uint64_t total = 0;
-    for (const char *line = data; *line;) {
-        const char *nl = strchr(line, '\n');
-        const char *end = nl ? nl : line + strlen(line);
-        const char *sp = end;
-        while (sp > line && sp[-1] != ' ')
-            sp--;
-        if (sp > line) {
-            uint64_t c = strtoull(sp, NULL, 10);
-            const char *leaf = sp - 1;
-            while (leaf > line && leaf[-1] != ';')
-                leaf--;
-            add_count(&v, &n, leaf, (size_t)(sp - 1 - leaf), c);
-            total += c;
-        }
-        line = nl ? nl + 1 : end;
-    }
-    qsort(v, n, sizeof(*v), by_count);
-    if (total && top)
-        fprintf(stderr, "  top functions by samples (self):\n");
-    for (size_t i = 0; i < n && i < top; i++)
-        fprintf(stderr, "  %6.1f%%  %8" PRIu64 "  %s\n", 100.0 * (double)v[i].n / (double)total,
-                v[i].n, v[i].name);
-    for (size_t i = 0; i < n; i++)
-        free(v[i].name);
-    free(v);
+    static const char *const formats[] = {"collapsed", "sentry", "sentry-chunks", "pprof",
+                                          "speedscope", "flamegraph", "svg", "folded"};
+    for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++)
+        if (!strcmp(f, formats[i]))
+            return true;
+    return false;
 }
 
 static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, int have_last,
@@ -462,21 +456,33 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
     const cJSON *res = call(fd, req, &reply);
     const cJSON *profile = cJSON_GetObjectItemCaseSensitive(res, "profile");
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(res, "data");
-    char *text = NULL;
-    if (profile)
-        text = cJSON_Print(profile);
-    else if (cJSON_IsString(data))
-        text = xstrdup(data->valuestring);
-    else
+    struct strbuf bytes = {0};
+    bool binary = !strcmp(str(res, "encoding"), "base64");
+    if (profile) {
+        char *text = cJSON_Print(profile);
+        if (!text || strbuf_puts(&bytes, text) < 0)
+            die(EXIT_FAIL, "out of memory");
+        free(text);
+    } else if (cJSON_IsString(data) && binary) {
+        if (base64_decode(data->valuestring, &bytes) < 0)
+            die(EXIT_FAIL, "malformed reply from profd: bad base64 data");
+    } else if (cJSON_IsString(data)) {
+        if (strbuf_puts(&bytes, data->valuestring) < 0)
+            die(EXIT_FAIL, "out of memory");
+    } else {
         die(EXIT_FAIL, "malformed reply from profd: no profile");
+    }
     FILE *f = stdout;
     if (out && strcmp(out, "-")) {
         f = fopen(out, "w");
         if (!f)
             die(EXIT_FAIL, "cannot write %s: %s", out, strerror(errno));
+    } else if (binary && isatty(STDOUT_FILENO)) {
+        die(EXIT_USAGE, "the %s format is binary: write it to a file with -o FILE",
+            str(res, "format"));
     }
-    size_t len = strlen(text);
-    if (fwrite(text, 1, len, f) != len || (profile && fputc('\n', f) == EOF) ||
+    size_t len = bytes.len;
+    if ((len && fwrite(bytes.buf, 1, len, f) != len) || (profile && fputc('\n', f) == EOF) ||
         (f != stdout ? fclose(f) : fflush(f)) != 0)
         die(EXIT_FAIL, "cannot write %s: %s", out ? out : "standard output", strerror(errno));
     double samples = num(res, "samples"), trunc = num(res, "truncated_samples");
@@ -503,9 +509,8 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
     if (*why)
         fprintf(stderr, "profctl: warning: some frames are not symbolized (shown as "
                         "[module+0xOFFSET]): %s\n", why);
-    if (!profile && top)
-        summarize_collapsed(text, top);
-    free(text);
+    print_summary(res, top);
+    strbuf_finish(&bytes);
     cJSON_Delete(reply);
     return 0;
 }
@@ -535,7 +540,7 @@ int main(int argc, char **argv)
     };
     uint64_t hz = 0, buffer_ns = 0, last_ns = 0, from = 0, to = 0, top = 10;
     int have_last = 0, have_from = 0, have_to = 0;
-    const char *format = "collapsed", *out = NULL, *mode = NULL, *txn_name = NULL;
+    const char *format = NULL, *out = NULL, *mode = NULL, *txn_name = NULL;
     const char *sampler = NULL;
     bool tids = false, by_txn = false;
     int c;
@@ -574,8 +579,9 @@ int main(int argc, char **argv)
             sampler = optarg;
             break;
         case O_FORMAT:
-            if (strcmp(optarg, "collapsed") && strcmp(optarg, "sentry"))
-                die(EXIT_USAGE, "--format must be collapsed or sentry");
+            if (!valid_format(optarg))
+                die(EXIT_USAGE, "--format must be collapsed, sentry, sentry-chunks, pprof, "
+                                "speedscope or flamegraph");
             format = optarg;
             break;
         case 'o':
@@ -642,6 +648,9 @@ int main(int argc, char **argv)
         pid_t pid = nargs ? parse_pid(args[0]) : 0;
         return cmd_status(connect_daemon(), pid);
     }
+    /* No --format: what -o's name asks for, else collapsed stacks. */
+    if (!format)
+        format = out && format_of(out) ? format_of(out) : "collapsed";
     if (!strcmp(cmd, "slice") && nargs == 1) {
         pid_t pid = parse_pid(args[0]);
         return cmd_slice(connect_daemon(), pid, format, last_ns, have_last, from, have_from, to,

@@ -307,3 +307,48 @@ const char *parse_hex_span(const char *p, const char *end, uint64_t *v)
     *v = x;
     return p > s ? p : NULL;
 }
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *base64_encode(const void *data, size_t n)
+{
+    const uint8_t *in = data;
+    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0) |
+                     (i + 2 < n ? in[i + 2] : 0);
+        *o++ = B64[v >> 18 & 63];
+        *o++ = B64[v >> 12 & 63];
+        *o++ = i + 1 < n ? B64[v >> 6 & 63] : '=';
+        *o++ = i + 2 < n ? B64[v & 63] : '=';
+    }
+    *o = '\0';
+    return out;
+}
+
+int base64_decode(const char *s, struct strbuf *out)
+{
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t len = strlen(s);
+    while (len && s[len - 1] == '=')
+        len--;
+    int r = strbuf_reserve(out, len / 4 * 3 + 3);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < len; i++) {
+        const char *c = s[i] ? strchr(B64, s[i]) : NULL;
+        if (!c)
+            return -EINVAL;
+        acc = acc << 6 | (uint32_t)(c - B64);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out->buf[out->len++] = (char)(acc >> bits & 0xff);
+        }
+    }
+    out->buf[out->len] = '\0';
+    return 0;
+}

@@ -57,6 +57,10 @@ int strbuf_printf(struct strbuf *sb, const char *fmt, ...) __attribute__((format
 int strbuf_vprintf(struct strbuf *sb, const char *fmt, va_list ap);
 /* Hand the buffer (NUL-terminated) to the caller and reset sb. */
 char *strbuf_steal(struct strbuf *sb);
+/* data[0..n) in base64 (RFC 4648, padded), NUL-terminated; NULL on ENOMEM. */
+char *base64_encode(const void *data, size_t n);
+/* Decode base64 text s (padding optional, no whitespace) onto out: 0, -EINVAL or -ENOMEM. */
+int base64_decode(const char *s, struct strbuf *out);
 void strbuf_finish(struct strbuf *sb);
 
 /* Read a small file (such as one under /proc) whole. Returns bytes read or -errno;

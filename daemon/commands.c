@@ -550,7 +550,10 @@ static void slice_reply(struct slice_job *job)
             cJSON_AddStringToObject(res, "symbols_error", job->sym_error);
         if (job->sampling)
             cJSON_AddItemToObject(res, "sampling", cJSON_Duplicate(job->sampling, 1));
-        if (job->json && job->sampling) {
+        /* Sentry's profile carries profd's notes under "profd" (relay drops what it does
+         * not know); no other format has room for them. */
+        bool notes = job->json && job->format == SLICE_SENTRY;
+        if (notes && job->sampling) {
             /* Sentry's readers drop fields they do not know: how it was sampled travels with
              * the profile. */
             cJSON *m = cJSON_GetObjectItemCaseSensitive(job->json, "profd");
@@ -569,15 +572,25 @@ static void slice_reply(struct slice_job *job)
                 cJSON_AddNumberToObject(m, "unsampled_before_attach_ms",
                                         (double)(job->attach_ns - job->txn.start_ns) / 1e6);
         }
-        if (job->json && job->sym_error) {
+        if (notes && job->sym_error) {
             cJSON *m = cJSON_GetObjectItemCaseSensitive(job->json, "profd");
             if (!m)
                 m = cJSON_AddObjectToObject(job->json, "profd");
             cJSON_AddStringToObject(m, "symbols_error", job->sym_error);
         }
+        if (job->summary) {
+            cJSON_AddItemToObject(res, "summary", job->summary);
+            job->summary = NULL;
+        }
         if (job->json) {
             cJSON_AddItemToObject(res, "profile", job->json);
             job->json = NULL;
+        } else if (job->binary) {
+            /* JSON carries text: a binary profile (pprof's gzip) travels in base64. */
+            char *b64 = base64_encode(job->data ? job->data : "", job->len);
+            cJSON_AddStringToObject(res, "data", b64 ? b64 : "");
+            cJSON_AddStringToObject(res, "encoding", "base64");
+            free(b64);
         } else {
             cJSON_AddStringToObject(res, "data", job->data ? job->data : "");
         }
@@ -638,6 +651,11 @@ struct slice_wait {
      * the output by transaction ("by_transaction"). */
     char *only_txn;
     bool by_txn;
+    /* The summary format: at most limit functions (0: all), by total rather than self
+     * samples, of the threads whose tid or name matches threads. */
+    uint64_t limit;
+    bool sort_total;
+    char *threads;
 };
 
 static struct slice_wait *waits;
@@ -648,6 +666,7 @@ static void slice_wait_free(struct slice_wait *w)
     free(w->txn.name);
     free(w->txn.trace_id);
     free(w->only_txn);
+    free(w->threads);
     free(w);
 }
 
@@ -711,12 +730,18 @@ static void slice_start(struct slice_wait *w, struct target *t)
     worker_loop_begin(&m);
     struct slice_job *job = slice_begin(t, w->from, w->to, w->format);
     job->thread_ids = w->thread_ids;
+    job->summary_limit = w->limit;
+    job->sort_total = w->sort_total;
+    job->thread_filter = w->threads;
+    w->threads = NULL;
     slice_set_requester(job, w->p->client ? &w->p->client->peer : NULL);
     if (w->txn.name) {
         job->txn = w->txn; /* moved */
         memset(&w->txn, 0, sizeof(w->txn));
     }
-    if (w->only_txn || w->by_txn) {
+    /* pprof labels samples with their transactions and speedscope gives each transaction a
+     * profile of its own. */
+    if (w->only_txn || w->by_txn || w->format == SLICE_PPROF || w->format == SLICE_SPEEDSCOPE) {
         /* Samples are tagged (and filtered) on the worker thread. */
         job->only_txn = w->only_txn;
         w->only_txn = NULL;
@@ -791,7 +816,9 @@ static cJSON *cmd_slice(struct request *r)
         format = cJSON_IsString(fmt) ? slice_format_parse(fmt->valuestring) : -1;
         if (format < 0)
             return proto_error_reply(r->id, PE_BAD_REQUEST,
-                                     "\"format\" must be \"collapsed\" or \"sentry\"");
+                                     "\"format\" must be \"collapsed\", \"sentry\", "
+                                     "\"sentry-chunks\", \"pprof\", \"speedscope\", "
+                                     "\"flamegraph\" or \"summary\"");
     }
     uint64_t now = now_ns(), last_ns = 0, from = 0, to = UINT64_MAX;
     int has_last = json_get_u64(r->req, "last_ns", &last_ns);
@@ -841,8 +868,24 @@ static cJSON *cmd_slice(struct request *r)
     const cJSON *by = cJSON_GetObjectItemCaseSensitive(r->req, "by_transaction");
     if (by && !cJSON_IsBool(by))
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"by_transaction\" must be a boolean");
+    uint64_t limit = 0;
+    if (json_get_u64(r->req, "limit", &limit) < 0)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"limit\" must be a non-negative "
+                                 "integer");
+    const cJSON *sort = cJSON_GetObjectItemCaseSensitive(r->req, "sort");
+    if (sort && (!cJSON_IsString(sort) || (strcmp(sort->valuestring, "self") &&
+                                           strcmp(sort->valuestring, "total"))))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"sort\" must be \"self\" or "
+                                 "\"total\"");
+    const cJSON *threads = cJSON_GetObjectItemCaseSensitive(r->req, "threads");
+    if (threads && (!cJSON_IsString(threads) || strlen(threads->valuestring) > 255))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"threads\" must be a string (a "
+                                 "thread id or part of a thread's name)");
     struct slice_wait *w = new_slice_wait(r, r->pid, from, to, (enum slice_format)format);
     w->thread_ids = tids && cJSON_IsTrue(tids);
+    w->limit = limit;
+    w->sort_total = sort && !strcmp(sort->valuestring, "total");
+    w->threads = threads ? xstrdup(threads->valuestring) : NULL;
     /* The samples of the threads that ran a transaction of that name, while it ran. */
     if (only)
         w->only_txn = xstrdup(only->valuestring);

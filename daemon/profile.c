@@ -1,6 +1,7 @@
 /* profile.c: ownership of a symbolized profile (freeing it) and small lookups on it. */
 #include "profile.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,4 +52,88 @@ const char *profile_thread_name(const struct profile *p, int32_t tid)
         if (p->threads[i].tid == tid)
             return p->threads[i].name;
     return NULL;
+}
+
+/* The frame's name as every format shows it (formats escape it as their syntax needs). */
+int profile_frame_name(struct strbuf *sb, const struct profile_frame *f)
+{
+    if (f->python) {
+        const char *fn = f->function ? f->function : "<unknown>";
+        if (f->pymodule && *f->pymodule)
+            return strbuf_printf(sb, "%s.%s", f->pymodule, fn);
+        return strbuf_puts(sb, fn);
+    }
+    if (f->function && *f->function)
+        return strbuf_puts(sb, f->function);
+    if (f->module && *f->module) {
+        const char *base = strrchr(f->module, '/');
+        base = base && base[1] ? base + 1 : f->module;
+        return strbuf_printf(sb, "[%s+0x%" PRIx64 "]", base, f->module_off);
+    }
+    return strbuf_puts(sb, "[unknown]");
+}
+
+/* Length of the valid UTF-8 sequence at s (as Rust's str::from_utf8 accepts it: no overlong
+ * forms, no surrogates, nothing above U+10FFFF), or 0 if the byte at s starts none. */
+static size_t utf8_seq(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+    } else {
+        return 0;
+    }
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* A copy of s that is valid UTF-8: invalid sequences become U+FFFD, as Rust's
+ * String::from_utf8_lossy and browsers' decoders make them. NULL on ENOMEM. */
+char *profile_utf8(const char *s)
+{
+    const unsigned char *u = (const unsigned char *)(s ? s : "");
+    size_t len = strlen((const char *)u), bad = 0;
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_seq(u + i);
+        bad += n == 0;
+        i += n ? n : 1;
+    }
+    char *fixed = malloc(len + 2 * bad + 1);
+    if (!fixed)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_seq(u + i);
+        if (n) {
+            memcpy(fixed + o, u + i, n);
+            o += n;
+            i += n;
+        } else {
+            memcpy(fixed + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    fixed[o] = '\0';
+    return fixed;
 }

@@ -1,7 +1,8 @@
 /* profile.h: a symbolized slice of samples, the input to every output format.
  *
  * Built by slice.c from a target's ring buffer and stack table; formatted by
- * profile_collapsed.c, profile_sentry.c (and later speedscope, pprof). All strings and arrays
+ * profile_collapsed.c, profile_sentry.c, profile_pprof.c, profile_speedscope.c and
+ * profile_flamegraph.c. All strings and arrays
  * are owned by the profile and freed by profile_free(). */
 #pragma once
 
@@ -82,7 +83,10 @@ struct profile {
     uint64_t start_ns;   /* monotonic window [start_ns, end_ns] */
     uint64_t end_ns;
     int64_t realtime_offset_ns; /* realtime = monotonic + offset (for timestamps) */
+    uint64_t attach_ns;  /* CLOCK_MONOTONIC: when the process was attached */
     unsigned hz;         /* sampling rate requested */
+    bool cputime;        /* a sample stands for period_ns of the thread's CPU time (cputime
+                            schedule), else of wall-clock time */
     uint64_t period_ns;  /* 1e9 / hz */
     struct profile_txn txn;
     bool thread_ids;     /* collapsed: name threads "name-TID" instead of merging by name */
@@ -91,7 +95,7 @@ struct profile {
      * names outermost first, separated by PROFILE_TXN_SEP. */
     char **txn_paths;
     size_t ntxn_paths;
-    struct profile_span *spans;
+    struct profile_span *spans; /* every transaction overlapping the window */
     size_t nspans;
 
     struct profile_frame *frames;
@@ -107,6 +111,11 @@ struct profile {
 };
 
 void profile_free(struct profile *p);
+/* Append the frame's name as every format shows it: a Python function "module.qualname", a
+ * native one its (demangled) name, an unresolved one "[module+0xOFF]", else "[unknown]". */
+int profile_frame_name(struct strbuf *sb, const struct profile_frame *f);
+/* A copy of s (NULL: "") that is valid UTF-8, invalid bytes made U+FFFD; NULL on ENOMEM. */
+char *profile_utf8(const char *s);
 /* Thread name for tid, or NULL. */
 const char *profile_thread_name(const struct profile *p, int32_t tid);
 
@@ -117,3 +126,23 @@ int profile_write_collapsed(const struct profile *p, struct strbuf *out);
 
 /* Sentry sampled profile, version "1" (formats.md). Returns a new object or NULL (ENOMEM). */
 cJSON *profile_to_sentry(const struct profile *p);
+
+/* Sentry profile chunks, version "2" (continuous profiling): an array of chunks of at most
+ * 60 s each, sharing one profiler_id. NULL on ENOMEM. */
+cJSON *profile_to_sentry_chunks(const struct profile *p);
+
+/* pprof's profile.proto, gzipped, as `go tool pprof` reads it. Appends to out. Returns 0,
+ * -ENOMEM or -EIO (zlib). */
+int profile_write_pprof(const struct profile *p, struct strbuf *out);
+
+/* speedscope's file format: one sampled profile per thread, one per transaction. */
+cJSON *profile_to_speedscope(const struct profile *p);
+
+/* An interactive flame graph, a self-contained SVG. Appends to out. 0 or -ENOMEM. */
+int profile_write_flamegraph(const struct profile *p, struct strbuf *out);
+
+/* Where the time went: {"samples", "functions": [{name, self, total}] by self samples (by
+ * total with sort_total), at most limit (0: all), "threads": [{tid, name, samples}]}, of the
+ * threads whose tid is thread_filter or whose name contains it (NULL: all). NULL on ENOMEM. */
+cJSON *profile_to_summary(const struct profile *p, size_t limit, const char *thread_filter,
+                          bool sort_total);

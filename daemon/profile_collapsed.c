@@ -132,38 +132,21 @@ static int put_thread(struct strbuf *sb, const struct profile *p, int32_t tid)
     return r;
 }
 
-/* Append one frame as stackcollapse-perf names it. */
+/* Append one frame as stackcollapse-perf names it: its name (profile_frame_name), made safe
+ * for the format, and _[j] or _[i] after a JIT or inlined function's. */
 static int put_frame(struct strbuf *sb, const struct profile_frame *f)
 {
+    struct strbuf name = {0};
     size_t start = sb->len;
-    int r;
-    if (f->python) {
-        /* A Python function: module.qualname, as Python names it. */
-        r = 0;
-        if (f->pymodule && *f->pymodule) {
-            r = put_name(sb, f->pymodule, false);
-            if (r == 0)
-                r = strbuf_puts(sb, ".");
-        }
-        if (r == 0)
-            r = put_name(sb, f->function ? f->function : "<unknown>", false);
-    } else if (f->function && *f->function) {
-        r = put_name(sb, f->function, false);
-        if (r == 0 && f->jit)
-            r = strbuf_puts(sb, "_[j]");
-        else if (r == 0 && f->inlined)
-            r = strbuf_puts(sb, "_[i]");
-    } else if (f->module && *f->module) {
-        const char *base = strrchr(f->module, '/');
-        base = base && base[1] ? base + 1 : f->module;
-        r = strbuf_puts(sb, "[");
-        if (r == 0)
-            r = put_name(sb, base, false);
-        if (r == 0)
-            r = strbuf_printf(sb, "+0x%" PRIx64 "]", f->module_off);
-    } else {
-        r = strbuf_puts(sb, "[unknown]");
-    }
+    int r = profile_frame_name(&name, f);
+    if (r == 0)
+        r = put_name(sb, name.buf ? name.buf : "", false);
+    strbuf_finish(&name);
+    bool named = !f->python && f->function && *f->function;
+    if (r == 0 && named && f->jit)
+        r = strbuf_puts(sb, "_[j]");
+    else if (r == 0 && named && f->inlined)
+        r = strbuf_puts(sb, "_[i]");
     if (r == 0)
         fix_edges(sb, start);
     return r;

@@ -40,6 +40,7 @@
 #include <sys/utsname.h>
 #include <time.h>
 
+#include "containers.h"
 #include "log.h"
 
 /* relay-profiling's MAX_PROFILE_DURATION. */
@@ -249,72 +250,12 @@ static void format_rfc3339(int64_t ns, char *out, size_t size)
              tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, usec);
 }
 
-/* Length of the valid UTF-8 sequence at s (as Rust's str::from_utf8 accepts it: no overlong
- * forms, no surrogates, nothing above U+10FFFF), or 0 if the byte at s starts none. */
-static size_t utf8_seq(const unsigned char *s)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3;
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4;
-        if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-    } else {
-        return 0;
-    }
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xbf)
-            return 0;
-    return n;
-}
-
 /* Add a string member. Paths and thread names on Linux are bytes, but relay's parser takes
- * only UTF-8 and would reject the whole profile for one bad byte: invalid sequences become
- * U+FFFD, as String::from_utf8_lossy would make them. */
+ * only UTF-8 and would reject the whole profile for one bad byte (profile_utf8). */
 static bool add_text(cJSON *o, const char *key, const char *s)
 {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0, bad = 0, len = strlen(s);
-    while (i < len) {
-        size_t n = utf8_seq(u + i);
-        bad += n == 0;
-        i += n ? n : 1;
-    }
-    if (!bad)
-        return cJSON_AddStringToObject(o, key, s) != NULL;
-    char *fixed = malloc(len + 2 * bad + 1);
-    if (!fixed)
-        return false;
-    size_t o_len = 0;
-    for (i = 0; i < len;) {
-        size_t n = utf8_seq(u + i);
-        if (n) {
-            memcpy(fixed + o_len, s + i, n);
-            o_len += n;
-            i += n;
-        } else {
-            memcpy(fixed + o_len, "\xef\xbf\xbd", 3);
-            o_len += 3;
-            i++;
-        }
-    }
-    fixed[o_len] = '\0';
-    bool ok = cJSON_AddStringToObject(o, key, fixed) != NULL;
+    char *fixed = profile_utf8(s);
+    bool ok = fixed && cJSON_AddStringToObject(o, key, fixed) != NULL;
     free(fixed);
     return ok;
 }
@@ -508,12 +449,12 @@ static uint32_t number_runs(uint32_t *map, uint32_t n, uint32_t *old_of)
  * read as u64), then keep only the stacks and frames they use, merging duplicates: relay and
  * vroom index both, so equal entries would only make the item bigger and show a function
  * twice. Returns 0 or -ENOMEM. */
-static int plan_build(const struct profile *p, struct plan *pl)
+static int plan_build(const struct profile *p, struct plan *pl, uint64_t max_span)
 {
     uint64_t start = p->start_ns, end = p->end_ns > start ? p->end_ns : start;
     uint64_t span = end - start;
-    if (span > MAX_DURATION_NS)
-        span = MAX_DURATION_NS;
+    if (span > max_span)
+        span = max_span;
     /* Older relays require relative_start_ns < relative_end_ns. */
     pl->relative_end_ns = span ? span : 1;
 
@@ -606,8 +547,10 @@ static int plan_build(const struct profile *p, struct plan *pl)
     return 0;
 }
 
-/* The "profile" member: samples, stacks, frames and thread_metadata. */
-static cJSON *trace_json(const struct profile *p, const struct plan *pl)
+/* The "profile" member: samples, stacks, frames and thread_metadata. The samples' times are
+ * elapsed_since_start_ns (version 1), or with t0 >= 0 (a chunk, version 2) timestamps: unix
+ * seconds, the plan's start being t0. */
+static cJSON *trace_json(const struct profile *p, const struct plan *pl, double t0)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o)
@@ -628,8 +571,12 @@ static cJSON *trace_json(const struct profile *p, const struct plan *pl)
          * deserialize_number_from_string, and a string stays exact in any reader. */
         snprintf(buf, sizeof(buf), "%" PRId32, s->tid);
         ok = ok && cJSON_AddStringToObject(so, "thread_id", buf) != NULL;
-        snprintf(buf, sizeof(buf), "%" PRIu64, s->elapsed);
-        ok = ok && cJSON_AddStringToObject(so, "elapsed_since_start_ns", buf) != NULL;
+        if (t0 >= 0) {
+            ok = ok && cJSON_AddNumberToObject(so, "timestamp", t0 + (double)s->elapsed / 1e9);
+        } else {
+            snprintf(buf, sizeof(buf), "%" PRIu64, s->elapsed);
+            ok = ok && cJSON_AddStringToObject(so, "elapsed_since_start_ns", buf) != NULL;
+        }
     }
     for (uint32_t k = 0; ok && k < pl->nstacks_out; k++) {
         uint32_t old = pl->stack_old[k];
@@ -752,6 +699,24 @@ static cJSON *spans_json(const struct profile *p)
     return o;
 }
 
+/* debug_meta.images: only images with a build-id (the debug_id is derived from it, and a
+ * nil one matches no debug file); none if there are none. */
+static bool add_debug_meta(cJSON *root, const struct profile *p)
+{
+    bool any_image = false;
+    for (size_t i = 0; i < p->nimages; i++)
+        any_image = any_image || (p->images[i].build_id_len > 0 && nz(p->images[i].code_file));
+    if (!any_image)
+        return true;
+    cJSON *dm = cJSON_AddObjectToObject(root, "debug_meta");
+    cJSON *images = dm ? cJSON_AddArrayToObject(dm, "images") : NULL;
+    bool ok = images != NULL;
+    for (size_t i = 0; ok && i < p->nimages; i++)
+        if (p->images[i].build_id_len > 0 && nz(p->images[i].code_file))
+            ok = push(images, image_json(&p->images[i]));
+    return ok;
+}
+
 cJSON *profile_to_sentry(const struct profile *p)
 {
     struct plan pl = {0};
@@ -764,7 +729,7 @@ cJSON *profile_to_sentry(const struct profile *p)
         (r = pick_id(p->txn.trace_id, "trace id", trace_id)) < 0)
         goto fail;
     r = -ENOMEM;
-    if (plan_build(p, &pl) < 0)
+    if (plan_build(p, &pl, MAX_DURATION_NS) < 0)
         goto fail;
     if (uname(&un) < 0) {
         snprintf(un.release, sizeof(un.release), "unknown");
@@ -788,20 +753,8 @@ cJSON *profile_to_sentry(const struct profile *p)
      * C library we could name is the daemon's, not necessarily the target's). */
     ok = ok && put(root, "transaction", txn_json(p, &pl, txn_id, trace_id));
 
-    /* Only images with a build-id: the debug_id is derived from it, and a nil one matches
-     * no debug file. */
-    bool any_image = false;
-    for (size_t i = 0; i < p->nimages; i++)
-        any_image = any_image || (p->images[i].build_id_len > 0 && nz(p->images[i].code_file));
-    if (ok && any_image) {
-        cJSON *dm = cJSON_AddObjectToObject(root, "debug_meta");
-        cJSON *images = dm ? cJSON_AddArrayToObject(dm, "images") : NULL;
-        ok = images != NULL;
-        for (size_t i = 0; ok && i < p->nimages; i++)
-            if (p->images[i].build_id_len > 0 && nz(p->images[i].code_file))
-                ok = push(images, image_json(&p->images[i]));
-    }
-    ok = ok && put(root, "profile", trace_json(p, &pl));
+    ok = ok && add_debug_meta(root, p);
+    ok = ok && put(root, "profile", trace_json(p, &pl, -1));
     if (ok && p->by_transaction)
         ok = put(root, "profd", spans_json(p));
     if (!ok)
@@ -814,4 +767,97 @@ fail:
     plan_finish(&pl);
     errno = -r;
     return NULL;
+}
+
+/* A chunk's length: the SDKs send one a minute; relay takes up to 66 s. */
+#define CHUNK_NS (60 * NS_PER_SEC)
+
+/* The profiler session's id: the same for every slice of one attach of one process, so that
+ * the chunks of successive slices join up as one continuous profile. */
+static void profiler_id(const struct profile *p, char out[33])
+{
+    char seed[96];
+    int n = snprintf(seed, sizeof(seed), "profd %d %" PRIu64 " %" PRId64, (int)p->pid,
+                     p->attach_ns, p->realtime_offset_ns / (int64_t)NS_PER_SEC);
+    uint64_t a = hash_bytes(seed, (size_t)n), b = hash_bytes(seed, (size_t)n - 1) ^ a * 31;
+    uint8_t u[16];
+    for (int i = 0; i < 8; i++) {
+        u[i] = (uint8_t)(a >> (8 * i));
+        u[8 + i] = (uint8_t)(b >> (8 * i));
+    }
+    u[6] = (u[6] & 0x0f) | 0x40; /* a version 4 uuid's form */
+    u[8] = (u[8] & 0x3f) | 0x80;
+    hex(u, 16, out);
+}
+
+static cJSON *chunk_json(const struct profile *p, const char *profiler, bool python)
+{
+    struct plan pl = {0};
+    char chunk_id[33];
+    cJSON *o = NULL;
+    if (random_uuid(chunk_id) < 0 || plan_build(p, &pl, CHUNK_NS - 1) < 0)
+        goto fail;
+    if (!pl.nsamples) { /* relay: NotEnoughSamples; no chunk for an empty minute */
+        plan_finish(&pl);
+        errno = 0;
+        return NULL;
+    }
+    o = cJSON_CreateObject();
+    cJSON *sdk = o ? cJSON_AddObjectToObject(o, "client_sdk") : NULL;
+    bool ok = sdk && cJSON_AddStringToObject(sdk, "name", "profd") &&
+              cJSON_AddStringToObject(sdk, "version", PROFD_VERSION);
+    ok = ok && cJSON_AddStringToObject(o, "version", "2");
+    ok = ok && cJSON_AddStringToObject(o, "chunk_id", chunk_id);
+    ok = ok && cJSON_AddStringToObject(o, "profiler_id", profiler);
+    ok = ok && cJSON_AddStringToObject(o, "platform", python ? "python" : "native");
+    ok = ok && cJSON_AddStringToObject(o, "release", "");
+    ok = ok && add_debug_meta(o, p);
+    double t0 = ((double)p->start_ns + (double)p->realtime_offset_ns) / 1e9;
+    ok = ok && put(o, "profile", trace_json(p, &pl, t0));
+    plan_finish(&pl);
+    if (ok)
+        return o;
+fail:
+    plan_finish(&pl);
+    cJSON_Delete(o);
+    errno = ENOMEM;
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The window in chunks of CHUNK_NS from its start, only those that have samples. */
+cJSON *profile_to_sentry_chunks(const struct profile *p)
+{
+    char profiler[33];
+    profiler_id(p, profiler);
+    bool python = false;
+    for (size_t i = 0; i < p->nframes && !python; i++)
+        python = p->frames[i].python;
+    uint64_t *times = malloc((p->nsamples ? p->nsamples : 1) * sizeof(*times));
+    cJSON *a = times ? cJSON_CreateArray() : NULL;
+    size_t n = 0;
+    for (size_t i = 0; a && i < p->nsamples; i++)
+        if (p->samples[i].t_ns >= p->start_ns)
+            times[n++] = p->samples[i].t_ns;
+    qsort(times, n, sizeof(*times), cmp_u64);
+    for (size_t i = 0; a && i < n;) {
+        struct profile sub = *p;
+        sub.start_ns = p->start_ns + (times[i] - p->start_ns) / CHUNK_NS * CHUNK_NS;
+        sub.end_ns = sub.start_ns > UINT64_MAX - (CHUNK_NS - 1) ? UINT64_MAX
+                                                                : sub.start_ns + CHUNK_NS - 1;
+        cJSON *c = chunk_json(&sub, profiler, python);
+        if ((!c && errno) || (c && !push(a, c))) {
+            cJSON_Delete(a);
+            a = NULL;
+        }
+        while (i < n && times[i] <= sub.end_ns)
+            i++;
+    }
+    free(times);
+    return a;
 }

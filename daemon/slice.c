@@ -21,6 +21,16 @@ const char *slice_format_name(enum slice_format f)
         return "collapsed";
     case SLICE_SENTRY:
         return "sentry";
+    case SLICE_SENTRY_CHUNKS:
+        return "sentry-chunks";
+    case SLICE_PPROF:
+        return "pprof";
+    case SLICE_SPEEDSCOPE:
+        return "speedscope";
+    case SLICE_FLAMEGRAPH:
+        return "flamegraph";
+    case SLICE_SUMMARY:
+        return "summary";
     }
     return "?";
 }
@@ -33,6 +43,16 @@ int slice_format_parse(const char *name)
         return SLICE_COLLAPSED;
     if (!strcmp(name, "sentry"))
         return SLICE_SENTRY;
+    if (!strcmp(name, "sentry-chunks"))
+        return SLICE_SENTRY_CHUNKS;
+    if (!strcmp(name, "pprof"))
+        return SLICE_PPROF;
+    if (!strcmp(name, "speedscope"))
+        return SLICE_SPEEDSCOPE;
+    if (!strcmp(name, "flamegraph") || !strcmp(name, "svg"))
+        return SLICE_FLAMEGRAPH;
+    if (!strcmp(name, "summary"))
+        return SLICE_SUMMARY;
     return -1;
 }
 
@@ -52,6 +72,22 @@ static void copy_maps(struct maps *dst, const struct maps *src)
  * 14 stacks, cold): a collapsed slice 53 bytes a sample, a Sentry one 633. */
 #define BUILD_BYTES_COLLAPSED 64
 #define BUILD_BYTES_SENTRY 640
+#define BUILD_BYTES_SPEEDSCOPE 1024
+/* Functions in the summary every reply carries. */
+#define SUMMARY_TOP 20
+
+static size_t build_bytes(enum slice_format format)
+{
+    switch (format) {
+    case SLICE_SENTRY:
+    case SLICE_SENTRY_CHUNKS:
+        return BUILD_BYTES_SENTRY;
+    case SLICE_SPEEDSCOPE: /* a JSON array per sample, a number per frame */
+        return BUILD_BYTES_SPEEDSCOPE;
+    default: /* a line, a pprof sample or a box per distinct stack */
+        return BUILD_BYTES_COLLAPSED;
+    }
+}
 
 size_t slice_estimate(const struct target *t, uint64_t start_ns, uint64_t end_ns,
                       enum slice_format format, size_t *nsamples)
@@ -68,7 +104,7 @@ size_t slice_estimate(const struct target *t, uint64_t start_ns, uint64_t end_ns
      * (cJSON nodes of ~64 bytes each, then the printed text in the client's buffer). */
     return n * sizeof(struct ring_entry) + stacks * (sizeof(struct slice_stack) + per_stack) +
            (t->nnames + t->nthreads) * sizeof(struct thread_name) + stacks * 4 * per_stack +
-           n * (format == SLICE_SENTRY ? BUILD_BYTES_SENTRY : BUILD_BYTES_COLLAPSED);
+           n * build_bytes(format);
 }
 
 /* The copy of a window in progress (slice_begin, slice_copy_step). */
@@ -396,6 +432,8 @@ void slice_job_free(struct slice_job *job)
     free(job->only_txn);
     slice_job_drop_copy(job);
     free(job->data);
+    free(job->thread_filter);
+    cJSON_Delete(job->summary);
     if (job->json)
         cJSON_Delete(job->json);
     cJSON_Delete(job->reply_id);
@@ -877,6 +915,10 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
     p->end_ns = job->end_ns;
     p->realtime_offset_ns = job->realtime_offset_ns;
     p->hz = job->hz;
+    p->attach_ns = job->attach_ns;
+    const cJSON *mode = job->sampling ? cJSON_GetObjectItemCaseSensitive(job->sampling, "mode")
+                                      : NULL;
+    p->cputime = cJSON_IsString(mode) && !strcmp(mode->valuestring, "cputime");
     p->period_ns = job->hz ? NS_PER_SEC / job->hz : 0;
     p->thread_ids = job->thread_ids;
     p->by_transaction = job->by_txn;
@@ -884,13 +926,11 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
     p->txn_paths = xcalloc(p->ntxn_paths, sizeof(*p->txn_paths));
     for (size_t i = 1; i < job->npaths; i++)
         p->txn_paths[i] = xstrdup(job->paths[i]);
-    if (job->by_txn) {
-        p->spans = xcalloc(job->ntxns ? job->ntxns : 1, sizeof(*p->spans));
-        for (size_t i = 0; i < job->ntxns; i++)
-            p->spans[p->nspans++] = (struct profile_span){
-                job->txns[i].tid, job->txns[i].start_ns, job->txns[i].end_ns,
-                xstrdup(job->txns[i].name)};
-    }
+    p->spans = xcalloc(job->ntxns ? job->ntxns : 1, sizeof(*p->spans));
+    for (size_t i = 0; i < job->ntxns; i++)
+        p->spans[p->nspans++] = (struct profile_span){
+            job->txns[i].tid, job->txns[i].start_ns, job->txns[i].end_ns,
+            xstrdup(job->txns[i].name)};
     p->txn.id = dup_or_null(job->txn.id);
     p->txn.name = dup_or_null(job->txn.name);
     p->txn.trace_id = dup_or_null(job->txn.trace_id);
@@ -1051,12 +1091,39 @@ void slice_run(struct slice_job *job, struct symbolizer *sym)
         job->data = strbuf_steal(&sb);
         break;
     }
+    case SLICE_PPROF:
+    case SLICE_FLAMEGRAPH: {
+        struct strbuf sb = {0};
+        r = job->format == SLICE_PPROF ? profile_write_pprof(&p, &sb)
+                                       : profile_write_flamegraph(&p, &sb);
+        if (r < 0) {
+            strbuf_finish(&sb);
+            job->err = r;
+            break;
+        }
+        job->binary = job->format == SLICE_PPROF;
+        job->len = sb.len;
+        job->data = strbuf_steal(&sb);
+        break;
+    }
+    case SLICE_SUMMARY:
+        job->json = profile_to_summary(&p, job->summary_limit, job->thread_filter,
+                                       job->sort_total);
+        if (!job->json)
+            job->err = -ENOMEM;
+        break;
     case SLICE_SENTRY:
-        job->json = profile_to_sentry(&p);
+    case SLICE_SENTRY_CHUNKS:
+    case SLICE_SPEEDSCOPE:
+        job->json = job->format == SLICE_SENTRY          ? profile_to_sentry(&p)
+                    : job->format == SLICE_SENTRY_CHUNKS ? profile_to_sentry_chunks(&p)
+                                                         : profile_to_speedscope(&p);
         if (!job->json)
             job->err = -ENOMEM;
         break;
     }
+    if (job->format != SLICE_SUMMARY && !job->err)
+        job->summary = profile_to_summary(&p, SUMMARY_TOP, NULL, false);
     profile_free(&p);
     job->build_ns = now_ns() - t0;
 }

@@ -21,6 +21,11 @@ struct slice_copy;
 enum slice_format {
     SLICE_COLLAPSED,
     SLICE_SENTRY,
+    SLICE_SENTRY_CHUNKS,
+    SLICE_PPROF,
+    SLICE_SPEEDSCOPE,
+    SLICE_FLAMEGRAPH,
+    SLICE_SUMMARY,
 };
 
 const char *slice_format_name(enum slice_format f);
@@ -58,6 +63,11 @@ struct slice_job {
     /* What to build. */
     enum slice_format format;
     bool thread_ids;
+    /* The summary format's: at most this many functions (0: all), by total samples rather
+     * than self, of the threads whose tid or name matches thread_filter (owned; NULL: all). */
+    uint64_t summary_limit;
+    bool sort_total;
+    char *thread_filter;
     /* Copied from the target. */
     int32_t pid;
     char comm[16];
@@ -94,9 +104,11 @@ struct slice_job {
     struct fs_creds creds;
     /* Result (worker). */
     int err;            /* 0 or -errno */
-    char *data;         /* formatted text (collapsed) */
+    char *data;         /* formatted bytes (collapsed, pprof, flame graph) */
     size_t len;
-    struct cJSON *json; /* formatted object (sentry) */
+    bool binary;        /* data is not text (pprof): base64 on the wire */
+    struct cJSON *json; /* formatted object (sentry, its chunks, speedscope, summary) */
+    struct cJSON *summary; /* the top functions and the threads (every format but summary) */
     size_t nthreads_out;
     uint64_t build_ns;  /* time spent symbolizing and formatting */
     char *sym_error;    /* why some frames were left unsymbolized, or NULL */

@@ -11,7 +11,15 @@
  * up to the samples with a valid stack. The Sentry profile must print as valid UTF-8 JSON
  * that cJSON parses back, with the samples relay would keep, in time order, each with the
  * number of frames its stack has, every index in range, and the names as given (invalid
- * UTF-8 replaced by U+FFFD).
+ * UTF-8 replaced by U+FFFD). The Sentry chunks hold those samples again (any window
+ * length), each chunk valid UTF-8 JSON. The pprof output must gunzip to a profile.proto whose
+ * string table starts with "", whose samples have two values each and name only locations
+ * that exist, and whose counts add up to the samples with a valid stack. The speedscope
+ * output must parse back with as many weights as samples in every profile, every frame
+ * index in range, and its thread profiles holding every sample with a valid stack. The
+ * flame graph must be UTF-8 XML text without control bytes whose names never open a tag,
+ * its root box holding every sample with a valid stack. The summary's sample count is
+ * those samples too.
  *
  * Fuzzing with libFuzzer (see the README's "Fuzzing"):
  *
@@ -22,6 +30,7 @@
 #include "fuzz.h"
 
 #include <errno.h>
+#include <zlib.h>
 
 #include "log.h"
 #include "profile.h"
@@ -413,6 +422,201 @@ static void check_sentry(const struct profile *p, cJSON *root)
     free(text);
 }
 
+/* Samples with a stack the formats can use. */
+static size_t valid_samples(const struct profile *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->nsamples; i++)
+        n += p->samples[i].stack < p->nstacks;
+    return n;
+}
+
+/* A protobuf reader over [p, end): enough of the wire format to check pprof's structure. */
+struct pbr {
+    const uint8_t *p, *end;
+};
+
+static bool pb_varint(struct pbr *r, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && r->p < r->end; shift += 7) {
+        uint8_t b = *r->p++;
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/* The next field: its number, and a varint value or a length-delimited body. */
+static bool pb_field(struct pbr *r, uint64_t *field, uint64_t *v, struct pbr *body)
+{
+    uint64_t key;
+    if (r->p >= r->end || !pb_varint(r, &key))
+        return false;
+    *field = key >> 3;
+    if ((key & 7) == 0)
+        return pb_varint(r, v);
+    FUZZ_ASSERT((key & 7) == 2);
+    FUZZ_ASSERT(pb_varint(r, v) && *v <= (uint64_t)(r->end - r->p));
+    body->p = r->p;
+    body->end = r->p + *v;
+    r->p += *v;
+    return true;
+}
+
+static void check_pprof(const struct profile *p, const struct strbuf *gz)
+{
+    FUZZ_ASSERT(gz->len >= 18 && (uint8_t)gz->buf[0] == 0x1f && (uint8_t)gz->buf[1] == 0x8b);
+    z_stream z = {0};
+    FUZZ_ASSERT(inflateInit2(&z, 15 + 16) == Z_OK);
+    size_t cap = 1 << 16, len = 0;
+    uint8_t *raw = xmalloc(cap);
+    z.next_in = (Bytef *)gz->buf;
+    z.avail_in = (uInt)gz->len;
+    int zr;
+    do {
+        if (len == cap)
+            raw = xrealloc(raw, cap *= 2);
+        z.next_out = raw + len;
+        z.avail_out = (uInt)(cap - len);
+        zr = inflate(&z, Z_NO_FLUSH);
+        len = cap - z.avail_out;
+    } while (zr == Z_OK);
+    FUZZ_ASSERT(zr == Z_STREAM_END);
+    inflateEnd(&z);
+
+    struct pbr r = {raw, raw + len}, body, sub;
+    uint64_t field, v, nsamples = 0, count = 0, nstrings = 0, *locs = NULL;
+    size_t nlocs = 0;
+    bool first_empty = false;
+    /* Locations first (they may follow the samples). */
+    while (pb_field(&r, &field, &v, &body)) {
+        if (field == 4) {
+            uint64_t f2, id = 0;
+            while (pb_field(&body, &f2, &v, &sub))
+                if (f2 == 1)
+                    id = v;
+            FUZZ_ASSERT(id != 0);
+            locs = xrealloc(locs, (nlocs + 1) * sizeof(*locs));
+            locs[nlocs++] = id;
+        } else if (field == 6) {
+            if (nstrings++ == 0)
+                first_empty = body.p == body.end;
+        }
+    }
+    FUZZ_ASSERT(nstrings > 0 && first_empty);
+    r = (struct pbr){raw, raw + len};
+    while (pb_field(&r, &field, &v, &body)) {
+        if (field != 2)
+            continue;
+        nsamples++;
+        uint64_t f2, nvalues = 0;
+        while (pb_field(&body, &f2, &v, &sub)) {
+            if (f2 == 1) {
+                uint64_t id;
+                while (sub.p < sub.end) {
+                    FUZZ_ASSERT(pb_varint(&sub, &id));
+                    bool found = false;
+                    for (size_t i = 0; i < nlocs && !found; i++)
+                        found = locs[i] == id;
+                    FUZZ_ASSERT(found);
+                }
+            } else if (f2 == 2) {
+                uint64_t x;
+                while (sub.p < sub.end) {
+                    FUZZ_ASSERT(pb_varint(&sub, &x));
+                    if (nvalues++ == 0)
+                        count += x;
+                }
+            }
+        }
+        FUZZ_ASSERT(nvalues == 2);
+    }
+    FUZZ_ASSERT(count == valid_samples(p));
+    FUZZ_ASSERT(nsamples <= valid_samples(p));
+    free(locs);
+    free(raw);
+}
+
+static void check_speedscope(const struct profile *p, cJSON *root)
+{
+    char *text = cJSON_PrintUnformatted(root);
+    FUZZ_ASSERT(text && valid_utf8(text));
+    cJSON *j = cJSON_Parse(text);
+    FUZZ_ASSERT(j);
+    int nframes = cJSON_GetArraySize(get(get(j, "shared"), "frames"));
+    const cJSON *prof;
+    size_t in_threads = 0;
+    cJSON_ArrayForEach(prof, get(j, "profiles")) {
+        const cJSON *samples = get(prof, "samples"), *weights = get(prof, "weights"), *s, *f;
+        FUZZ_ASSERT(cJSON_GetArraySize(samples) == cJSON_GetArraySize(weights));
+        cJSON_ArrayForEach(s, samples) {
+            cJSON_ArrayForEach(f, s) {
+                FUZZ_ASSERT(cJSON_IsNumber(f) && f->valueint >= 0 && f->valueint < nframes);
+            }
+        }
+        /* A thread's profile is "NAME (tid N)"; a transaction's ends "(tid N, at T s)". */
+        const cJSON *name = get(prof, "name");
+        FUZZ_ASSERT(cJSON_IsString(name));
+        const char *tid = strrchr(name->valuestring, '(');
+        const char *close = tid ? strchr(tid, ')') : NULL;
+        bool thread = tid && !strncmp(tid, "(tid ", 5) && close && close[1] == '\0' &&
+                      !strchr(tid, ',');
+        if (thread)
+            in_threads += (size_t)cJSON_GetArraySize(samples);
+    }
+    /* Thread profiles: every usable sample once. */
+    FUZZ_ASSERT(in_threads == valid_samples(p));
+    cJSON_Delete(j);
+    free(text);
+}
+
+static void check_flamegraph(const struct profile *p, const struct strbuf *svg)
+{
+    FUZZ_ASSERT(svg->buf && strlen(svg->buf) == svg->len && valid_utf8(svg->buf));
+    for (size_t i = 0; i < svg->len; i++) {
+        unsigned char c = (unsigned char)svg->buf[i];
+        FUZZ_ASSERT(c >= 0x20 || c == '\n');
+    }
+    /* Names are escaped: nothing between <title> and </title>, or <text class="n" ...> and
+     * </text>, opens a tag. */
+    for (const char *t = strstr(svg->buf, "<title>"); t; t = strstr(t + 1, "<title>")) {
+        const char *end = strstr(t, "</title>");
+        FUZZ_ASSERT(end && !memchr(t + 7, '<', (size_t)(end - t - 7)));
+    }
+    for (const char *t = strstr(svg->buf, "<text class=\"n\""); t;
+         t = strstr(t + 1, "<text class=\"n\"")) {
+        const char *gt = strchr(t, '>'), *end = strstr(t, "</text>");
+        FUZZ_ASSERT(gt && end && gt < end && !memchr(gt + 1, '<', (size_t)(end - gt - 1)));
+    }
+    size_t n = valid_samples(p);
+    static const char first[] = "<g class=\"f\" data-s=\"0\" data-n=\"";
+    const char *root = strstr(svg->buf, first);
+    if (n) {
+        FUZZ_ASSERT(root && strtoull(root + sizeof(first) - 1, NULL, 10) == n);
+    } else {
+        FUZZ_ASSERT(!root);
+    }
+}
+
+static void check_chunks(const struct profile *p, cJSON *chunks)
+{
+    size_t n = 0, want = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, chunks) {
+        char *text = cJSON_PrintUnformatted(c);
+        FUZZ_ASSERT(text && valid_utf8(text));
+        free(text);
+        FUZZ_ASSERT(cJSON_IsString(get(c, "version")) && !strcmp(get(c, "version")->valuestring, "2"));
+        n += (size_t)cJSON_GetArraySize(get(get(c, "profile"), "samples"));
+    }
+    for (size_t i = 0; i < p->nsamples; i++)
+        want += p->samples[i].stack < p->nstacks && p->samples[i].tid >= 0 &&
+                p->samples[i].t_ns >= p->start_ns;
+    FUZZ_ASSERT(n == want);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
@@ -435,6 +639,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_ASSERT(s);
     check_sentry(&p, s);
     cJSON_Delete(s);
+    cJSON *chunks = profile_to_sentry_chunks(&p);
+    FUZZ_ASSERT(chunks);
+    check_chunks(&p, chunks);
+    cJSON_Delete(chunks);
+    out.len = 0;
+    FUZZ_ASSERT(profile_write_pprof(&p, &out) == 0);
+    check_pprof(&p, &out);
+    strbuf_finish(&out);
+    cJSON *ss = profile_to_speedscope(&p);
+    FUZZ_ASSERT(ss);
+    check_speedscope(&p, ss);
+    cJSON_Delete(ss);
+    FUZZ_ASSERT(profile_write_flamegraph(&p, &out) == 0);
+    check_flamegraph(&p, &out);
+    strbuf_finish(&out);
+    cJSON *sum = profile_to_summary(&p, 0, NULL, false);
+    FUZZ_ASSERT(sum && get(sum, "samples")->valuedouble == (double)valid_samples(&p));
+    cJSON_Delete(sum);
     profile_free(&p);
     return 0;
 }

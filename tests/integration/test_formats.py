@@ -20,43 +20,6 @@ def run_checker(name, path, *args):
     return r.returncode, (r.stdout + r.stderr).strip()
 
 
-def align(n, a):
-    return (n + a - 1) // a * a
-
-
-def elf_read(path):
-    """(GNU build-id bytes or None, {name: (value, size)} of defined functions) of an ELF64
-    little-endian file, from its section headers."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        fail("%s: not a little-endian ELF64 file" % path)
-    shoff = struct.unpack_from("<Q", data, 0x28)[0]
-    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    build_id, syms = None, {}
-    for (_name, typ, _fl, _addr, off, size, link, _info, salign, _ent) in secs:
-        if typ == 7:  # SHT_NOTE: namesz, descsz, type, name, desc, each padded
-            a = 8 if salign == 8 else 4
-            pos = off
-            while pos + 12 <= off + size:
-                namesz, descsz, ntype = struct.unpack_from("<III", data, pos)
-                name = data[pos + 12:pos + 12 + namesz]
-                dpos = pos + 12 + align(namesz, a)
-                if name == b"GNU\0" and ntype == 3:  # NT_GNU_BUILD_ID
-                    build_id = data[dpos:dpos + descsz]
-                pos = dpos + align(descsz, a)
-        elif typ in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
-            stroff = secs[link][4]
-            for k in range(size // 24):
-                st_name, st_info, _o, shndx, value, ssize = struct.unpack_from(
-                    "<IBBHQQ", data, off + 24 * k)
-                if st_info & 0xF == 2 and shndx != 0:  # STT_FUNC, defined
-                    end = data.index(b"\0", stroff + st_name)
-                    syms[data[stroff + st_name:end].decode()] = (value, ssize)
-    return build_id, syms
-
-
 def debug_id(build_id):
     """Sentry's debug_id of an ELF file: the first 16 bytes of the build-id (zero-padded),
     with the groups [0..4], [4..6], [6..8] byte-reversed, as a uuid."""

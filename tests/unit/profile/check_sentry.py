@@ -170,19 +170,23 @@ class Checker:
 
     # -- the profile --------------------------------------------------------------------
 
-    def check(self, data):
+    def load(self, data):
+        """The JSON object in data as serde_json would read it, or None."""
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             self.err("$", "relay: not UTF-8 (%s)" % e)
-            return
+            return None
         try:
             root = json.loads(text, object_pairs_hook=Obj, parse_constant=reject_constant)
         except ValueError as e:
             self.err("$", "relay: invalid JSON (%s)" % e)
-            return
+            return None
         self.no_lone_surrogates(root, "$")
-        root = self.obj(root, "$")
+        return self.obj(root, "$")
+
+    def check(self, data):
+        root = self.load(data)
         if root is None:
             return
 
@@ -567,6 +571,113 @@ def debug_id_from_build_id(build_id):
     b = b[3::-1] + b[5:3:-1] + b[7:5:-1] + b[8:]
     h = b.hex()
     return "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
+
+
+class ChunkChecker(Checker):
+    """A profile chunk, version "2" (continuous profiling), as relay reads it
+    (relay-profiling/src/sample/v2.rs: ProfileChunk with its flattened ProfileMetadata, then
+    ProfileData::normalize), with the frame and debug_meta rules of version 1 and profd's
+    own promises."""
+
+    def check(self, data):
+        root = self.load(data)
+        if root is None:
+            return
+        for name in ("chunk_id", "profiler_id"):
+            v = self.field(root, name, "$", True)
+            if v is not None:
+                self.uuid(v, "$." + name, nonnil=True)
+        version = self.field(root, "version", "$", True)
+        if version is not None and version != "2":
+            self.err("$.version", "relay: %r is not the chunk format version \"2\"" % (version,))
+        for name, required in (("platform", True), ("release", True), ("environment", False)):
+            v = self.field(root, name, "$", required)
+            if v is not None:
+                self.string(v, "$." + name)
+        sdk = self.field(root, "client_sdk", "$", True)
+        if sdk is not None and self.obj(sdk, "$.client_sdk") is not None:
+            for name in ("name", "version"):
+                v = self.field(sdk, name, "$.client_sdk", True)
+                if v is not None:
+                    self.string(v, "$.client_sdk." + name)
+        self.debug_meta(root)
+        trace = self.field(root, "profile", "$", True)
+        if trace is None or self.obj(trace, "$.profile") is None:
+            return
+        path = "$.profile"
+        samples = self.field(trace, "samples", path, True)
+        stacks = self.field(trace, "stacks", path, True)
+        frames = self.field(trace, "frames", path, True)
+        for name, v in (("samples", samples), ("stacks", stacks), ("frames", frames)):
+            if v is not None and not isinstance(v, list):
+                self.err("%s.%s" % (path, name), "relay: expected an array")
+                return
+        if samples is None or stacks is None or frames is None:
+            return
+        parsed = []  # (timestamp, stack_id, thread_id)
+        for i, x in enumerate(samples):
+            sp = "%s.samples[%d]" % (path, i)
+            if self.obj(x, sp) is None:
+                continue
+            ts = self.field(x, "timestamp", sp, True)
+            if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
+                self.err(sp + ".timestamp", "relay: expected a number (unix seconds)")
+                ts = None
+            st = self.field(x, "stack_id", sp, True)
+            st = self.uint(st, sp + ".stack_id") if st is not None else None
+            tid = self.field(x, "thread_id", sp, True)
+            if tid is not None and self.string(tid, sp + ".thread_id"):
+                if not re.fullmatch("[0-9]+", tid):
+                    self.err(sp + ".thread_id", "profd: a thread id in decimal digits")
+            if None not in (ts, st, tid):
+                parsed.append((ts, st, tid))
+        for i, st in enumerate(stacks):
+            if not isinstance(st, list):
+                self.err("%s.stacks[%d]" % (path, i), "relay: expected an array")
+                continue
+            for j, f in enumerate(st):
+                self.uint(f, "%s.stacks[%d][%d]" % (path, i, j))
+        for i, f in enumerate(frames):
+            self.frame(f, "%s.frames[%d]" % (path, i))
+        tm = self.field(trace, "thread_metadata", path, False)
+        if tm is not None and self.obj(tm, path + ".thread_metadata", struct=False) is not None:
+            for key, meta in tm.items():
+                mp = "%s.thread_metadata.%s" % (path, key)
+                if self.obj(meta, mp) is not None and \
+                        self.field(meta, "name", mp, False) is not None:
+                    self.string(meta["name"], mp + ".name")
+                if all(t != key for _, _, t in parsed):
+                    self.err(mp, "profd: a thread without samples")
+        if self.errors:
+            return
+        # ProfileData::normalize
+        if not parsed:
+            self.err("$.profile.samples", "relay: no samples (NotEnoughSamples)")
+            return
+        if any(st >= len(stacks) for _, st, _ in parsed):
+            self.err("$.profile.samples", "relay: stack_id out of range (MalformedSamples)")
+        if any(f >= len(frames) for st in stacks for f in st):
+            self.err("$.profile.stacks", "relay: frame index out of range (MalformedStacks)")
+        times = [t for t, _, _ in parsed]
+        if times != sorted(times):
+            self.err("$.profile.samples", "profd: samples are not sorted by time")
+        if times[-1] - times[0] > MAX_CHUNK_SECONDS:
+            self.err("$.profile.samples", "relay: a chunk spans at most %d s" % MAX_CHUNK_SECONDS)
+        if len({st for _, st, _ in parsed}) != len(stacks):
+            self.err("$.profile.stacks", "profd: stacks no sample uses")
+        if len({f for st in stacks for f in st}) != len(frames):
+            self.err("$.profile.frames", "profd: frames no stack uses")
+        self.kept = (len(parsed), len({t for _, _, t in parsed}))
+
+
+MAX_CHUNK_SECONDS = 66
+
+
+def check_chunk(data):
+    """Return (problems, checker) for the profile chunk `data` (bytes)."""
+    c = ChunkChecker()
+    c.check(data)
+    return c.errors, c
 
 
 def check(data):
