@@ -9,22 +9,13 @@
 
 #include <cjson/cJSON.h>
 
+#include "profctl.h"
 #include "proto.h"
 #include "util.h"
 
-/* Exit codes, so scripts can tell failures apart. */
-enum {
-    EXIT_FAIL = 1,
-    EXIT_USAGE = 2,
-    EXIT_NO_DAEMON = 3,
-    EXIT_NO_PROCESS = 4,
-    EXIT_DENIED = 5,
-    EXIT_NOT_ATTACHED = 6,
-};
-
 #define TIMEOUT_MS 60000
 
-static const char *socket_opt;
+const char *socket_opt;
 static char *socket_path;
 static bool json_out;
 
@@ -43,7 +34,12 @@ static void usage(FILE *f)
             "                                           (root and profd's user only)\n"
             "  slice PID [--last SECONDS | --from NS --to NS] [--format FORMAT] [-o FILE]\n"
             "            [--thread-ids] [--top N] [--transaction NAME] [--by-transaction]\n"
-            "                                           write a profile of a time window\n\n"
+            "                                           write a profile of a time window\n"
+            "  record [--duration SECONDS] [-o FILE] [--format FORMAT] [--hz N] [--mode MODE]\n"
+            "         PID... | -- COMMAND [ARGS]        sample until Ctrl-C, the duration or\n"
+            "                                           the command's end; write the profile\n"
+            "  top PID [--window SECONDS] [--sort self|total] [--threads FILTER] [--once]\n"
+            "                                           a live view of the busiest functions\n\n"
             "The socket is --socket, else $PROFD_SOCKET, else /run/profd/profd.sock as root,\n"
             "else $XDG_RUNTIME_DIR/profd.sock (or /run/profd/profd.sock if only that exists).\n"
             "--from/--to are CLOCK_MONOTONIC nanoseconds. MODE: alarm (fixed rate on the wall\n"
@@ -62,8 +58,7 @@ static void usage(FILE *f)
             "transactions listed under \"profd\").\n");
 }
 
-static void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-static void die(int code, const char *fmt, ...)
+void die(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -74,8 +69,7 @@ static void die(int code, const char *fmt, ...)
     exit(code);
 }
 
-/* Connect and shake hands. */
-static int connect_daemon(void)
+int connect_daemon(void)
 {
     socket_path = profd_client_socket_path(socket_opt);
     if (!socket_path)
@@ -103,9 +97,7 @@ static int connect_daemon(void)
     return fd;
 }
 
-/* Send a request; return its "result" (caller frees the whole reply via *reply). Errors
- * from the daemon end the program with one line and a matching exit code. */
-static const cJSON *call(int fd, cJSON *req, cJSON **reply)
+const cJSON *try_call(int fd, cJSON *req, cJSON **reply, const char **code, const char **msg)
 {
     int r = proto_call(fd, req, reply, TIMEOUT_MS);
     cJSON_Delete(req);
@@ -113,17 +105,9 @@ static const cJSON *call(int fd, cJSON *req, cJSON **reply)
         die(EXIT_FAIL, "lost the connection to profd at %s: %s", socket_path, strerror(-r));
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(*reply, "error");
     if (err) {
-        const cJSON *code = cJSON_GetObjectItemCaseSensitive(err, "code");
-        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
-        const char *c = cJSON_IsString(code) ? code->valuestring : "";
-        int ec = EXIT_FAIL;
-        if (!strcmp(c, "no_such_process"))
-            ec = EXIT_NO_PROCESS;
-        else if (!strcmp(c, "permission_denied"))
-            ec = EXIT_DENIED;
-        else if (!strcmp(c, "not_attached"))
-            ec = EXIT_NOT_ATTACHED;
-        die(ec, "%s", cJSON_IsString(msg) ? msg->valuestring : c);
+        *code = str(err, "code");
+        *msg = str(err, "message");
+        return NULL;
     }
     const cJSON *res = cJSON_GetObjectItemCaseSensitive(*reply, "result");
     if (!res)
@@ -131,19 +115,35 @@ static const cJSON *call(int fd, cJSON *req, cJSON **reply)
     return res;
 }
 
-static double num(const cJSON *o, const char *k)
+const cJSON *call(int fd, cJSON *req, cJSON **reply)
+{
+    const char *c, *msg;
+    const cJSON *res = try_call(fd, req, reply, &c, &msg);
+    if (res)
+        return res;
+    int ec = EXIT_FAIL;
+    if (!strcmp(c, "no_such_process"))
+        ec = EXIT_NO_PROCESS;
+    else if (!strcmp(c, "permission_denied"))
+        ec = EXIT_DENIED;
+    else if (!strcmp(c, "not_attached"))
+        ec = EXIT_NOT_ATTACHED;
+    die(ec, "%s", *msg ? msg : c);
+}
+
+double num(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
-static const char *str(const cJSON *o, const char *k)
+const char *str(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-static pid_t parse_pid(const char *s)
+pid_t parse_pid(const char *s)
 {
     int pid;
     if (!s || parse_int(s, &pid) < 0 || pid <= 0)
@@ -158,7 +158,7 @@ static void print_json(const cJSON *o)
     free(s);
 }
 
-static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s, const char *mode,
+cJSON *attach_request(pid_t pid, uint64_t hz, uint64_t buffer_s, const char *mode,
                       const char *sampler)
 {
     cJSON *req = cJSON_CreateObject();
@@ -172,6 +172,13 @@ static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s, const c
         cJSON_AddStringToObject(req, "mode", mode);
     if (sampler)
         cJSON_AddStringToObject(req, "sampler", sampler);
+    return req;
+}
+
+static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s, const char *mode,
+                      const char *sampler)
+{
+    cJSON *req = attach_request(pid, hz, buffer_s, mode, sampler);
     cJSON *reply;
     const cJSON *res = call(fd, req, &reply);
     if (json_out)
@@ -390,7 +397,7 @@ static void print_summary(const cJSON *res, unsigned top)
     unsigned i = 0;
     const cJSON *f;
     cJSON_ArrayForEach(f, fns) {
-        if (i++ == top)
+        if (i++ == top || num(f, "self") <= 0)
             break;
         fprintf(stderr, "  %6.1f%%  %8.0f  %s\n", 100.0 * num(f, "self") / total, num(f, "self"),
                 str(f, "name"));
@@ -400,7 +407,7 @@ static void print_summary(const cJSON *res, unsigned top)
 /* The format an output file's name asks for, or NULL: FILE.folded (or .collapsed),
  * FILE.json (Sentry), FILE.chunks.json (Sentry chunks), FILE.pb.gz (pprof),
  * FILE.speedscope.json, FILE.svg. */
-static const char *format_of(const char *path)
+const char *format_of(const char *path)
 {
     static const struct { const char *ext, *format; } exts[] = {
         {".speedscope.json", "speedscope"}, {".chunks.json", "sentry-chunks"},
@@ -415,7 +422,7 @@ static const char *format_of(const char *path)
     return NULL;
 }
 
-static bool valid_format(const char *f)
+bool valid_format(const char *f)
 {
     static const char *const formats[] = {"collapsed", "sentry", "sentry-chunks", "pprof",
                                           "speedscope", "flamegraph", "svg", "folded"};
@@ -454,6 +461,13 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
         cJSON_AddBoolToObject(req, "by_transaction", 1);
     cJSON *reply;
     const cJSON *res = call(fd, req, &reply);
+    write_slice(res, pid, out, top);
+    cJSON_Delete(reply);
+    return 0;
+}
+
+void write_slice(const cJSON *res, pid_t pid, const char *out, unsigned top)
+{
     const cJSON *profile = cJSON_GetObjectItemCaseSensitive(res, "profile");
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(res, "data");
     struct strbuf bytes = {0};
@@ -511,14 +525,12 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
                         "[module+0xOFFSET]): %s\n", why);
     print_summary(res, top);
     strbuf_finish(&bytes);
-    cJSON_Delete(reply);
-    return 0;
 }
 
 int main(int argc, char **argv)
 {
     enum { O_HZ = 1, O_BUFFER, O_LAST, O_FROM, O_TO, O_FORMAT, O_JSON, O_TIDS, O_TOP, O_MODE,
-           O_TXN, O_BY_TXN, O_SAMPLER };
+           O_TXN, O_BY_TXN, O_SAMPLER, O_DURATION, O_WINDOW, O_SORT, O_THREADS, O_ONCE };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"hz", required_argument, NULL, O_HZ},
@@ -535,15 +547,28 @@ int main(int argc, char **argv)
         {"transaction", required_argument, NULL, O_TXN},
         {"by-transaction", no_argument, NULL, O_BY_TXN},
         {"sampler", required_argument, NULL, O_SAMPLER},
+        {"duration", required_argument, NULL, O_DURATION},
+        {"window", required_argument, NULL, O_WINDOW},
+        {"sort", required_argument, NULL, O_SORT},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"once", no_argument, NULL, O_ONCE},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     uint64_t hz = 0, buffer_ns = 0, last_ns = 0, from = 0, to = 0, top = 10;
     int have_last = 0, have_from = 0, have_to = 0;
     const char *format = NULL, *out = NULL, *mode = NULL, *txn_name = NULL;
-    const char *sampler = NULL;
-    bool tids = false, by_txn = false;
+    const char *sampler = NULL, *threads = NULL;
+    uint64_t duration_ns = 0, window_ns = 10 * NS_PER_SEC;
+    bool tids = false, by_txn = false, sort_total = false, once = false;
     int c;
+    /* "record ... -- COMMAND ARGS": the command is not profctl's to parse. */
+    int all = argc;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--")) {
+            argc = i;
+            break;
+        }
     /* Options may come before or after the command ("permute" mode). */
     while ((c = getopt_long(argc, argv, "s:o:h", opts, NULL)) != -1) {
         switch (c) {
@@ -597,6 +622,25 @@ int main(int argc, char **argv)
             if (parse_u64(optarg, &top) < 0)
                 die(EXIT_USAGE, "--top must be a number");
             break;
+        case O_DURATION:
+            if (parse_duration_ns(optarg, &duration_ns) < 0 || !duration_ns)
+                die(EXIT_USAGE, "--duration must be a duration (\"10\", \"500ms\", \"2m\")");
+            break;
+        case O_WINDOW:
+            if (parse_duration_ns(optarg, &window_ns) < 0 || window_ns < 100 * NS_PER_MS)
+                die(EXIT_USAGE, "--window must be a duration of at least 100 ms");
+            break;
+        case O_SORT:
+            if (strcmp(optarg, "self") && strcmp(optarg, "total"))
+                die(EXIT_USAGE, "--sort must be self or total");
+            sort_total = !strcmp(optarg, "total");
+            break;
+        case O_THREADS:
+            threads = optarg;
+            break;
+        case O_ONCE:
+            once = true;
+            break;
         case O_BY_TXN:
             by_txn = true;
             break;
@@ -647,6 +691,31 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "status") && nargs <= 1) {
         pid_t pid = nargs ? parse_pid(args[0]) : 0;
         return cmd_status(connect_daemon(), pid);
+    }
+    if (!strcmp(cmd, "record")) {
+        struct record_opts ro = {.hz = hz, .duration_ns = duration_ns, .mode = mode,
+                                 .sampler = sampler, .format = format, .out = out,
+                                 .top = (unsigned)top};
+        /* The PIDs, then "--" and the command if one was given. */
+        char **rargs = xcalloc((size_t)(nargs + (all - argc) + 1), sizeof(*rargs));
+        int rn = 0;
+        for (int i = 0; i < nargs; i++)
+            rargs[rn++] = args[i];
+        if (all > argc) {
+            if (nargs)
+                die(EXIT_USAGE, "record takes PID... or -- COMMAND, not both");
+            for (int i = argc; i < all; i++)
+                rargs[rn++] = argv[i];
+        }
+        return cmd_record(&ro, rn, rargs);
+    }
+    if (all > argc)
+        die(EXIT_USAGE, "only record runs a command (\"--\")");
+    if (!strcmp(cmd, "top") && nargs == 1) {
+        struct top_opts to_ = {.hz = hz, .window_ns = window_ns, .interval_ns = NS_PER_SEC,
+                               .mode = mode, .sampler = sampler, .threads = threads,
+                               .sort_total = sort_total, .once = once};
+        return cmd_top(&to_, parse_pid(args[0]));
     }
     /* No --format: what -o's name asks for, else collapsed stacks. */
     if (!format)
