@@ -4,7 +4,8 @@
  * written to DIR/N-K.json (the inner ones to DIR/N-K-inner.json); errors are counted.
  * Built -O2 without frame pointers.
  *
- * Usage: txnapp SOCKET DIR THREADS COUNT MS [LOOP]
+ * Usage: txnapp SOCKET DIR THREADS COUNT MS [LOOP]. With PROFD_SLOW=N (N > 1) in its
+ * environment the library's timeouts are N times its defaults.
  * With LOOP = 1 it then keeps starting and finishing transactions until stdin closes,
  * printing "ok N" / "err CODE" lines for each (the daemon-restart test). With LOOP = 2 it
  * forks instead: the child, with the parent's handle, runs a transaction of its own and
@@ -388,6 +389,12 @@ int main(int argc, char **argv)
         return 2;
     }
     pd = profd_open(argv[1]);
+    /* Under a slow wrapper (the tests' PROFD_SLOW: the daemon under valgrind, which runs
+     * its threads one at a time) the library's default waits are scaled as the tests'
+     * are: a start answered after a finish's symbolization can take over the 1 s default. */
+    const char *slow = getenv("PROFD_SLOW");
+    if (pd && slow && atoi(slow) > 1)
+        profd_set_timeout(pd, 1000 * atoi(slow), 10000 * atoi(slow));
     dir = argv[2];
     int threads = atoi(argv[3]);
     count = atoi(argv[4]);
