@@ -445,6 +445,7 @@ static cJSON *cmd_attach(struct request *r)
     t->owner_uid = r->c->peer.uid;
     t->explicit_attach = true;
     log_info("client pid %d (uid %u) attached %d", r->c->peer.pid, r->c->peer.uid, r->pid);
+    worker_warm(t);
     return result_reply(r->id, target_summary(t, now_ns()));
 }
 

@@ -2,34 +2,17 @@
 #include "config.h"
 
 #include <ctype.h>
-#include <stdarg.h>
 #include <errno.h>
 #include <grp.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "util.h"
-
-void config_defaults(struct profd_config *c)
-{
-    memset(c, 0, sizeof(*c));
-    c->socket_mode = 0666;
-    c->mode = SCHED_ALARM;
-    c->hz = 101;
-    c->buffer_ns = 60 * NS_PER_SEC;
-    c->max_hz = 10000;
-    c->max_cpu = 25;
-    c->cputime_source = CPU_SRC_AUTO;
-    c->sampler = SAMPLER_AUTO;
-    c->txn_linger_ns = 5 * NS_PER_SEC;
-    c->max_targets = 256;
-    c->max_targets_per_user = 32;
-    c->max_stack_kib = 512;
-    c->max_memory = 1ull << 30;
-    c->symbolizer_memory = 4ull << 30;
-    c->symbolizer_timeout_ns = 30 * NS_PER_SEC;
-}
 
 void config_free(struct profd_config *c)
 {
@@ -54,28 +37,6 @@ static int bad(char *err, size_t errlen, const char *fmt, ...)
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
     return -EINVAL;
-}
-
-static int set_uint(unsigned *out, const char *key, const char *v, unsigned lo, unsigned hi,
-                    char *err, size_t errlen)
-{
-    uint64_t n;
-    if (parse_u64(v, &n) < 0 || n < lo || n > hi)
-        return bad(err, errlen, "%s must be an integer from %u to %u, not \"%s\"", key, lo, hi,
-                   v);
-    *out = (unsigned)n;
-    return 0;
-}
-
-static int set_duration(uint64_t *out, const char *key, const char *v, uint64_t lo,
-                        uint64_t hi, const char *range, char *err, size_t errlen)
-{
-    uint64_t ns;
-    if (parse_duration_ns(v, &ns) < 0 || ns < lo || ns > hi)
-        return bad(err, errlen, "%s must be a duration %s (\"60\", \"500ms\", \"5m\"), not "
-                   "\"%s\"", key, range, v);
-    *out = ns;
-    return 0;
 }
 
 /* "0", "4096", "512K", "64M", "1G" (powers of 1024). */
@@ -138,6 +99,63 @@ static int set_groups(struct profd_config *c, const char *v, char *err, size_t e
     return r;
 }
 
+
+/* Every setting, once: its key (the flag is --key with '-' for '_'), short flag, type,
+ * place, range, default (as the file would say it), the flag's argument and its help. The
+ * defaults (config_defaults), the file and the flags (config_set), the usage text
+ * (config_usage), the effective configuration (config_show) and profd's getopt table come
+ * from here; profd.conf(5) documents the same keys and defaults (tests/integration/
+ * test_service.py checks it). */
+#define F(field) offsetof(struct profd_config, field)
+static const struct config_key keys[] = {
+    {"socket", 's', CFG_PATH, F(socket), 0, 107, NULL, "PATH", NULL,
+     "listen on PATH (default: $PROFD_SOCKET, else /run/profd/profd.sock as root, else $XDG_RUNTIME_DIR/profd.sock); with socket activation ($LISTEN_FDS), the socket passed"},
+    {"socket_group", 0, CFG_GROUP, F(socket_group), 0, 0, "", "GROUP", NULL,
+     "group of the socket profd creates (default: profd's own)"},
+    {"socket_mode", 0, CFG_OCTAL, F(socket_mode), 0, 0777, "0666", "MODE", NULL,
+     "its permissions, octal (every request is checked against the caller's credentials anyway)"},
+    {"mode", 0, CFG_MODE, F(mode), 0, 0, "alarm", "MODE", NULL,
+     "default schedule for attach: alarm (fixed rate on the wall clock), sleep, event, or cputime (per interval of each thread's CPU time)"},
+    {"hz", 0, CFG_UINT, F(hz), 1, 100000, "101", "N", NULL,
+     "default sampling rate for attach"},
+    {"buffer", 0, CFG_DURATION, F(buffer_ns), NS_PER_SEC, 3600 * NS_PER_SEC, "60", "SECONDS",
+     "from 1 s to 1 h", "default sample buffer length"},
+    {"max_hz", 0, CFG_UINT, F(max_hz), 1, 100000, "10000", "N", NULL,
+     "highest rate a client may ask for"},
+    {"max_cpu", 0, CFG_PERCENT, F(max_cpu), 0, 10000, "25", "PERCENT", NULL,
+     "CPU budget for sampling, in percent of one CPU: rates are lowered fairly across targets to stay within it; 0: none"},
+    {"cputime_source", 0, CFG_CPUSRC, F(cputime_source), 0, 0, "auto", "auto|perf|timer|poll",
+     NULL, "how cputime follows CPU time (auto: the best available)"},
+    {"sampler", 0, CFG_SAMPLER, F(sampler), 0, 0, "auto", "auto|perf|ptrace", NULL,
+     "how running threads are sampled, default for attach: the kernel's copy of registers and stack at a perf sample (perf), a ptrace stop (ptrace), or perf where the kernel allows it (auto)"},
+    {"txn_linger", 0, CFG_DURATION, F(txn_linger_ns), 0, 3600 * NS_PER_SEC, "5", "SECONDS",
+     "up to 1 h",
+     "how long a process attached for its transactions stays attached after its last one ended"},
+    {"max_targets", 0, CFG_UINT, F(max_targets), 1, 65536, "256", "N", NULL,
+     "most processes followed at once"},
+    {"max_targets_per_user", 0, CFG_UINT, F(max_targets_per_user), 1, 65536, "32", "N", NULL,
+     "most of them one user without CAP_SYS_PTRACE may attach"},
+    {"max_stack", 0, CFG_UINT, F(max_stack_kib), 8, 65536, "512", "KIB", NULL,
+     "most stack copied per sample"},
+    {"max_memory", 0, CFG_SIZE, F(max_memory), 1ull << 20, 0, "1G", "SIZE", "1M",
+     "memory for everything profd holds: samples grow below 3/4 of it; attaches, and slices that would exceed it, are refused (0: no limit)"},
+    {"symbolizer_memory", 0, CFG_SIZE, F(symbolizer_memory), 64ull << 20, 0, "4G", "SIZE",
+     "64M", "address space of each unprivileged symbolizer process (0: no limit)"},
+    {"symbolizer_timeout", 0, CFG_DURATION, F(symbolizer_timeout_ns), 100 * NS_PER_MS,
+     600 * NS_PER_SEC, "30", "SECONDS", "from 100ms to 10m",
+     "a symbolizer that does not answer within it is killed and restarted; that slice's frames stay unsymbolized"},
+    {"allow_groups", 0, CFG_GROUPS, F(allow_groups), 0, 0, "", "GROUPS", NULL,
+     "members of these groups may profile any process"},
+    {"verbose", 'v', CFG_BOOL, F(verbose), 0, 0, "no", NULL, NULL, "debug logging"},
+};
+#undef F
+
+const struct config_key *config_keys(size_t *n)
+{
+    *n = sizeof(keys) / sizeof(keys[0]);
+    return keys;
+}
+
 /* Keys are compared with '-' and '_' alike. */
 static bool key_is(const char *key, const char *name)
 {
@@ -149,118 +167,235 @@ static bool key_is(const char *key, const char *name)
     return !*key && !*name;
 }
 
+void config_defaults(struct profd_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    char err[300];
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (keys[i].def && config_set(c, keys[i].key, keys[i].def, err, sizeof(err)) < 0)
+            fatal("built-in default of %s: %s", keys[i].key, err);
+}
+
 int config_set(struct profd_config *c, const char *key, const char *v, char *err,
                size_t errlen)
 {
-    if (key_is(key, "socket")) {
-        if (v[0] != '/' || strlen(v) > 107)
-            return bad(err, errlen, "socket must be an absolute path of at most 107 bytes, "
-                       "not \"%s\"", v);
-        free(c->socket);
-        c->socket = xstrdup(v);
-        return 0;
+    const struct config_key *k = NULL;
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && !k; i++)
+        if (key_is(key, keys[i].key))
+            k = &keys[i];
+    if (!k) {
+        snprintf(err, errlen, "unknown key \"%s\"", key);
+        return -ENOENT;
     }
-    if (key_is(key, "socket_group")) {
-        if (!*v) {
-            free(c->socket_group);
-            c->socket_group = NULL;
-            return 0;
-        }
-        if (!getgrnam(v)) {
+    void *field = (char *)c + k->off;
+    const char *name = k->key;
+    switch (k->type) {
+    case CFG_PATH:
+        if (v[0] != '/' || strlen(v) > k->hi)
+            return bad(err, errlen, "%s must be an absolute path of at most %" PRIu64
+                       " bytes, not \"%s\"", name, k->hi, v);
+        free(*(char **)field);
+        *(char **)field = xstrdup(v);
+        return 0;
+    case CFG_GROUP:
+        if (*v && !getgrnam(v)) {
             uint64_t num;
             if (parse_u64(v, &num) < 0 || num >= (gid_t)-1 || !getgrgid((gid_t)num))
-                return bad(err, errlen, "socket_group: no group named \"%s\"", v);
+                return bad(err, errlen, "%s: no group named \"%s\"", name, v);
         }
-        free(c->socket_group);
-        c->socket_group = xstrdup(v);
+        free(*(char **)field);
+        *(char **)field = *v ? xstrdup(v) : NULL;
         return 0;
-    }
-    if (key_is(key, "socket_mode")) {
+    case CFG_OCTAL: {
         char *end;
         errno = 0;
         unsigned long m = strtoul(v, &end, 8);
-        if (errno || end == v || *end || m > 0777 || !isdigit((unsigned char)v[0]))
-            return bad(err, errlen, "socket_mode must be octal permissions such as 0660, not "
-                       "\"%s\"", v);
-        c->socket_mode = (unsigned)m;
+        if (errno || end == v || *end || m > k->hi || !isdigit((unsigned char)v[0]))
+            return bad(err, errlen, "%s must be octal permissions such as 0660, not \"%s\"",
+                       name, v);
+        *(unsigned *)field = (unsigned)m;
         return 0;
     }
-    if (key_is(key, "mode")) {
-        if (sched_mode_parse(v, &c->mode) < 0)
-            return bad(err, errlen, "mode must be alarm, sleep, event or cputime, not \"%s\"",
+    case CFG_MODE:
+        if (sched_mode_parse(v, (enum sched_mode *)field) < 0)
+            return bad(err, errlen, "%s must be alarm, sleep, event or cputime, not \"%s\"",
+                       name, v);
+        return 0;
+    case CFG_CPUSRC:
+        if (cpu_source_parse(v, (enum cpu_source *)field) < 0)
+            return bad(err, errlen, "%s must be auto, perf, timer or poll, not \"%s\"", name,
                        v);
         return 0;
+    case CFG_SAMPLER:
+        if (sampler_kind_parse(v, (enum sampler_kind *)field) < 0)
+            return bad(err, errlen, "%s must be auto, perf or ptrace, not \"%s\"", name, v);
+        return 0;
+    case CFG_UINT: {
+        uint64_t n;
+        if (parse_u64(v, &n) < 0 || n < k->lo || n > k->hi)
+            return bad(err, errlen, "%s must be an integer from %" PRIu64 " to %" PRIu64
+                       ", not \"%s\"", name, k->lo, k->hi, v);
+        *(unsigned *)field = (unsigned)n;
+        return 0;
     }
-    if (key_is(key, "hz"))
-        return set_uint(&c->hz, "hz", v, 1, 100000, err, errlen);
-    if (key_is(key, "buffer"))
-        return set_duration(&c->buffer_ns, "buffer", v, NS_PER_SEC, 3600 * NS_PER_SEC,
-                            "from 1 s to 1 h", err, errlen);
-    if (key_is(key, "max_hz"))
-        return set_uint(&c->max_hz, "max_hz", v, 1, 100000, err, errlen);
-    if (key_is(key, "max_cpu")) {
+    case CFG_DURATION: {
+        uint64_t ns;
+        if (parse_duration_ns(v, &ns) < 0 || ns < k->lo || ns > k->hi)
+            return bad(err, errlen, "%s must be a duration %s (\"60\", \"500ms\", \"5m\"), "
+                       "not \"%s\"", name, k->range, v);
+        *(uint64_t *)field = ns;
+        return 0;
+    }
+    case CFG_PERCENT: {
         char *end;
         errno = 0;
         double d = strtod(v, &end);
-        if (errno || end == v || *end || !(d >= 0 && d <= 10000))
-            return bad(err, errlen, "max_cpu must be a percentage from 0 to 10000, not \"%s\"",
-                       v);
-        c->max_cpu = d;
+        if (errno || end == v || *end || !(d >= (double)k->lo && d <= (double)k->hi))
+            return bad(err, errlen, "%s must be a percentage from %" PRIu64 " to %" PRIu64
+                       ", not \"%s\"", name, k->lo, k->hi, v);
+        *(double *)field = d;
         return 0;
     }
-    if (key_is(key, "cputime_source")) {
-        if (cpu_source_parse(v, &c->cputime_source) < 0)
-            return bad(err, errlen, "cputime_source must be auto, perf, timer or poll, not "
-                       "\"%s\"", v);
-        return 0;
-    }
-    if (key_is(key, "sampler")) {
-        if (sampler_kind_parse(v, &c->sampler) < 0)
-            return bad(err, errlen, "sampler must be auto, perf or ptrace, not \"%s\"", v);
-        return 0;
-    }
-    if (key_is(key, "txn_linger"))
-        return set_duration(&c->txn_linger_ns, "txn_linger", v, 0, 3600 * NS_PER_SEC,
-                            "up to 1 h", err, errlen);
-    if (key_is(key, "max_targets"))
-        return set_uint(&c->max_targets, "max_targets", v, 1, 65536, err, errlen);
-    if (key_is(key, "max_targets_per_user"))
-        return set_uint(&c->max_targets_per_user, "max_targets_per_user", v, 1, 65536, err,
-                        errlen);
-    if (key_is(key, "max_stack"))
-        return set_uint(&c->max_stack_kib, "max_stack", v, 8, 65536, err, errlen);
-    if (key_is(key, "max_memory")) {
+    case CFG_SIZE: {
         uint64_t n;
-        if (parse_size(v, &n) < 0 || (n && n < (1u << 20)))
-            return bad(err, errlen, "max_memory must be a size of at least 1M (\"512M\", "
-                       "\"2G\"), or 0 for no limit, not \"%s\"", v);
-        c->max_memory = n;
+        if (parse_size(v, &n) < 0 || (n && n < k->lo))
+            return bad(err, errlen, "%s must be a size of at least %s (\"512M\", \"2G\"), or "
+                       "0 for no limit, not \"%s\"", name, k->range, v);
+        *(uint64_t *)field = n;
         return 0;
     }
-    if (key_is(key, "symbolizer_memory")) {
-        uint64_t n;
-        if (parse_size(v, &n) < 0 || (n && n < (64u << 20)))
-            return bad(err, errlen, "symbolizer_memory must be a size of at least 64M "
-                       "(\"1G\", \"8G\"), or 0 for no limit, not \"%s\"", v);
-        c->symbolizer_memory = n;
-        return 0;
-    }
-    if (key_is(key, "symbolizer_timeout"))
-        return set_duration(&c->symbolizer_timeout_ns, "symbolizer_timeout", v,
-                            100 * NS_PER_MS, 600 * NS_PER_SEC, "from 100ms to 10m", err, errlen);
-    if (key_is(key, "allow_groups"))
+    case CFG_GROUPS:
         return set_groups(c, v, err, errlen);
-    if (key_is(key, "verbose")) {
+    case CFG_BOOL:
         if (!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "1"))
-            c->verbose = true;
+            *(bool *)field = true;
         else if (!strcmp(v, "no") || !strcmp(v, "false") || !strcmp(v, "0"))
-            c->verbose = false;
+            *(bool *)field = false;
         else
-            return bad(err, errlen, "verbose must be yes or no, not \"%s\"", v);
+            return bad(err, errlen, "%s must be yes or no, not \"%s\"", name, v);
         return 0;
     }
-    snprintf(err, errlen, "unknown key \"%s\"", key);
-    return -ENOENT;
+    return bad(err, errlen, "%s: unknown type", name);
+}
+
+/* A duration as the file would say it: whole seconds, else milliseconds. */
+static void put_duration(struct strbuf *sb, uint64_t ns)
+{
+    if (ns % NS_PER_SEC == 0)
+        strbuf_printf(sb, "%" PRIu64, ns / NS_PER_SEC);
+    else if (ns % NS_PER_MS == 0)
+        strbuf_printf(sb, "%" PRIu64 "ms", ns / NS_PER_MS);
+    else
+        strbuf_printf(sb, "%" PRIu64 "ns", ns);
+}
+
+static void put_size(struct strbuf *sb, uint64_t n)
+{
+    static const char units[] = "KMGT";
+    int u = -1;
+    while (n && n % 1024 == 0 && u < 3) {
+        n /= 1024;
+        u++;
+    }
+    if (u < 0)
+        strbuf_printf(sb, "%" PRIu64, n);
+    else
+        strbuf_printf(sb, "%" PRIu64 "%c", n, units[u]);
+}
+
+/* Append key's value in c as the file would say it. */
+static void put_value(struct strbuf *sb, const struct profd_config *c, const struct config_key *k)
+{
+    const void *field = (const char *)c + k->off;
+    switch (k->type) {
+    case CFG_PATH:
+    case CFG_GROUP:
+        strbuf_puts(sb, *(char *const *)field ? *(char *const *)field : "");
+        break;
+    case CFG_OCTAL:
+        strbuf_printf(sb, "%04o", *(const unsigned *)field);
+        break;
+    case CFG_MODE:
+        strbuf_puts(sb, sched_mode_name(*(const enum sched_mode *)field));
+        break;
+    case CFG_CPUSRC:
+        strbuf_puts(sb, cpu_source_name(*(const enum cpu_source *)field));
+        break;
+    case CFG_SAMPLER:
+        strbuf_puts(sb, sampler_kind_name(*(const enum sampler_kind *)field));
+        break;
+    case CFG_UINT:
+        strbuf_printf(sb, "%u", *(const unsigned *)field);
+        break;
+    case CFG_DURATION:
+        put_duration(sb, *(const uint64_t *)field);
+        break;
+    case CFG_PERCENT:
+        strbuf_printf(sb, "%g", *(const double *)field);
+        break;
+    case CFG_SIZE:
+        put_size(sb, *(const uint64_t *)field);
+        break;
+    case CFG_GROUPS:
+        for (size_t i = 0; i < c->nallow_groups; i++) {
+            struct group *g = getgrgid(c->allow_groups[i]);
+            if (g)
+                strbuf_printf(sb, "%s%s", i ? " " : "", g->gr_name);
+            else
+                strbuf_printf(sb, "%s%u", i ? " " : "", (unsigned)c->allow_groups[i]);
+        }
+        break;
+    case CFG_BOOL:
+        strbuf_puts(sb, *(const bool *)field ? "yes" : "no");
+        break;
+    }
+}
+
+void config_show(const struct profd_config *c, struct strbuf *out)
+{
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        strbuf_printf(out, "%s = ", keys[i].key);
+        put_value(out, c, &keys[i]);
+        strbuf_puts(out, "\n");
+    }
+}
+
+void config_usage(struct strbuf *out)
+{
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        const struct config_key *k = &keys[i];
+        char flag[80];
+        int n = snprintf(flag, sizeof(flag), "  %c%c%s--", k->short_flag ? '-' : ' ',
+                         k->short_flag ? k->short_flag : ' ', k->short_flag ? ", " : "  ");
+        for (const char *p = k->key; *p && n < (int)sizeof(flag) - 1; p++)
+            flag[n++] = *p == '_' ? '-' : *p;
+        flag[n] = '\0';
+        if (k->arg)
+            snprintf(flag + n, sizeof(flag) - (size_t)n, " %s", k->arg);
+        /* The help beside the flag when it fits, else on the next line; its default last. */
+        const char *indent = "                        ";
+        if (strlen(flag) + 2 <= strlen(indent))
+            strbuf_printf(out, "%-24s", flag);
+        else
+            strbuf_printf(out, "%s\n%s", flag, indent);
+        char text[600];
+        if (k->def && *k->def && k->type != CFG_BOOL)
+            snprintf(text, sizeof(text), "%s (%s)", k->help, k->def);
+        else
+            snprintf(text, sizeof(text), "%s", k->help);
+        /* Words wrapped to 80 columns. */
+        size_t col = 0, width = 80 - strlen(indent);
+        for (char *w = strtok(text, " "); w; w = strtok(NULL, " ")) {
+            size_t l = strlen(w);
+            if (col && col + 1 + l > width) {
+                strbuf_printf(out, "\n%s", indent);
+                col = 0;
+            }
+            strbuf_printf(out, "%s%s", col ? " " : "", w);
+            col += (col ? 1 : 0) + l;
+        }
+        strbuf_puts(out, "\n");
+    }
 }
 
 static char *trim(char *s)

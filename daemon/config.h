@@ -45,8 +45,44 @@ struct profd_config {
     bool verbose;
 };
 
-/* The built-in defaults. */
+/* A setting's type: how its value is read, checked and written. */
+enum config_type {
+    CFG_PATH,     /* an absolute path of at most hi bytes (char *) */
+    CFG_GROUP,    /* an existing group's name or number, "" for none (char *) */
+    CFG_OCTAL,    /* permissions, 0 to hi (unsigned) */
+    CFG_MODE,     /* enum sched_mode */
+    CFG_CPUSRC,   /* enum cpu_source */
+    CFG_SAMPLER,  /* enum sampler_kind */
+    CFG_UINT,     /* lo to hi (unsigned) */
+    CFG_DURATION, /* lo to hi nanoseconds (uint64_t), written "60", "500ms", "5m" */
+    CFG_PERCENT,  /* lo to hi (double) */
+    CFG_SIZE,     /* bytes (uint64_t), at least lo, or 0 for none; "512K", "1G" */
+    CFG_GROUPS,   /* groups, by name or number (allow_groups, nallow_groups) */
+    CFG_BOOL,     /* yes or no (bool); as a flag, it takes no value */
+};
+
+/* One setting (config.c's table is the only place each is defined). */
+struct config_key {
+    const char *key;     /* in the file; the flag is --key with '-' for '_' */
+    char short_flag;     /* the flag's one-letter form, or 0 */
+    enum config_type type;
+    size_t off;          /* its field in struct profd_config */
+    uint64_t lo, hi;     /* its range, as the type says */
+    const char *def;     /* its default, as the file would say it; NULL: unset */
+    const char *arg;     /* the flag's argument in the usage text; NULL: none */
+    const char *range;   /* the range in words, for errors (durations, sizes) */
+    const char *help;    /* the usage text */
+};
+
+/* The table, n entries. */
+const struct config_key *config_keys(size_t *n);
+/* The built-in defaults (the table's). */
 void config_defaults(struct profd_config *c);
+/* "key = value" lines of every setting of c, in the table's order. */
+struct strbuf;
+void config_show(const struct profd_config *c, struct strbuf *out);
+/* The options' part of the usage text: flag, argument, help, default. */
+void config_usage(struct strbuf *out);
 /* Free what c owns (not c). */
 void config_free(struct profd_config *c);
 /* A deep copy. */

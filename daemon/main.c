@@ -37,58 +37,22 @@ static int exit_code;
 
 static void usage(FILE *f)
 {
+    struct strbuf sb = {0};
+    config_usage(&sb);
     fprintf(f,
             "usage: profd [options]\n"
             "Out-of-process sampling profiler daemon. Runs in the foreground. Settings come\n"
             "from the configuration file (profd.conf(5)); options override them.\n\n"
             "  -c, --config PATH     configuration file (default:\n"
             "                        %s; missing, no error)\n"
-            "  -s, --socket PATH     listen on PATH (default: $PROFD_SOCKET, else\n"
-            "                        /run/profd/profd.sock as root, else\n"
-            "                        $XDG_RUNTIME_DIR/profd.sock); with socket activation\n"
-            "                        ($LISTEN_FDS), the socket passed\n"
-            "      --socket-group GROUP  group of the socket profd creates\n"
-            "      --socket-mode MODE    its permissions, octal (0666: every request is\n"
-            "                        checked against the caller's credentials anyway)\n"
-            "      --hz N            default sampling rate for attach (101)\n"
-            "      --mode MODE       default schedule for attach: alarm (fixed rate on the\n"
-            "                        wall clock), sleep, event, or cputime (per interval of each\n"
-            "                        thread's CPU time) (alarm)\n"
-            "      --max-cpu PERCENT CPU budget for sampling, in percent of one CPU: rates are\n"
-            "                        lowered fairly across targets to stay within it; 0: none (25)\n"
-            "      --txn-linger SECONDS\n"
-            "                        how long a process attached for its transactions stays\n"
-            "                        attached after its last one ended (5)\n"
-            "      --cputime-source auto|perf|timer|poll\n"
-            "                        how cputime follows CPU time (auto: the best available)\n"
-            "      --sampler auto|perf|ptrace\n"
-            "                        how running threads are sampled, default for attach:\n"
-            "                        the kernel's copy of registers and stack at a perf sample\n"
-            "                        (perf), a ptrace stop (ptrace), or perf where the kernel\n"
-            "                        allows it (auto)\n"
-            "      --buffer SECONDS  default sample buffer length (60)\n"
-            "      --max-hz N        highest rate a client may ask for (10000)\n"
-            "      --max-targets N   most processes followed at once (256)\n"
-            "      --max-targets-per-user N\n"
-            "                        most of them one user without CAP_SYS_PTRACE may attach (32)\n"
-            "      --max-memory SIZE memory for everything profd holds: samples grow below\n"
-            "                        3/4 of it; attaches, and slices that would exceed it, are\n"
-            "                        refused (1G; 0: no limit)\n"
-            "      --allow-groups GROUPS\n"
-            "                        members of these groups may profile any process\n"
-            "      --max-stack KIB   most stack copied per sample (512)\n"
-            "      --symbolizer-memory SIZE\n"
-            "                        address space of each unprivileged symbolizer process\n"
-            "                        (4G; 0: no limit)\n"
-            "      --symbolizer-timeout SECONDS\n"
-            "                        a symbolizer that does not answer within it is killed and\n"
-            "                        restarted; that slice's frames stay unsymbolized (30)\n"
-            "  -v, --verbose         debug logging\n"
+            "%s"
+            "      --show-config     print the configuration these would give, and exit\n"
             "  -V, --version         print the version\n"
             "  -h, --help            this help\n\n"
             "Signals: SIGHUP re-reads the configuration (a bad one is refused and the running\n"
             "one kept); SIGTERM and SIGINT detach from every process and exit 0.\n",
-            PROFD_DEFAULT_CONFIG);
+            PROFD_DEFAULT_CONFIG, sb.buf ? sb.buf : "");
+    strbuf_finish(&sb);
 }
 
 /* The command line, kept for reloads: the configuration is always the defaults, then the
@@ -113,7 +77,11 @@ static int build_config(struct profd_config *c, char *err, size_t errlen)
     for (size_t i = 0; i < nflags; i++) {
         char why[300];
         if (config_set(c, flags[i].key, flags[i].value, why, sizeof(why)) < 0) {
-            snprintf(err, errlen, "--%s: %s", flags[i].key, why);
+            char flag[64];
+            snprintf(flag, sizeof(flag), "%s", flags[i].key);
+            for (char *p = flag; *p; p++)
+                *p = *p == '_' ? '-' : *p;
+            snprintf(err, errlen, "--%s: %s", flag, why);
             return -1;
         }
     }
@@ -264,48 +232,58 @@ static void on_housekeeping(struct ev_loop *l, ev_timer *w, int revents)
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"socket", required_argument, NULL, 's'},
-        {"socket-group", required_argument, NULL, 0},
-        {"socket-mode", required_argument, NULL, 0},
-        {"hz", required_argument, NULL, 0},
-        {"buffer", required_argument, NULL, 0},
-        {"max-hz", required_argument, NULL, 0},
-        {"max-targets", required_argument, NULL, 0},
-        {"max-stack", required_argument, NULL, 0},
-        {"max-targets-per-user", required_argument, NULL, 0},
-        {"max-memory", required_argument, NULL, 0},
-        {"allow-groups", required_argument, NULL, 0},
-        {"symbolizer-memory", required_argument, NULL, 0},
-        {"symbolizer-timeout", required_argument, NULL, 0},
-        {"mode", required_argument, NULL, 0},
-        {"max-cpu", required_argument, NULL, 0},
-        {"cputime-source", required_argument, NULL, 0},
-        {"sampler", required_argument, NULL, 0},
-        {"txn-linger", required_argument, NULL, 0},
-        {"verbose", no_argument, NULL, 'v'},
-        {"version", no_argument, NULL, 'V'},
-        {"help", no_argument, NULL, 'h'},
-        {0},
-    };
+    /* The settings' flags come from config.c's table; then profd's own. */
+    size_t nkeys;
+    const struct config_key *keys = config_keys(&nkeys);
+    enum { O_SHOW_CONFIG = 1000 };
+    static struct option *opts; /* static: reachable until exit */
+    static char **names;
+    opts = xcalloc(nkeys + 5, sizeof(*opts));
+    names = xcalloc(nkeys, sizeof(*names));
+    char shortopts[64] = "c:Vh";
+    size_t no = 0;
+    for (size_t i = 0; i < nkeys; i++) {
+        names[i] = xstrdup(keys[i].key);
+        for (char *p = names[i]; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        bool value = keys[i].type != CFG_BOOL;
+        opts[no++] = (struct option){names[i], value ? required_argument : no_argument, NULL,
+                                     keys[i].short_flag ? keys[i].short_flag : 0};
+        if (keys[i].short_flag) {
+            size_t l = strlen(shortopts);
+            shortopts[l] = keys[i].short_flag;
+            shortopts[l + 1] = value ? ':' : '\0';
+            shortopts[l + 2] = '\0';
+        }
+    }
+    opts[no++] = (struct option){"config", required_argument, NULL, 'c'};
+    opts[no++] = (struct option){"show-config", no_argument, NULL, O_SHOW_CONFIG};
+    opts[no++] = (struct option){"version", no_argument, NULL, 'V'};
+    opts[no++] = (struct option){"help", no_argument, NULL, 'h'};
+    bool show = false;
     log_init("profd", LOG_LVL_INFO);
     flags = xcalloc((size_t)argc + 1, sizeof(*flags));
     int c, idx;
-    while ((c = getopt_long(argc, argv, "c:s:vVh", opts, &idx)) != -1) {
+    while ((c = getopt_long(argc, argv, shortopts, opts, &idx)) != -1) {
+        /* A setting, by its long or short flag: kept for reloads (config_set reads it). */
+        const struct config_key *k = NULL;
+        if (c == 0)
+            k = &keys[idx];
+        for (size_t i = 0; !k && c > 0 && c < 128 && i < nkeys; i++)
+            if (keys[i].short_flag == c)
+                k = &keys[i];
+        if (k) {
+            flags[nflags++] = (struct flag){k->key, k->type == CFG_BOOL ? "yes" : optarg};
+            continue;
+        }
         switch (c) {
-        case 0:
-            flags[nflags++] = (struct flag){opts[idx].name, optarg};
-            break;
         case 'c':
             config_path = optarg;
             config_explicit = true;
             break;
-        case 's':
-            flags[nflags++] = (struct flag){"socket", optarg};
-            break;
-        case 'v':
-            flags[nflags++] = (struct flag){"verbose", "yes"};
+        case O_SHOW_CONFIG:
+            show = true;
             break;
         case 'V':
             printf("profd %s\n", PROFD_VERSION);
@@ -325,6 +303,13 @@ int main(int argc, char **argv)
     char err[600];
     if (build_config(&live, err, sizeof(err)) < 0)
         fatal("%s", err);
+    if (show) {
+        struct strbuf sb = {0};
+        config_show(&live, &sb);
+        fputs(sb.buf ? sb.buf : "", stdout);
+        strbuf_finish(&sb);
+        return 0;
+    }
     apply_config(&live, false);
     config_copy(&boot, &live);
     server_reload = reload;

@@ -354,6 +354,29 @@ bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken)
     return true;
 }
 
+struct slice_job *slice_warm(struct target *t)
+{
+    struct slice_job *job = xcalloc(1, sizeof(*job));
+    job->format = SLICE_SUMMARY;
+    job->pid = t->pid;
+    slice_set_requester(job, NULL);
+    job->warm = xcalloc(t->maps.n ? t->maps.n : 1, sizeof(*job->warm));
+    job->warm_off = xcalloc(t->maps.n ? t->maps.n : 1, sizeof(*job->warm_off));
+    for (size_t i = 0; i < t->maps.n; i++) {
+        const struct map_entry *e = &t->maps.v[i];
+        if (!e->mod || !(e->prot & MAP_PROT_X))
+            continue;
+        bool seen = false;
+        for (size_t k = 0; k < job->nwarm && !seen; k++)
+            seen = job->warm[k] == e->mod;
+        if (seen)
+            continue;
+        job->warm[job->nwarm] = module_ref(e->mod);
+        job->warm_off[job->nwarm++] = e->pgoff;
+    }
+    return job;
+}
+
 void slice_set_requester(struct slice_job *job, const struct peer *p)
 {
     free((void *)job->creds.groups);
@@ -434,6 +457,10 @@ void slice_job_free(struct slice_job *job)
     free(job->data);
     free(job->thread_filter);
     cJSON_Delete(job->summary);
+    for (size_t i = 0; i < job->nwarm; i++)
+        module_unref(job->warm[i]);
+    free(job->warm);
+    free(job->warm_off);
     if (job->json)
         cJSON_Delete(job->json);
     cJSON_Delete(job->reply_id);
@@ -1054,6 +1081,14 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
 void slice_run(struct slice_job *job, struct symbolizer *sym)
 {
     uint64_t t0 = now_ns();
+    if (job->warm) {
+        symbolizer_begin(sym, &job->creds);
+        for (size_t i = 0; i < job->nwarm; i++)
+            symbolizer_prefetch(sym, job->warm[i], &job->warm_off[i], 1);
+        symbolizer_begin(sym, NULL);
+        job->build_ns = now_ns() - t0;
+        return;
+    }
     struct profile p;
     slice_tag_txns(job);
     symbolizer_begin(sym, &job->creds);

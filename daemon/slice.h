@@ -122,6 +122,11 @@ struct slice_job {
     struct cJSON *reply_id;
     struct strbuf reply_frame;
     size_t truncated;   /* samples whose stack is truncated (slice_run) */
+    /* A warm-up (slice_warm): only load these modules' symbols into the symbolizer, one
+     * offset each (references held). */
+    struct module **warm;
+    uint64_t *warm_off;
+    size_t nwarm;
     /* Completion, on the loop thread. ctx NULL: the requester went away. */
     void (*done)(struct slice_job *job);
     void *ctx;
@@ -140,6 +145,11 @@ size_t slice_estimate(const struct target *t, uint64_t start_ns, uint64_t end_ns
  * them, and if t is freed meanwhile the copy completes then. */
 struct slice_job *slice_begin(struct target *t, uint64_t start_ns, uint64_t end_ns,
                               enum slice_format format);
+/* A job that loads into the worker's symbolizer the symbols of every ELF file t has mapped
+ * with code, so that its first slice or transaction profile does not pay for reading them
+ * (the worker runs jobs in order: a profile asked for meanwhile waits for it, as it would
+ * have waited for its own loading). Its done callback is the caller's to set. */
+struct slice_job *slice_warm(struct target *t);
 /* Copy up to max more samples (and the stacks they use) into the job; *taken: how many.
  * Returns whether the copy is complete (then job->copy is NULL). Loop thread. */
 bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken);

@@ -11,6 +11,7 @@
 #include "memory.h"
 #include "schedule.h"
 #include "server.h"
+#include "worker.h"
 #include "target.h"
 #include "util.h"
 
@@ -127,6 +128,7 @@ static void attach_now(struct txn_proc *tp)
     tp->attach_err = 0;
     t->owner_uid = tp->uid;
     log_info("pid %d attached for its transactions", tp->pid);
+    worker_warm(t); /* its first finish then costs what the later ones do */
 }
 
 static void on_attach(struct ev_loop *loop, ev_timer *w, int revents)

@@ -283,6 +283,22 @@ void worker_submit(struct slice_job *job)
     ev_idle_start(main_loop, &copy_watcher);
 }
 
+static void warm_done(struct slice_job *job)
+{
+    log_debug("pid %d: symbols of %zu files loaded in %.1f ms", job->pid, job->nwarm,
+              (double)job->build_ns / 1e6);
+    slice_job_free(job);
+}
+
+void worker_warm(struct target *t)
+{
+    if (!running)
+        return;
+    struct slice_job *job = slice_warm(t);
+    job->done = warm_done;
+    worker_submit(job);
+}
+
 unsigned worker_queue_length(void)
 {
     return queued;

@@ -22,6 +22,10 @@ void worker_submit(struct slice_job *job);
  * allocated, whose free would trim its arena on the caller's thread. At once if the worker
  * is not running. */
 void worker_free_later(void *p);
+/* Load the symbols of everything t has mapped in the background (slice_warm), so that its
+ * first profile is as quick as the later ones. Nothing if the worker is not running. */
+struct target;
+void worker_warm(struct target *t);
 /* Jobs waiting or running (status). */
 unsigned worker_queue_length(void);
 

@@ -188,6 +188,86 @@ def stop(p, sig=signal.SIGTERM):
     return p.wait(timeout=30 * SLOW)
 
 
+# 1b. One place per setting: config.c's table gives the defaults (profd --show-config with
+# no file), every flag and the usage text; profd.conf(5) lists exactly those keys with
+# exactly those defaults.
+def man_keys(path):
+    """{key: its "Default:" in words} from the KEYS section of a man page."""
+    keys, cur, in_keys = {}, None, False
+    with open(path) as f:
+        lines = f.read().split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith(".SH"):
+            in_keys = line.strip() == ".SH KEYS"
+            cur = None
+            continue
+        if not in_keys:
+            continue
+        if line.startswith(".BI ") and i and lines[i - 1] == ".TP":
+            cur = line.split()[1]
+            keys[cur] = []
+        elif cur and line != ".TP":
+            keys[cur].append(line)
+    out = {}
+    for k, body in keys.items():
+        words = []
+        for line in body:
+            line = line.replace("\\-", "-").replace("\\(dq", '"').replace("\\fR", "") \
+                .replace("\\fB", "").replace("\\fI", "").replace("\\fP", "")
+            if line.startswith("."):
+                macro, _, rest = line.partition(" ")
+                args = re.findall(r'"[^"]*"|\S+', rest)
+                args = [a.strip('"') for a in args]
+                # Two-font macros (.BR, .IR...) join their arguments; .B and .I space them.
+                words.append(("".join(args) if len(macro) == 3 else " ".join(args)))
+            else:
+                words.append(line)
+        text = " ".join(words)
+        m = re.search(r"Default: (.+?)[.,;](\s|$)", text)
+        out[k] = m.group(1).strip() if m else None
+    return out
+
+
+def normal(v):
+    if v is None:
+        return None
+    if v.startswith(("unset", "empty")):
+        return ""
+    m = re.fullmatch(r"(\d+) seconds?", v)
+    return m.group(1) if m else v
+
+
+r = subprocess.run([PROFD, "--config", "/dev/null", "--show-config"], capture_output=True,
+                   text=True, timeout=30)
+shown = dict(l.split(" = ", 1) for l in r.stdout.splitlines() if " = " in l)
+shown = {k: v.strip() for k, v in shown.items()}
+man = {k: normal(v) for k, v in man_keys(os.path.join(SOURCE, "daemon", "profd.conf.5")).items()}
+check(r.returncode == 0 and shown and set(man) == set(shown) and
+      all(man[k] == shown[k] for k in shown),
+      "profd.conf(5) lists exactly the keys of profd's table, with its defaults (%d keys; "
+      "differences: %s)" % (len(shown), sorted((k, man.get(k), shown.get(k)) for k in
+                                               set(man) | set(shown)
+                                               if man.get(k) != shown.get(k))))
+usage = subprocess.run([PROFD, "--help"], capture_output=True, text=True, timeout=30).stdout
+flags_ok = []
+for k, v in shown.items():
+    flag = "--" + k.replace("_", "-")
+    args = [flag] if k == "verbose" else [flag, v] if v else []
+    if not args:
+        continue
+    rr = subprocess.run([PROFD, "--config", "/dev/null"] + args + ["--show-config"],
+                        capture_output=True, text=True, timeout=30)
+    flags_ok.append(rr.returncode == 0 and ("%s = %s" % (k, "yes" if k == "verbose" else v))
+                    in rr.stdout.splitlines())
+check(all(flags_ok) and len(flags_ok) >= len(shown) - 3 and
+      all(("--" + k.replace("_", "-")) in usage for k in shown) and
+      all("(%s)" % shown[k] in usage.replace("\n", " ").replace("  ", " ")
+          for k in shown if shown[k] and k != "verbose") and
+      max(len(l) for l in usage.splitlines()) <= 80,
+      "every key is a flag that sets it, and --help lists each with its default, within 80 "
+      "columns")
+
+
 # 2. The configuration file: applied, overridden by flags, refused when bad.
 conf = os.path.join(d, "profd.conf")
 with open(conf, "w") as f:

@@ -350,11 +350,15 @@ static void run_one(const char *python, const char *script)
             int t0 = torn_z;
             int n = frames_of(&rt, tid_zlib, fr, 128, &torn_z);
             (void)t0;
-            if (n > 0 && !strcmp(fr[0].qual, "run_zlib") && strstr(fr[0].file, "pyscript.py"))
+            /* Between two compress calls the loop tests ev.is_set(), a Python method: a
+             * read may end there, one frame above run_zlib (seen once in 300 reads). */
+            int at = n > 1 && !strcmp(fr[0].qual, "Event.is_set") ? 1 : 0;
+            if (n > at && !strcmp(fr[at].qual, "run_zlib") && strstr(fr[at].file, "pyscript.py"))
                 good++;
         }
         CHECK(good == reads, "%s: a running thread (in zlib.compress): %d of %d reads end in "
-              "run_zlib; %d torn reads retried", python, good, reads, torn_z);
+              "run_zlib (or in Event.is_set called from it); %d torn reads retried", python,
+              good, reads, torn_z);
         CHECK(py_thread_state(&rt, 1, &(uint64_t){0}) == 0,
               "%s: a thread id that is not a Python thread has no thread state", python);
     }

@@ -397,15 +397,10 @@ class Checker:
         path = "$.profile"
         if self.obj(trace, path) is None:
             return
-        samples = self.field(trace, "samples", path, True)
-        stacks = self.field(trace, "stacks", path, True)
-        frames = self.field(trace, "frames", path, True)
-        for name, v in (("samples", samples), ("stacks", stacks), ("frames", frames)):
-            if v is not None and not isinstance(v, list):
-                self.err("%s.%s" % (path, name), "relay: expected an array")
-                return
-        if samples is None or stacks is None or frames is None:
+        arrays = self.arrays(trace, path)
+        if arrays is None:
             return
+        samples, stacks, frames = arrays
 
         parsed = []  # (stack_id, thread_id, elapsed)
         for i, s in enumerate(samples):
@@ -428,15 +423,7 @@ class Checker:
             if None not in (stack_id, tid, elapsed):
                 parsed.append((stack_id, tid, elapsed))
 
-        for i, st in enumerate(stacks):
-            if not isinstance(st, list):
-                self.err("%s.stacks[%d]" % (path, i), "relay: expected an array")
-                continue
-            for j, f in enumerate(st):
-                self.uint(f, "%s.stacks[%d][%d]" % (path, i, j))
-
-        for i, f in enumerate(frames):
-            self.frame(f, "%s.frames[%d]" % (path, i))
+        self.stacks_frames(stacks, frames, path)
 
         tm = self.field(trace, "thread_metadata", path, False)
         if tm is not None and self.obj(tm, path + ".thread_metadata", struct=False) is not None:
@@ -457,6 +444,25 @@ class Checker:
 
         self.contract(parsed, stacks, frames, txn)
         self.relay_normalize(parsed, stacks, frames, txn)
+
+    def arrays(self, trace, path):
+        """The profile's samples, stacks and frames, each an array, or None."""
+        out = [self.field(trace, name, path, True) for name in ("samples", "stacks", "frames")]
+        for name, v in zip(("samples", "stacks", "frames"), out):
+            if v is not None and not isinstance(v, list):
+                self.err("%s.%s" % (path, name), "relay: expected an array")
+                return None
+        return None if None in out else out
+
+    def stacks_frames(self, stacks, frames, path):
+        for i, st in enumerate(stacks):
+            if not isinstance(st, list):
+                self.err("%s.stacks[%d]" % (path, i), "relay: expected an array")
+                continue
+            for j, f in enumerate(st):
+                self.uint(f, "%s.stacks[%d][%d]" % (path, i, j))
+        for i, f in enumerate(frames):
+            self.frame(f, "%s.frames[%d]" % (path, i))
 
     def frame(self, f, path):
         if self.obj(f, path) is None:
@@ -605,15 +611,10 @@ class ChunkChecker(Checker):
         if trace is None or self.obj(trace, "$.profile") is None:
             return
         path = "$.profile"
-        samples = self.field(trace, "samples", path, True)
-        stacks = self.field(trace, "stacks", path, True)
-        frames = self.field(trace, "frames", path, True)
-        for name, v in (("samples", samples), ("stacks", stacks), ("frames", frames)):
-            if v is not None and not isinstance(v, list):
-                self.err("%s.%s" % (path, name), "relay: expected an array")
-                return
-        if samples is None or stacks is None or frames is None:
+        arrays = self.arrays(trace, path)
+        if arrays is None:
             return
+        samples, stacks, frames = arrays
         parsed = []  # (timestamp, stack_id, thread_id)
         for i, x in enumerate(samples):
             sp = "%s.samples[%d]" % (path, i)
@@ -631,14 +632,7 @@ class ChunkChecker(Checker):
                     self.err(sp + ".thread_id", "profd: a thread id in decimal digits")
             if None not in (ts, st, tid):
                 parsed.append((ts, st, tid))
-        for i, st in enumerate(stacks):
-            if not isinstance(st, list):
-                self.err("%s.stacks[%d]" % (path, i), "relay: expected an array")
-                continue
-            for j, f in enumerate(st):
-                self.uint(f, "%s.stacks[%d][%d]" % (path, i, j))
-        for i, f in enumerate(frames):
-            self.frame(f, "%s.frames[%d]" % (path, i))
+        self.stacks_frames(stacks, frames, path)
         tm = self.field(trace, "thread_metadata", path, False)
         if tm is not None and self.obj(tm, path + ".thread_metadata", struct=False) is not None:
             for key, meta in tm.items():
