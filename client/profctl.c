@@ -707,7 +707,9 @@ int main(int argc, char **argv)
             for (int i = argc; i < all; i++)
                 rargs[rn++] = argv[i];
         }
-        return cmd_record(&ro, rn, rargs);
+        int rc = cmd_record(&ro, rn, rargs);
+        free(rargs);
+        return rc;
     }
     if (all > argc)
         die(EXIT_USAGE, "only record runs a command (\"--\")");
