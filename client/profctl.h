@@ -1,4 +1,5 @@
-/* profctl.h: what profctl's commands share (profctl.c, record.c, top.c). */
+/* profctl.h: what profctl's commands share (ctl.c), and the commands of their own files
+ * (record.c, top.c). */
 #pragma once
 
 #include <stdbool.h>
@@ -17,7 +18,8 @@ enum {
     EXIT_NOT_ATTACHED = 6,
 };
 
-extern const char *socket_opt; /* --socket */
+extern const char *socket_opt;  /* --socket */
+extern const char *socket_path; /* the socket connect_daemon connected to */
 
 void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 /* Connect to profd and shake hands (dies if it cannot). */
