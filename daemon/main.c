@@ -402,6 +402,8 @@ int main(int argc, char **argv)
 
     ev_run(loop, 0);
 
+    /* Symbols being loaded (a warm-up, a slice) are not waited for: no reply will go. */
+    symhelper_abandon();
     commands_shutdown();
     txn_shutdown();
     server_shutdown();

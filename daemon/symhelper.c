@@ -51,6 +51,8 @@ struct symhelper {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* profd is exiting: requests in flight end now, no helper is started again. */
+static bool abandoned;
 static struct symhelper *all[MAX_HELPERS];
 static char *cfg_path;
 static uint64_t cfg_memory = 4ull << 30;
@@ -204,7 +206,10 @@ static void fail(struct symhelper *h, const char *why)
     bool ours = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
     snprintf(h->error, sizeof(h->error), "the symbolizer (%s) %s%s%s", h->role, why,
              ours || !how[0] ? "" : ": it ", ours ? "" : how);
-    log_warn("%s; it will be restarted", h->error);
+    if (__atomic_load_n(&abandoned, __ATOMIC_ACQUIRE))
+        log_info("%s", h->error);
+    else
+        log_warn("%s; it will be restarted", h->error);
     h->st.failures++;
     snprintf(h->st.last_error, sizeof(h->st.last_error), "%.300s", h->error);
     if (++h->fails_in_row >= FAILS_BEFORE_REST) {
@@ -350,9 +355,18 @@ static int start(struct symhelper *h)
     return 0;
 }
 
+void symhelper_abandon(void)
+{
+    __atomic_store_n(&abandoned, true, __ATOMIC_RELEASE);
+}
+
 int symhelper_ensure(struct symhelper *h)
 {
     h->error[0] = '\0';
+    if (__atomic_load_n(&abandoned, __ATOMIC_ACQUIRE)) {
+        snprintf(h->error, sizeof(h->error), "profd is exiting");
+        return -ECANCELED;
+    }
     /* A helper that died while idle (killed, or its CPU limit) cost no request: notice it
      * now (its end of the socket is closed, or it sent something unasked) and start another,
      * so that the caller knows before it writes a request whether the helper it talks to
@@ -403,14 +417,28 @@ ssize_t symhelper_recv(struct symhelper *h, void *buf, int *fd)
         return -ECHILD;
     uint64_t wait = h->max_wait_ns && h->max_wait_ns < cfg_timeout_ns ? h->max_wait_ns
                                                                        : cfg_timeout_ns;
-    int timeout_ms = (int)(wait / NS_PER_MS);
+    /* In slices of at most 100 ms, so that profd's exit does not wait for an answer. */
+    uint64_t deadline = now_ns() + wait;
+    ssize_t n;
     __atomic_store_n(&h->st.waiting, true, __ATOMIC_RELAXED);
-    ssize_t n = symp_recv(h->sock, buf, fd, timeout_ms);
+    for (;;) {
+        uint64_t now = now_ns(), left = deadline > now ? deadline - now : 0;
+        int slice_ms = left > 100 * NS_PER_MS ? 100 : (int)(left / NS_PER_MS);
+        n = symp_recv(h->sock, buf, fd, slice_ms);
+        if (n != -ETIMEDOUT || !left)
+            break;
+        if (__atomic_load_n(&abandoned, __ATOMIC_ACQUIRE)) {
+            n = -ECANCELED;
+            break;
+        }
+    }
     __atomic_store_n(&h->st.waiting, false, __ATOMIC_RELAXED);
     if (n > 0)
         return n;
     char why[96];
-    if (n == -ETIMEDOUT)
+    if (n == -ECANCELED)
+        snprintf(why, sizeof(why), "was stopped: profd is exiting");
+    else if (n == -ETIMEDOUT)
         snprintf(why, sizeof(why), "did not answer within %.1f s and was killed",
                  (double)wait / 1e9);
     else if (n == 0)

@@ -43,6 +43,9 @@ void symhelper_destroy(struct symhelper *h);
 /* Start the helper if it is not running. 0, or -errno (the reason is in symhelper_error;
  * -EAGAIN while a failing helper is left to rest). */
 int symhelper_ensure(struct symhelper *h);
+/* profd is exiting: a request waiting for its answer ends within 100 ms (its helper is
+ * killed), and no helper is started again. Any thread. */
+void symhelper_abandon(void);
 /* Send a request, starting the helper first if it is not running. 0, or -errno (the reason
  * is in symhelper_error; -EAGAIN while a failing helper is left to rest). */
 int symhelper_send(struct symhelper *h, const struct symp_w *w, int fd);
