@@ -148,7 +148,8 @@ def run(python, sampler):
                     any("sort" in f or f.startswith("[") for f in between) and \
                     "_PyEval_EvalFrameDefault" not in fr:
                 good_cb += c
-        check(cb > 0 and good_cb >= 0.95 * cb,
+        # (Under valgrind the short sorting phase may get no sample at all.)
+        check((cb > 0 or WRAPPED) and good_cb >= 0.95 * cb,
               "%s: Python called back from C: __main__.sort_key above list.sort's native "
               "frames, above __main__.sorting, in %d of its %d samples" % (what, good_cb, cb))
         aio = sum(c for s, c in prof.items() if "__main__.crunch" in s.split(";"))
