@@ -77,12 +77,10 @@ const cJSON *try_call(int fd, cJSON *req, cJSON **reply, const char **code, cons
     return res;
 }
 
-const cJSON *call(int fd, cJSON *req, cJSON **reply)
+/* End profctl for profd's error code c, with its message, and the matching exit status. */
+static void die_for(const char *c, const char *msg) __attribute__((noreturn));
+static void die_for(const char *c, const char *msg)
 {
-    const char *c, *msg;
-    const cJSON *res = try_call(fd, req, reply, &c, &msg);
-    if (res)
-        return res;
     int ec = EXIT_FAIL;
     if (!strcmp(c, "no_such_process"))
         ec = EXIT_NO_PROCESS;
@@ -91,6 +89,27 @@ const cJSON *call(int fd, cJSON *req, cJSON **reply)
     else if (!strcmp(c, "not_attached"))
         ec = EXIT_NOT_ATTACHED;
     die(ec, "%s", *msg ? msg : c);
+}
+
+const cJSON *call(int fd, cJSON *req, cJSON **reply)
+{
+    const char *c, *msg;
+    const cJSON *res = try_call(fd, req, reply, &c, &msg);
+    if (!res)
+        die_for(c, msg);
+    return res;
+}
+
+bool attach_unless_attached(int fd, pid_t pid, uint64_t hz, const char *mode,
+                            const char *sampler)
+{
+    cJSON *reply;
+    const char *c, *msg;
+    bool here = try_call(fd, attach_request(pid, hz, 0, mode, sampler), &reply, &c, &msg);
+    if (!here && strcmp(c, "already_attached"))
+        die_for(c, msg);
+    cJSON_Delete(reply);
+    return here;
 }
 
 double num(const cJSON *o, const char *k)

@@ -32,6 +32,10 @@ const cJSON *try_call(int fd, cJSON *req, cJSON **reply, const char **code, cons
 double num(const cJSON *o, const char *k);
 const char *str(const cJSON *o, const char *k);
 pid_t parse_pid(const char *s);
+/* Attach pid (0/NULL: profd's defaults); false if it was attached already. Any other error
+ * ends profctl as call's do. */
+bool attach_unless_attached(int fd, pid_t pid, uint64_t hz, const char *mode,
+                            const char *sampler);
 /* "attach" with the options given (0/NULL: profd's defaults). */
 cJSON *attach_request(pid_t pid, uint64_t hz, uint64_t buffer_s, const char *mode,
                       const char *sampler);

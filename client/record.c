@@ -63,22 +63,10 @@ static void poll_status(int fd, struct rec *r)
 /* Attach r->pid (or find it attached already). */
 static void attach(int fd, const struct record_opts *o, struct rec *r)
 {
-    cJSON *reply;
-    const char *code, *msg;
-    const cJSON *res = try_call(fd, attach_request(r->pid, o->hz, 0, o->mode, o->sampler), &reply,
-                                &code, &msg);
-    if (res) {
-        r->attached_here = true;
-    } else if (!strcmp(code, "already_attached")) {
+    r->attached_here = attach_unless_attached(fd, r->pid, o->hz, o->mode, o->sampler);
+    if (!r->attached_here)
         fprintf(stderr, "profctl: %d was already being profiled: recorded at its own rate, "
                         "and left attached\n", r->pid);
-    } else {
-        int ec = !strcmp(code, "no_such_process")     ? EXIT_NO_PROCESS
-                 : !strcmp(code, "permission_denied") ? EXIT_DENIED
-                                                      : EXIT_FAIL;
-        die(ec, "%s", *msg ? msg : code);
-    }
-    cJSON_Delete(reply);
     poll_status(fd, r);
     r->samples0 = r->samples;
     r->ticks0 = r->ticks;

@@ -246,17 +246,7 @@ int cmd_top(const struct top_opts *o, pid_t pid)
     if (o->threads)
         snprintf(v.filter, sizeof(v.filter), "%s", o->threads);
     /* Attach it unless it is already a target. */
-    cJSON *reply;
-    const char *code, *msg;
-    bool attached_here = try_call(fd, attach_request(pid, o->hz, 0, o->mode, o->sampler), &reply,
-                                  &code, &msg) != NULL;
-    if (!attached_here && strcmp(code, "already_attached"))
-        die(!strcmp(code, "no_such_process")     ? EXIT_NO_PROCESS
-            : !strcmp(code, "permission_denied") ? EXIT_DENIED
-                                                 : EXIT_FAIL,
-            "%s", *msg ? msg : code);
-    cJSON_Delete(reply);
-
+    bool attached_here = attach_unless_attached(fd, pid, o->hz, o->mode, o->sampler);
     bool tty = !o->once && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO);
     if (!tty) {
         /* One view, after a window's worth of samples (at most --window). */
@@ -305,6 +295,8 @@ int cmd_top(const struct top_opts *o, pid_t pid)
         restore_terminal();
     }
     if (attached_here) {
+        cJSON *reply;
+        const char *code, *msg;
         cJSON *req = cJSON_CreateObject();
         cJSON_AddStringToObject(req, "cmd", "detach");
         cJSON_AddNumberToObject(req, "pid", pid);
