@@ -460,6 +460,8 @@ int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_
         return PROFD_ENOMEM;
     cJSON_AddStringToObject(req, "cmd", "txn_finish");
     cJSON_AddNumberToObject(req, "txn_id", (double)txn_id);
+    /* When we were called: until profd reads the request, the thread is in this call. */
+    cJSON_AddNumberToObject(req, "t_ns", (double)now_ns());
     if (lookback_s > 0)
         cJSON_AddNumberToObject(req, "lookback_s", lookback_s);
     cJSON *reply;

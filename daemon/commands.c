@@ -1051,6 +1051,7 @@ static cJSON *cmd_txn_start(struct request *r)
     struct txn *x = txn_start(pid, (pid_t)tid, id, name->valuestring,
                               trace ? trace->valuestring : NULL, r->c->id, start,
                               r->c->peer.uid, noreply);
+    x->start_read_ns = now;
     /* A transaction's start is an event (event mode: every thread); in any mode its own
      * thread is sampled at its boundaries (at most once an interval), so even one shorter
      * than the interval can have the two samples Sentry needs. */
@@ -1117,11 +1118,17 @@ static cJSON *cmd_txn_finish(struct request *r)
                                      "\"lookback_s\" must be seconds from 0 to 3600");
         lookback = lb->valuedouble;
     }
+    /* When the caller called finish, by its clock: optional, as at the start. */
+    uint64_t now = now_ns(), called = now;
+    if (json_get_u64(r->req, "t_ns", &called) < 0)
+        return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "\"t_ns\" must be a CLOCK_MONOTONIC time in nanoseconds");
     struct txn_proc *tp;
     cJSON *err;
     struct txn *x = open_txn(r, &tp, &err);
     if (!x)
         return err;
+    x->end_call_ns = called > now ? now : called < x->start_ns ? x->start_ns : called;
     pid_t pid = r->c->peer.pid;
     struct target *t = target_find(pid);
     if (t && t->state == T_EXITED)
@@ -1151,6 +1158,8 @@ static cJSON *cmd_txn_finish(struct request *r)
     w->txn.active_tid = x->tid;
     w->txn.start_ns = x->start_ns;
     w->txn.end_ns = x->end_ns;
+    w->txn.start_read_ns = x->start_read_ns;
+    w->txn.end_call_ns = x->end_call_ns;
     return submit_slice(r->c, t, w);
 }
 

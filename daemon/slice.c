@@ -114,6 +114,7 @@ struct slice_copy {
     struct u64map pyids;   /* target's code id + 1 -> job's index + 1 */
     struct target *t; /* NULL once the target is gone (its maps copied by then) */
     uint32_t *remap;  /* target stack id -> index in job->stacks + 1 (0: none yet) */
+    uint32_t *remap_call; /* the same, for the copies flagged STACK_BOUNDARY (in_call) */
     size_t nremap;
     uint64_t *hashes; /* per job stack: the hash of the stack it was copied from */
     size_t cap_samples, cap_stacks;
@@ -197,6 +198,19 @@ static uint64_t copy_pycode(struct slice_copy *c, uint64_t v)
     return (v & ~(PY_ID_MASK << 24)) | ((uint64_t)(k - 1) << 24);
 }
 
+/* Was the transaction's thread inside the client library's call at this sample: after it
+ * called txn_start and before profd read it, or after it called txn_finish? Such a sample
+ * stands at the call site, as the boundary samples do (a daemon slow to read the finish
+ * would otherwise leave the ticks of the wait in the client's code). */
+static bool in_call(const struct slice_job *job, const struct ring_entry *e)
+{
+    const struct profile_txn *x = &job->txn;
+    if (!x->active_tid || e->tid != x->active_tid)
+        return false;
+    return (e->t_ns >= x->start_ns && e->t_ns < x->start_read_ns) ||
+           (x->end_call_ns && e->t_ns > x->end_call_ns && e->t_ns <= x->end_ns);
+}
+
 static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
 {
     struct slice_copy *c = (struct slice_copy *)rd;
@@ -219,9 +233,16 @@ static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
         c->remap = xrealloc(c->remap, n * sizeof(*c->remap));
         memset(c->remap + c->nremap, 0, (n - c->nremap) * sizeof(*c->remap));
         account(job, (n - c->nremap) * sizeof(*c->remap));
+        if (job->txn.active_tid) {
+            c->remap_call = xrealloc(c->remap_call, n * sizeof(*c->remap_call));
+            memset(c->remap_call + c->nremap, 0, (n - c->nremap) * sizeof(*c->remap_call));
+            account(job, (n - c->nremap) * sizeof(*c->remap_call));
+        }
         c->nremap = n;
     }
-    uint32_t k = c->remap[e->stack];
+    bool call = !(se->flags & STACK_BOUNDARY) && in_call(job, e);
+    uint32_t *remap = call ? c->remap_call : c->remap;
+    uint32_t k = remap[e->stack];
     if (k && c->hashes[k - 1] == se->hash) {
         out->stack = k - 1;
         return;
@@ -236,7 +257,7 @@ static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
     struct slice_stack *ss = &job->stacks[job->nstacks];
     ss->epoch = se->epoch;
     ss->n = se->n;
-    ss->flags = se->flags;
+    ss->flags = se->flags | (call ? STACK_BOUNDARY : 0);
     ss->ips = xmalloc((se->n ? se->n : 1) * sizeof(uint64_t));
     memcpy(ss->ips, se->ips, se->n * sizeof(uint64_t));
     account(job, (se->n ? se->n : 1) * sizeof(uint64_t));
@@ -244,7 +265,7 @@ static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
         if (py_is_frame(ss->ips[j]))
             ss->ips[j] = copy_pycode(c, ss->ips[j]);
     c->hashes[job->nstacks] = se->hash;
-    c->remap[e->stack] = (uint32_t)job->nstacks + 1;
+    remap[e->stack] = (uint32_t)job->nstacks + 1;
     out->stack = (uint32_t)job->nstacks++;
     /* The generations the stacks come from: their maps are copied at the end. */
     bool have = false;
@@ -287,6 +308,7 @@ static void copy_free(struct slice_copy *c)
 {
     ring_reader_detach(&c->rd);
     free(c->remap);
+    free(c->remap_call);
     free(c->hashes);
     u64map_finish(&c->pyids);
     free(c);

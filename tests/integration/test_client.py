@@ -588,6 +588,52 @@ with open(sys.argv[1], "w") as fp:
     check(out["failing"] is None and out["ferr"] == "None",
           "an exception in the block discards the transaction, without an error of its own")
 
+# 6a. A finish that profd reads late (a busy daemon): the thread waits inside the client
+# until then, and the ticks of that wait stand at the application's call site, as the
+# boundary samples do. The stand-in for the late read: the client spins 0.2 s in its own
+# code (a function of module profd) after it took the finish's time and before it sends.
+with Daemon("--hz", "499") as d:
+    child = pychild("""
+import json, profd, sys, time
+def spin(sec):
+    t = time.monotonic()
+    while time.monotonic() - t < sec:
+        pass
+ns = {"__name__": "profd", "time": time, "_orig": profd.Profd._send_only}
+exec('''
+def late_send(self, req):
+    if req.get("cmd") == "txn_finish":
+        t = time.monotonic()
+        while time.monotonic() - t < 0.2:
+            pass
+    return _orig(self, req)
+''', ns)
+profd.Profd._send_only = ns["late_send"]
+def finish_late(p, t):
+    return p.finish(t)
+p = profd.Profd()
+t = p.start("late")
+spin(0.2)
+json.dump(finish_late(p, t), sys.stdout)
+""", d.socket)
+    out, _ = child.communicate(timeout=60 * SLOW)
+    prof = json.loads(out) if child.returncode == 0 else {}
+    pr = prof.get("profile", {})
+    fr, stk = pr.get("frames", []), pr.get("stacks", [])
+
+    def fname(i):
+        return "%s.%s" % (fr[i].get("module"), fr[i].get("function"))
+    inside = [s for s in pr.get("samples", ())
+              if any(fr[i].get("module") == "profd" for i in stk[s["stack_id"]])]
+    at_site = [s for s in pr.get("samples", ())
+               if stk[s["stack_id"]] and fname(stk[s["stack_id"]][0]) == "__main__.finish_late"]
+    check(child.returncode == 0 and not inside and len(at_site) >= 5,
+          "a finish read 0.2 s late: none of its %d samples inside the client (%d, e.g. %s), "
+          "%d stand at the call site, finish_late" % (
+              len(pr.get("samples", ())), len(inside),
+              [fname(i) for i in stk[inside[0]["stack_id"]]][:6] if inside else None,
+              len(at_site)))
+
 # 6b. A thread renamed after profd first read its name: the next profile names it as it is
 # called now (the name is read again at the finish, not only once a second).
 with Daemon("--hz", "499", "--txn-linger", "60") as d:

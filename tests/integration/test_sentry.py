@@ -133,10 +133,14 @@ with Daemon() as d:
         fr, stk = prof["profile"]["frames"], prof["profile"]["stacks"]
         client = [i for i, f in enumerate(fr) if f.get("module") == "profd" or
                   str(f.get("function", "")).startswith("profd_")]
-        inside = sum(1 for s in prof["profile"]["samples"]
-                     if any(i in client for i in stk[s["stack_id"]]))
-        check(inside <= 1, "%s: %d of its %d samples inside profd's own client (boundary "
-              "samples stand at the call site)" % (name, inside, len(prof["profile"]["samples"])))
+        inside = [s for s in prof["profile"]["samples"]
+                  if any(i in client for i in stk[s["stack_id"]])]
+        check(len(inside) <= 1, "%s: %d of its %d samples inside profd's own client (boundary "
+              "samples, and ticks while profd had not read the start or finish, stand at the "
+              "call site)%s" % (name, len(inside), len(prof["profile"]["samples"]), "".join(
+                  "\n  at %.1f ms: %s" % (int(s["elapsed_since_start_ns"]) / 1e6, " <- ".join(
+                      "%s.%s" % (fr[i].get("module"), fr[i].get("function"))
+                      for i in stk[s["stack_id"]][:8])) for s in inside)))
         if "unsampled_before_attach_ms" in prof.get("profd", {}):
             # Started before profd had attached the process (the integration asks it to
             # at init, and a start does not wait): the profile says so.
