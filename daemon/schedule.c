@@ -276,16 +276,18 @@ static void cpu_credit_tick(struct sched *s)
 }
 
 /* How many samples the perf source's rings gather between two reads. profd reads them on a
- * timer of its own (cputime_read), every `batch` intervals and at most every 100 ms, while
+ * timer of its own (cputime_read), every `batch` intervals and at most every 250 ms, while
  * some thread's ring carries stacks: a read costs profd a wake-up (17-34 us on this VM)
- * whatever it finds, and the target nothing. The kernel also wakes the reader, paying for it
- * in the target's sampling interrupt (a cross-CPU wake-up, ~35 us here): once per ring's
- * worth of samples written (the most its watermark allows), read or not, hence rings sized
- * for the largest batch and 8 samples more (with 16 KiB copies, 512 KiB per running thread)
- * whatever the rate, so that a change of rate (the budget) never leaves a ring smaller than
- * what gathers between two reads. Before a slice the rings are read anyway (sampler_flush). */
-#define CPUTIME_READ_NS (100 * NS_PER_MS)
-#define CPUTIME_BATCH_MAX 16
+ * whatever it finds, and the target nothing. Rings are sized for the largest batch and 8
+ * samples more whatever the rate, so that a change of rate (the budget) never leaves a ring
+ * smaller than what gathers between two reads: 22 and 8 of 16 KiB copies fill the 512 KiB
+ * that 24 took already (a ring is a power of two). A ring with stacks is not watched: the
+ * kernel would wake its reader once per ring's worth of samples written (the most its
+ * watermark allows), read or not, and pay for it in the target's sampling interrupt (a
+ * cross-CPU wake-up, ~35 us here). Before a slice the rings are read anyway
+ * (sampler_flush). */
+#define CPUTIME_READ_NS (250 * NS_PER_MS)
+#define CPUTIME_BATCH_MAX 22
 
 static unsigned batch_at(uint64_t interval_ns)
 {
@@ -323,7 +325,8 @@ static int perf_open_as(struct sched *s, struct thread *th, bool stacks)
     }
     ev_io_init(&th->perf_io, on_perf, th->ps.fd, EV_READ);
     th->perf_io.data = th;
-    ev_io_start(g.loop, &th->perf_io);
+    if (!sampler_perf_has_stacks(th))
+        ev_io_start(g.loop, &th->perf_io); /* counting: its overflows are read as they come */
     th->perf_last_ns = 0; /* idle from the next look of the budget on (shrink_idle_rings) */
     return 0;
 }
@@ -390,21 +393,7 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
     (void)revents;
     struct thread *th = w->data;
     struct sched *s = th->t->sched;
-    if (sampler_perf_has_stacks(th)) {
-        /* The kernel woke profd (once per ring's worth of samples written): read it now. */
-        s->ring_wakeups++;
-        uint64_t c0 = thread_cpu_ns();
-        uint64_t n = read_stacks(s, th);
-        account(s, c0);
-        if (!n) {
-            /* Readable with nothing new: the thread is gone (POLLHUP for ever after; its
-             * exit follows): stop watching. */
-            struct pollfd pfd = {.fd = th->ps.fd, .events = POLLIN};
-            if (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLHUP))
-                ev_io_stop(g.loop, &th->perf_io);
-        }
-        return;
-    }
+    /* A counting event (a ring with stacks is read on cputime's timer, not watched). */
     unsigned n = perfs_drain(&th->ps, NULL, NULL, NULL, NULL);
     if (n == 0) {
         /* Nothing new: either an overflow already consumed with the one before (the fd
@@ -851,8 +840,6 @@ struct cJSON *sched_describe(const struct sched *s)
         cJSON_AddNumberToObject(o, "event_samples", (double)s->events);
     if (s->mode == SCHED_ALARM)
         cJSON_AddNumberToObject(o, "coalesced", (double)s->coalesced);
-    if (s->mode == SCHED_CPUTIME && s->source == CPU_SRC_PERF)
-        cJSON_AddNumberToObject(o, "ring_wakeups", (double)s->ring_wakeups);
     uint64_t thr = s->throttled_ns +
                    (s->running && s->scale < 1.0 ? now_ns() - s->scale_since_ns : 0);
     cJSON_AddNumberToObject(o, "throttled_s", (double)thr / 1e9);

@@ -79,7 +79,6 @@ struct sched {
     uint64_t missed;        /* ticks (alarm) or CPU intervals (cputime) not sampled: late */
     uint64_t lost_seen;     /* the target's perf_lost counted in missed so far */
     uint64_t coalesced;     /* alarm: ticks run in another schedule's wake-up */
-    uint64_t ring_wakeups;  /* cputime, perf: reads of a ring the kernel woke profd for */
     bool reading;           /* cputime, perf: its timer reads the rings (some carry stacks) */
     uint64_t events;        /* event mode: samples taken at an event */
     uint64_t last_tick_ns;  /* when the sampler last ran */
