@@ -452,6 +452,7 @@ int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uin
 int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_s,
                               char **profile_json)
 {
+    uint64_t called = now_ns();
     if (!p || !txn_id || !profile_json || !(lookback_s >= 0))
         return PROFD_EINVAL;
     *profile_json = NULL;
@@ -460,8 +461,10 @@ int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_
         return PROFD_ENOMEM;
     cJSON_AddStringToObject(req, "cmd", "txn_finish");
     cJSON_AddNumberToObject(req, "txn_id", (double)txn_id);
-    /* When we were called: until profd reads the request, the thread is in this call. */
-    cJSON_AddNumberToObject(req, "t_ns", (double)now_ns());
+    /* When and where we were called: until profd reads the request, this thread is in
+     * this call. */
+    cJSON_AddNumberToObject(req, "t_ns", (double)called);
+    cJSON_AddNumberToObject(req, "tid", (double)syscall(SYS_gettid));
     if (lookback_s > 0)
         cJSON_AddNumberToObject(req, "lookback_s", lookback_s);
     cJSON *reply;

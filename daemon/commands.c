@@ -1051,7 +1051,6 @@ static cJSON *cmd_txn_start(struct request *r)
     struct txn *x = txn_start(pid, (pid_t)tid, id, name->valuestring,
                               trace ? trace->valuestring : NULL, r->c->id, start,
                               r->c->peer.uid, noreply);
-    x->start_read_ns = now;
     /* A transaction's start is an event (event mode: every thread); in any mode its own
      * thread is sampled at its boundaries (at most once an interval), so even one shorter
      * than the interval can have the two samples Sentry needs. */
@@ -1118,17 +1117,22 @@ static cJSON *cmd_txn_finish(struct request *r)
                                      "\"lookback_s\" must be seconds from 0 to 3600");
         lookback = lb->valuedouble;
     }
-    /* When the caller called finish, by its clock: optional, as at the start. */
-    uint64_t now = now_ns(), called = now;
+    /* When and on which thread the caller called finish (optional): from then on, that
+     * thread waits in the client for the answer. */
+    uint64_t now = now_ns(), called = 0;
+    int64_t caller = 0;
     if (json_get_u64(r->req, "t_ns", &called) < 0)
         return proto_error_reply(r->id, PE_BAD_REQUEST,
                                  "\"t_ns\" must be a CLOCK_MONOTONIC time in nanoseconds");
+    if (json_get_i64(r->req, "tid", &caller) < 0 || caller < 0 || caller > 0x3fffffff)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"tid\" must be a thread id");
     struct txn_proc *tp;
     cJSON *err;
     struct txn *x = open_txn(r, &tp, &err);
     if (!x)
         return err;
-    x->end_call_ns = called > now ? now : called < x->start_ns ? x->start_ns : called;
+    if (called && caller == x->tid)
+        x->end_call_ns = called > now ? now : called < x->start_ns ? x->start_ns : called;
     pid_t pid = r->c->peer.pid;
     struct target *t = target_find(pid);
     if (t && t->state == T_EXITED)
@@ -1158,7 +1162,6 @@ static cJSON *cmd_txn_finish(struct request *r)
     w->txn.active_tid = x->tid;
     w->txn.start_ns = x->start_ns;
     w->txn.end_ns = x->end_ns;
-    w->txn.start_read_ns = x->start_read_ns;
     w->txn.end_call_ns = x->end_call_ns;
     return submit_slice(r->c, t, w);
 }

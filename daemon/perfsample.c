@@ -99,9 +99,10 @@ int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t s
     size_t data = ring_data_size(stack_size, continuous && stack_size ? batch + 8 : 1);
     if (continuous) {
         if (stack_size) {
-            /* The reader reads on a timer of its own. While it does, the kernel also wakes
-             * it (in the target's sampling interrupt) each time a watermark's worth of bytes
-             * has been written: the largest watermark, the whole ring, makes that rarest. */
+            /* The reader reads on a timer of its own and does not poll the ring; the kernel
+             * still runs its wake-up (in the target's sampling interrupt) each time a
+             * watermark's worth of bytes has been written: the largest watermark, the whole
+             * ring, makes that rarest. */
             pa.watermark = 1;
             pa.wakeup_watermark = (uint32_t)data;
         } else {

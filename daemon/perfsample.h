@@ -5,9 +5,10 @@
  *
  * Two uses:
  *   continuous  cputime: one sample per period of the thread's CPU time, for as long as
- *               the event is open; its reader reads the ring on a timer of its own, and
- *               the kernel also wakes it once per ring's worth of samples written (paid
- *               in the target's interrupt: ~60 us per sample here if every sample woke it);
+ *               the event is open; its reader reads the ring on a timer of its own and
+ *               does not poll it: the kernel's wake-up, once per ring's worth of samples
+ *               written, then finds nobody to wake (a wake-up is paid in the target's
+ *               interrupt: ~60 us per sample here if every sample woke the reader);
  *   one-shot    the wall-clock modes: the event is disabled; perfs_arm at a tick enables
  *               it for one sample, taken after ONESHOT_PERIOD_NS of the thread's CPU time
  *               (the closest perf has to "sample this thread now"; with 10 us it took
@@ -54,8 +55,8 @@ int perfs_init(void);
 void perfs_stream_init(struct perf_stream *ps);
 /* Open a task-clock event on tid: period_ns of its CPU time per sample; stack_size bytes of
  * stack per sample (0: none); continuous (enabled now; with stacks its ring holds `batch`
- * samples and 8 more and wakes its reader once per ring's worth written; counting only, at
- * every sample) or one-shot (disabled until perfs_arm). Returns 0 or -errno
+ * samples and 8 more, and its watermark is the whole ring; counting only, it wakes a poller
+ * at every sample) or one-shot (disabled until perfs_arm). Returns 0 or -errno
  * (-EACCES/-EPERM: perf refused by perf_event_paranoid, capabilities or a seccomp filter;
  * -EMFILE; -ENOMEM: no locked memory for the ring, perf_event_mlock_kb then RLIMIT_MEMLOCK). */
 int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t stack_size,

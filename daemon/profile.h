@@ -74,7 +74,7 @@ struct profile_txn {
     int32_t active_tid; /* thread that ran it; 0 if unknown */
     uint64_t start_ns;  /* CLOCK_MONOTONIC; 0: the profile's window is the transaction */
     uint64_t end_ns;
-    uint64_t start_read_ns, end_call_ns; /* the client's calls: as struct txn's */
+    uint64_t end_call_ns; /* as struct txn's */
 };
 
 struct profile {

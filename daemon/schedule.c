@@ -60,10 +60,11 @@ static LIST_HEAD(, sched) live_scheds = LIST_HEAD_INITIALIZER(live_scheds);
  * can end schedules) starts again from the head when it changed. */
 static uint64_t live_gen;
 
-/* When the budget looks next. */
+/* When the budget looks next: BUDGET_PERIOD_S after something changed (a schedule started
+ * or changed its rate, a new budget, a timer to retry), or BUDGET_CALM_S. */
 static void budget_next(double secs)
 {
-    if (g.budget_w.repeat != secs) {
+    if (g.loop && g.budget_w.repeat != secs) {
         g.budget_w.repeat = secs;
         ev_timer_again(g.loop, &g.budget_w);
     }
@@ -108,6 +109,7 @@ void sched_set_budget_pct(double pct)
     g.max_cpu_pct = pct;
     g.mult = 1.0; /* measured against the old budget */
     g.any_throttled = false;
+    budget_next(BUDGET_PERIOD_S);
 }
 
 double sched_effective_hz(const struct sched *s)
@@ -172,6 +174,7 @@ static void timer_failed(struct sched *s, int err)
         log_err("pid %d: cannot set the timer of its %s schedule: %s; trying again every "
                 "%.2f s", s->t->pid, sched_mode_name(s->mode), strerror(-err), BUDGET_PERIOD_S);
     s->timer_err = err;
+    budget_next(BUDGET_PERIOD_S); /* which tries again */
 }
 
 /* The result of setting s's timer: a failure recorded, or one recovered from. */
@@ -729,6 +732,7 @@ int sched_reconfigure(struct sched *s, enum sched_mode mode, unsigned hz)
     s->hz = hz;
     set_interval(s);
     int r = start_sources(s);
+    budget_next(BUDGET_PERIOD_S); /* a new rate: its cost is measured soon */
     if (r == 0)
         timer_result(s, 0); /* a timer that had failed is set now */
     if (r < 0) {
@@ -784,9 +788,20 @@ static void on_target_stopped(struct target *t)
     sched_stop(t->sched);
 }
 
+static void on_thread_exited(struct thread *th)
+{
+    struct sched *s = th->t->sched;
+    if (s->running && sampler_perf_has_stacks(th)) {
+        uint64_t c0 = thread_cpu_ns();
+        read_stacks(s, th);
+        account(s, c0);
+    }
+}
+
 const struct target_hooks sched_target_hooks = {
     .thread_added = on_thread_added,
     .stopped = on_target_stopped,
+    .thread_exited = on_thread_exited,
 };
 
 int sched_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_ns,
@@ -951,7 +966,7 @@ static int by_demand(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Every BUDGET_PERIOD_S: measure what each target's sampling cost in the window, estimate
+/* Every BUDGET_PERIOD_S (BUDGET_CALM_S while calm): measure what each target's sampling cost in the window, estimate
  * what it would cost unthrottled, and divide the budget max-min fairly: every target gets
  * up to an equal share, and what the cheaper ones leave is shared by the others. A target
  * whose share is below its demand is slowed down in proportion. */

@@ -198,17 +198,16 @@ static uint64_t copy_pycode(struct slice_copy *c, uint64_t v)
     return (v & ~(PY_ID_MASK << 24)) | ((uint64_t)(k - 1) << 24);
 }
 
-/* Was the transaction's thread inside the client library's call at this sample: after it
- * called txn_start and before profd read it, or after it called txn_finish? Such a sample
- * stands at the call site, as the boundary samples do (a daemon slow to read the finish
- * would otherwise leave the ticks of the wait in the client's code). */
+/* Was the transaction's thread waiting inside the client library's finish at this sample
+ * (after it called txn_finish, before profd read it)? Such a sample stands at the call
+ * site, as the boundary samples do: a daemon slow to read the finish would otherwise leave
+ * the ticks of the wait in the client's code. (The start is sent without waiting: the
+ * thread is back in the application before profd reads it.) */
 static bool in_call(const struct slice_job *job, const struct ring_entry *e)
 {
     const struct profile_txn *x = &job->txn;
-    if (!x->active_tid || e->tid != x->active_tid)
-        return false;
-    return (e->t_ns >= x->start_ns && e->t_ns < x->start_read_ns) ||
-           (x->end_call_ns && e->t_ns > x->end_call_ns && e->t_ns <= x->end_ns);
+    return x->active_tid && e->tid == x->active_tid && x->end_call_ns &&
+           e->t_ns > x->end_call_ns && e->t_ns <= x->end_ns;
 }
 
 static void copy_take(struct ring_reader *rd, const struct ring_entry *e)

@@ -264,9 +264,10 @@ static void thread_remove(struct thread *th)
     struct target *t = th->t;
     remember_name(t, th->tid, th->name, now_ns());
     target_thread_forget_stack(th);
-    /* Its perf event, continuous (cputime) or one-shot (the wall-clock modes). (What the
-     * ring sampled since the last read, up to 100 ms, is dropped: it may be removed at an
-     * exec, when its copies no longer match the maps.) */
+    /* Its perf event, continuous (cputime) or one-shot (the wall-clock modes). (At a thread's
+     * exit its ring was read (hooks.thread_exited); otherwise what it sampled since the last
+     * read, up to 250 ms, is dropped: at an exec its copies no longer match the maps, and a
+     * process that exits or is detached has stopped sampling.) */
     target_thread_perf_close(th);
     for (struct thread **p = &tid_hash[(unsigned)th->tid % TID_BUCKETS]; *p; p = &(*p)->hnext) {
         if (*p == th) {
@@ -1307,6 +1308,8 @@ static void targets_handle_wait(pid_t tid, int status)
     struct target *t = th->t;
     if (WIFEXITED(status) || WIFSIGNALED(status)) {
         bool leader = tid == t->pid;
+        if (!leader && t->state == T_ATTACHED)
+            hooks.thread_exited(th);
         thread_remove(th);
         /* The leader is reported last, once the whole group is gone (__WALL). */
         if (leader)

@@ -208,6 +208,9 @@ struct target_hooks {
     /* t samples no more (a detach has begun, or it exited, or it is forgotten): its
      * schedule stops, before its threads are forgotten. */
     void (*stopped)(struct target *t);
+    /* th exited, its process lives on: what its schedule gathered for it and has not read
+     * yet (a ring of kernel copies) is read now, before th is forgotten. */
+    void (*thread_exited)(struct thread *th);
 };
 
 /* Set up the module: the loop its descriptors' watchers are on, and the hooks. */

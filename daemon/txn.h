@@ -24,10 +24,10 @@ struct txn {
     char *trace_id;          /* 32 hex digits, or NULL */
     pid_t pid, tid;          /* process, and the thread that started it (0: unknown) */
     uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC; end_ns 0 while open */
-    /* Inside the client's calls: from start_ns (the caller's clock at txn_start) until
-     * profd read the start, and from end_call_ns (the caller's clock at txn_finish) until
-     * end_ns, when profd read the finish. Samples of the thread then are in the client. */
-    uint64_t start_read_ns, end_call_ns;
+    /* When its thread called txn_finish (the caller's clock; 0: unknown, or another thread
+     * called it): from then until end_ns, when profd read the finish, that thread waits
+     * inside the client. */
+    uint64_t end_call_ns;
     uint64_t client;         /* connection that owns it while open */
     /* A start sent without waiting for its reply and refused: why, for its finish. */
     bool refused;

@@ -287,7 +287,8 @@ class Profd:
 
     def finish(self, txn_id, lookback_s=0):
         """Finish it; returns its Sentry sampled profile (version 1) as a dict."""
-        req = {"cmd": "txn_finish", "txn_id": txn_id, "t_ns": time.monotonic_ns()}
+        req = {"cmd": "txn_finish", "txn_id": txn_id, "t_ns": time.monotonic_ns(),
+               "tid": threading.get_native_id()}
         if lookback_s:
             req["lookback_s"] = lookback_s
         with self._lock:

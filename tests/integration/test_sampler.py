@@ -112,6 +112,30 @@ with Daemon() as d, Program("busy", 2) as p:
           % (st["paths"]["perf"]["samples"], st["samples"], st["threads_stopped"],
              complete_pct(st), {k: round(v, 1) for k, v in shares.items()}))
 
+# 3b. cputime: a thread's ring is read when it exits. Threads of 200 ms of CPU each, one after
+# another, at 101 Hz: profd reads the rings every 22 samples (218 ms), so without the read at
+# the exit most of each thread's samples would be dropped with its ring.
+with Daemon() as d, Program("shortlived", 8, 200) as p:
+    d.ctl("attach", p.pid, "--hz", 101, "--mode", "cputime", "--sampler", "perf")
+    p.send("go")
+    f = p.readline(timeout=60).split()
+    cpu = {int(f[i]): int(f[i + 1]) for i in range(1, len(f) - 1, 2)} if f[:1] == ["done"] else {}
+    # (Sentry's format: 60 s asked of a process attached seconds ago; relay keeps 30 s from
+    # the profile's start, which is therefore the attach.)
+    prof = json.loads(d.ctl("slice", p.pid, "--last", 60, "--format", "sentry").stdout)
+    per = {}
+    for s in prof["profile"]["samples"]:
+        tid = int(s["thread_id"])
+        if tid in cpu:
+            per[tid] = per.get(tid, 0) + 1
+    want = sum(cpu.values()) / (1e9 / 101)
+    got = sum(per.values())
+    st = d.target_status(p.pid)
+    check(len(cpu) == 8 and got >= 0.8 * want,
+          "cputime, sampler perf, 8 threads of 200 ms of CPU one after another: %d samples of "
+          "their %.0f intervals (at least 80%%; per thread %s), the ring read at each exit "
+          "(lost %s)" % (got, want, sorted(per.values()), st["perf"].get("lost")))
+
 # 4. Deep stacks: the copy grows; deeper than the kernel copies, a stop.
 def deep(levels):
     """Status, and (samples in spin_deep, those unwound to start_thread) in the last second,
