@@ -131,10 +131,13 @@ with Daemon() as d, Program("shortlived", 8, 200) as p:
     want = sum(cpu.values()) / (1e9 / 101)
     got = sum(per.values())
     st = d.target_status(p.pid)
-    check(len(cpu) == 8 and got >= 0.8 * want,
+    # (A daemon under valgrind opens each new thread's event with stacks late, after its
+    # first interval's stop: there only more than half. Without the read at the exit: 30%.)
+    least = 0.5 if os.environ.get("PROFD_WRAPPER") else 0.8
+    check(len(cpu) == 8 and got >= least * want,
           "cputime, sampler perf, 8 threads of 200 ms of CPU one after another: %d samples of "
-          "their %.0f intervals (at least 80%%; per thread %s), the ring read at each exit "
-          "(lost %s)" % (got, want, sorted(per.values()), st["perf"].get("lost")))
+          "their %.0f intervals (at least %d%%; per thread %s), the ring read at each exit "
+          "(lost %s)" % (got, want, 100 * least, sorted(per.values()), st["perf"].get("lost")))
 
 # 4. Deep stacks: the copy grows; deeper than the kernel copies, a stop.
 def deep(levels):
