@@ -717,26 +717,8 @@ static bool add_debug_meta(cJSON *root, const struct profile *p)
     return ok;
 }
 
-/* The window a profile of no transaction stands for: relay keeps 30 s from its start, so a
- * longer window (`--last 60`) keeps its last 30 s, and none starts before the attach (a
- * window of a process attached 3 s ago would otherwise keep 30 s with nothing in them). A
- * transaction's profile keeps its own window: its first 30 s, as Sentry's SDK does. */
-static struct profile sentry_window(const struct profile *p)
+cJSON *profile_to_sentry(const struct profile *p)
 {
-    struct profile q = *p;
-    if (p->txn.id || p->end_ns == UINT64_MAX || p->end_ns <= p->start_ns)
-        return q;
-    if (p->attach_ns > q.start_ns && p->attach_ns < p->end_ns)
-        q.start_ns = p->attach_ns;
-    if (p->end_ns - q.start_ns > MAX_DURATION_NS)
-        q.start_ns = p->end_ns - MAX_DURATION_NS;
-    return q;
-}
-
-cJSON *profile_to_sentry(const struct profile *p0)
-{
-    struct profile win = sentry_window(p0);
-    const struct profile *p = &win;
     struct plan pl = {0};
     cJSON *root = NULL;
     char event_id[33], txn_id[33], trace_id[33], ts[48];

@@ -120,9 +120,7 @@ with Daemon() as d, Program("shortlived", 8, 200) as p:
     p.send("go")
     f = p.readline(timeout=60).split()
     cpu = {int(f[i]): int(f[i + 1]) for i in range(1, len(f) - 1, 2)} if f[:1] == ["done"] else {}
-    # (Sentry's format: 60 s asked of a process attached seconds ago; relay keeps 30 s from
-    # the profile's start, which is therefore the attach.)
-    prof = json.loads(d.ctl("slice", p.pid, "--last", 60, "--format", "sentry").stdout)
+    prof = json.loads(d.ctl("slice", p.pid, "--last", 20, "--format", "sentry").stdout)
     per = {}
     for s in prof["profile"]["samples"]:
         tid = int(s["thread_id"])
