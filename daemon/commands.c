@@ -147,13 +147,16 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddStringToObject(pf, "sampler", sampler_kind_name(t->sampler));
     size_t streams = 0, ring = 0;
     for (size_t i = 0; i < t->nthreads; i++) {
-        streams += t->threads[i]->ps.fd >= 0;
-        ring += perfs_bytes(&t->threads[i]->ps);
+        streams += (t->threads[i]->ps.fd >= 0) + (t->threads[i]->pl.fd >= 0);
+        ring += perfs_bytes(&t->threads[i]->ps) + perfs_bytes(&t->threads[i]->pl);
     }
     cJSON_AddNumberToObject(pf, "events", (double)streams);
     cJSON_AddNumberToObject(pf, "ring_bytes", (double)ring);
     cJSON_AddNumberToObject(pf, "oneshot_asked", (double)s->perf_armed);
     cJSON_AddNumberToObject(pf, "oneshot_expired", (double)s->perf_expired);
+    cJSON_AddNumberToObject(pf, "latest", (double)s->perf_latest);
+    cJSON_AddNumberToObject(pf, "latest_reused", (double)s->perf_latest_reused);
+    cJSON_AddNumberToObject(pf, "latest_torn", (double)s->perf_latest_torn);
     cJSON_AddNumberToObject(pf, "lost", (double)s->perf_lost);
     cJSON_AddNumberToObject(pf, "without_registers", (double)s->perf_no_regs);
     cJSON_AddNumberToObject(pf, "copy_too_short", (double)s->perf_short);
@@ -846,6 +849,11 @@ static cJSON *cmd_slice(struct request *r)
     }
     if (from > to)
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"from_ns\" is after \"to_ns\"");
+    /* A Sentry profile's time runs from its window's start, and relay keeps 30 s of it: a
+     * window reaching back before the attach (`--last 60` of a process attached seconds
+     * ago) starts at the attach, where its samples do, and the reply's start_ns says so. */
+    if (format == SLICE_SENTRY && from < r->t->attach_ns && r->t->attach_ns <= to)
+        from = r->t->attach_ns;
     const cJSON *tids = cJSON_GetObjectItemCaseSensitive(r->req, "thread_ids");
     if (tids && !cJSON_IsBool(tids))
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"thread_ids\" must be a boolean");

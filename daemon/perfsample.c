@@ -31,6 +31,17 @@ void perfs_stream_init(struct perf_stream *ps)
     ps->fd = -1;
 }
 
+/* A stack copy's size as the kernel takes it: 8-aligned, at most its limit. */
+static uint32_t stack_bytes(uint32_t stack_size)
+{
+    if (stack_size) {
+        stack_size = (stack_size + 7) & ~7u;
+        if (stack_size > PERFS_MAX_STACK)
+            stack_size = PERFS_MAX_STACK;
+    }
+    return stack_size;
+}
+
 static size_t ring_data_size(uint32_t stack_size, unsigned records)
 {
     size_t need = ((size_t)stack_size + RECORD_OVERHEAD) * (records ? records : 1);
@@ -58,13 +69,67 @@ size_t perfs_ring_bytes(uint32_t stack_size, bool continuous, unsigned batch)
 {
     if (perfs_init() < 0)
         return 0;
-    if (stack_size) {
-        stack_size = (stack_size + 7) & ~7u;
-        if (stack_size > PERFS_MAX_STACK)
-            stack_size = PERFS_MAX_STACK;
-    }
+    stack_size = stack_bytes(stack_size);
     return (size_t)page_size +
            ring_data_size(stack_size, continuous && stack_size ? batch + 8 : 1);
+}
+
+/* A task-clock event of period_ns, stamped on CLOCK_MONOTONIC, with stack_size bytes of stack
+ * per sample (0: counting only). */
+static void task_clock_attr(struct perf_event_attr *pa, uint64_t period_ns, uint32_t stack_size)
+{
+    memset(pa, 0, sizeof(*pa));
+    pa->size = sizeof(*pa);
+    pa->type = PERF_TYPE_SOFTWARE;
+    pa->config = PERF_COUNT_SW_TASK_CLOCK;
+    pa->sample_period = period_ns;
+    pa->sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME;
+    if (stack_size) {
+        pa->sample_type |= PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+        pa->sample_regs_user = REGS_MASK;
+        pa->sample_stack_user = stack_size;
+    }
+    pa->use_clockid = 1;
+    pa->clockid = CLOCK_MONOTONIC;
+    pa->exclude_hv = 1;
+}
+
+/* Open pa on tid and map its ring of data bytes (prot: PROT_READ alone makes it one the
+ * kernel overwrites). Returns 0 or -errno, counted. */
+static int open_event(struct perf_stream *ps, pid_t tid, struct perf_event_attr *pa, size_t data,
+                      int prot)
+{
+    int fd = -1;
+    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+        pa->exclude_kernel = need_exclude_kernel;
+        fd = (int)syscall(SYS_perf_event_open, pa, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+        if (fd < 0 && (errno == EACCES || errno == EPERM) && !need_exclude_kernel)
+            need_exclude_kernel = true;
+        else
+            break;
+    }
+    if (fd < 0) {
+        int e = errno;
+        totals.open_failed++;
+        totals.last_err = -e;
+        return -e;
+    }
+    void *buf = mmap(NULL, (size_t)page_size + data, prot, MAP_SHARED, fd, 0);
+    if (buf == MAP_FAILED) {
+        /* EPERM: past perf_event_mlock_kb and RLIMIT_MEMLOCK (the locked-memory limits). */
+        int e = errno == EPERM ? ENOMEM : errno;
+        close(fd);
+        totals.open_failed++;
+        totals.last_err = -e;
+        return -e;
+    }
+    ps->fd = fd;
+    ps->buf = buf;
+    ps->data_size = data;
+    totals.streams++;
+    totals.opened++;
+    totals.ring_bytes += (size_t)page_size + data;
+    return 0;
 }
 
 int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t stack_size,
@@ -73,26 +138,9 @@ int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t s
     if (perfs_init() < 0)
         return -ENOMEM;
     perfs_stream_init(ps);
-    if (stack_size) {
-        stack_size = (stack_size + 7) & ~7u;
-        if (stack_size > PERFS_MAX_STACK)
-            stack_size = PERFS_MAX_STACK;
-    }
+    stack_size = stack_bytes(stack_size);
     struct perf_event_attr pa;
-    memset(&pa, 0, sizeof(pa));
-    pa.size = sizeof(pa);
-    pa.type = PERF_TYPE_SOFTWARE;
-    pa.config = PERF_COUNT_SW_TASK_CLOCK;
-    pa.sample_period = period_ns;
-    pa.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME;
-    if (stack_size) {
-        pa.sample_type |= PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
-        pa.sample_regs_user = REGS_MASK;
-        pa.sample_stack_user = stack_size;
-    }
-    pa.use_clockid = 1;
-    pa.clockid = CLOCK_MONOTONIC;
-    pa.exclude_hv = 1;
+    task_clock_attr(&pa, period_ns, stack_size);
     pa.disabled = !continuous;
     /* A continuous ring holds its batch and 8 samples more: the reader may be late (a busy
      * machine) by that many periods before the kernel drops samples (counted as lost). */
@@ -113,39 +161,96 @@ int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t s
         pa.watermark = 1;
         pa.wakeup_watermark = (uint32_t)data;
     }
-    int fd = -1;
-    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
-        pa.exclude_kernel = need_exclude_kernel;
-        fd = (int)syscall(SYS_perf_event_open, &pa, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-        if (fd < 0 && (errno == EACCES || errno == EPERM) && !need_exclude_kernel)
-            need_exclude_kernel = true;
-        else
-            break;
-    }
-    if (fd < 0) {
-        int e = errno;
-        totals.open_failed++;
-        totals.last_err = -e;
-        return -e;
-    }
-    void *buf = mmap(NULL, (size_t)page_size + data, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (buf == MAP_FAILED) {
-        /* EPERM: past perf_event_mlock_kb and RLIMIT_MEMLOCK (the locked-memory limits). */
-        int e = errno == EPERM ? ENOMEM : errno;
-        close(fd);
-        totals.open_failed++;
-        totals.last_err = -e;
-        return -e;
-    }
-    ps->fd = fd;
-    ps->buf = buf;
-    ps->data_size = data;
+    int r = open_event(ps, tid, &pa, data, PROT_READ | PROT_WRITE);
+    if (r < 0)
+        return r;
     ps->stack_size = stack_size;
     ps->continuous = continuous;
     ps->period_ns = period_ns;
-    totals.streams++;
-    totals.opened++;
-    totals.ring_bytes += (size_t)page_size + data;
+    return 0;
+}
+
+#define LATEST_RECORDS 3
+
+size_t perfs_latest_bytes(uint32_t stack_size)
+{
+    if (perfs_init() < 0)
+        return 0;
+    return (size_t)page_size + ring_data_size(stack_bytes(stack_size), LATEST_RECORDS);
+}
+
+int perfs_open_latest(struct perf_stream *ps, pid_t tid, uint64_t period_ns,
+                      uint32_t stack_size)
+{
+    if (perfs_init() < 0)
+        return -ENOMEM;
+    perfs_stream_init(ps);
+    stack_size = stack_bytes(stack_size);
+    if (!stack_size)
+        return -EINVAL;
+    struct perf_event_attr pa;
+    task_clock_attr(&pa, period_ns, stack_size);
+    pa.write_backward = 1;
+    /* Nobody polls it: the kernel never has anybody to wake. */
+    size_t data = ring_data_size(stack_size, LATEST_RECORDS);
+    pa.watermark = 1;
+    pa.wakeup_watermark = (uint32_t)data;
+    int r = open_event(ps, tid, &pa, data, PROT_READ);
+    if (r < 0)
+        return r;
+    ps->stack_size = stack_size;
+    ps->continuous = true;
+    ps->latest = true;
+    ps->period_ns = period_ns;
+    return 0;
+}
+
+int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_sample *out)
+{
+    if (ps->fd < 0 || !ps->latest)
+        return 0;
+    struct perf_event_mmap_page *mp = (struct perf_event_mmap_page *)ps->buf;
+    /* Written backward: data_head falls as records are written, and the newest record
+     * starts at it; the older ones follow it. */
+    uint64_t head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE);
+    if (head == ps->seen_head)
+        return 0;
+    uint64_t fresh = ps->seen_head - head; /* bytes written since the last read */
+    ps->seen_head = head;
+    uint64_t mask = ps->data_size - 1;
+    /* Past the span of one record from the head, what follows may be overwritten by a
+     * record in the writing: look no further (older records are not wanted anyway). */
+    uint64_t maxrec = (uint64_t)ps->stack_size + RECORD_OVERHEAD;
+    uint64_t span = ps->data_size > maxrec ? ps->data_size - maxrec : 0;
+    if (fresh < span)
+        span = fresh;
+    const uint8_t *data = ps->buf + page_size;
+    uint64_t off = 0;
+    while (off + sizeof(struct perf_event_header) <= span) {
+        struct perf_event_header h;
+        memcpy(&h, data + ((head + off) & mask), sizeof(h));
+        if (h.size < sizeof(h) || h.size % 8 || h.size > span - off)
+            return 0;
+        if (h.type != PERF_RECORD_SAMPLE) {
+            off += h.size;
+            continue;
+        }
+        const uint8_t *rec = data + ((head + off) & mask);
+        if (((head + off) & mask) + h.size > ps->data_size) {
+            size_t first = ps->data_size - ((head + off) & mask);
+            memcpy(scratch, rec, first);
+            memcpy(scratch + first, data, h.size - first);
+            rec = scratch;
+        }
+        int r = perfs_parse_sample(rec, h.size, out, snap);
+        /* The kernel may have written on while we read: what it wrote since lies below the
+         * head we read from, and one more record may be in the writing below that. Our
+         * record is whole if none of it reached it. */
+        uint64_t now_head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE);
+        if ((head - now_head) + off + h.size + maxrec > ps->data_size)
+            return -EAGAIN;
+        return r == 0 && out->user ? 1 : 0;
+    }
     return 0;
 }
 

@@ -9,7 +9,12 @@
  *               does not poll it: the kernel's wake-up, once per ring's worth of samples
  *               written, then finds nobody to wake (a wake-up is paid in the target's
  *               interrupt: ~60 us per sample here if every sample woke the reader);
- *   one-shot    the wall-clock modes: the event is disabled; perfs_arm at a tick enables
+ *   latest      the wall-clock modes: one sample per interval of the thread's CPU time, in
+ *               a ring the kernel overwrites; at a tick, a thread found running is
+ *               represented by its newest sample (perfs_latest): nothing to ask of the
+ *               kernel at the tick, no interrupt of the target's CPU to arm anything;
+ *   one-shot    the wall-clock modes' fallback, for a running thread without a recent
+ *               sample (its first, or one that got little CPU): the event is disabled; perfs_arm at a tick enables
  *               it for one sample, taken after ONESHOT_PERIOD_NS of the thread's CPU time
  *               (the closest perf has to "sample this thread now"; with 10 us it took
  *               none here), and read at the next tick or before a slice.
@@ -36,6 +41,8 @@ struct perf_stream {
     size_t data_size;    /* a power of two */
     uint32_t stack_size; /* bytes of stack per sample; 0: no registers or stack (counts only) */
     bool continuous;
+    bool latest;         /* an overwritable ring: only its newest sample is read */
+    uint64_t seen_head;  /* latest: data_head at the last read */
     bool armed;          /* one-shot: enabled, its sample not yet read */
     uint64_t armed_ns;   /* when (the tick) */
     uint64_t period_ns;
@@ -61,6 +68,15 @@ void perfs_stream_init(struct perf_stream *ps);
  * -EMFILE; -ENOMEM: no locked memory for the ring, perf_event_mlock_kb then RLIMIT_MEMLOCK). */
 int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t stack_size,
                bool continuous, unsigned batch);
+/* Open a task-clock event on tid whose ring the kernel overwrites (written backward, mapped
+ * read-only): one sample per period_ns of the thread's CPU time, of which only the newest is
+ * read (perfs_latest), at a tick. The ring holds three samples: the newest, one the kernel may
+ * write while it is read, and room for the check that it did not overwrite it. Returns as
+ * perfs_open. */
+int perfs_open_latest(struct perf_stream *ps, pid_t tid, uint64_t period_ns,
+                      uint32_t stack_size);
+/* The bytes perfs_open_latest maps for such an event. */
+size_t perfs_latest_bytes(uint32_t stack_size);
 /* The bytes perfs_open maps for such an event (its ring rounded up to a power of two, and
  * the header page). */
 size_t perfs_ring_bytes(uint32_t stack_size, bool continuous, unsigned batch);
@@ -87,6 +103,11 @@ typedef void (*perfs_sample_fn)(void *ctx, const struct perf_sample *s, struct s
  * the ring is emptied. */
 unsigned perfs_drain(struct perf_stream *ps, struct snapshot *snap, perfs_sample_fn fn,
                      void *ctx, uint64_t *lost);
+/* An overwritable ring's newest sample, if the kernel wrote one since the last call: 1 and
+ * the sample in *out (its registers and copy in snap), 0 if none is new (or the newest
+ * record is not a sample of the thread's user space), -EAGAIN if the kernel overwrote it
+ * while it was read. */
+int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_sample *out);
 /* Bytes of ring mapped for ps. */
 size_t perfs_bytes(const struct perf_stream *ps);
 void perfs_get_totals(struct perfs_totals *t);

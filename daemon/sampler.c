@@ -288,6 +288,27 @@ static void learn_perf_stack(struct thread *th, uint64_t sp)
         th->perf_stack = (uint32_t)need;
 }
 
+/* Unwind a kernel's copy of stack_size bytes (in snap) and intern it; learn from it how
+ * much the thread's copies should hold. Returns as unwind_and_intern. */
+static uint32_t unwind_copy(struct target *t, struct thread *th, uint32_t stack_size)
+{
+    enum unwind_end end;
+    uint32_t id = unwind_and_intern(t, th, &end);
+    if (end == UNWIND_COMPLETE) {
+        learn_perf_stack(th, snap.regs.rsp);
+    } else if (snap.short_copy) {
+        /* The copy ended before the unwind did: copy more from now on, up to the kernel's
+         * limit; past it, stop the thread for its running samples for a while. */
+        t->stats.perf_short++;
+        if (stack_size >= PERFS_MAX_STACK)
+            th->perf_deep_left = DEEP_STOPS;
+        else
+            th->perf_stack = stack_size * 2 > PERFS_MAX_STACK ? PERFS_MAX_STACK
+                                                              : stack_size * 2;
+    }
+    return id;
+}
+
 struct drain_ctx {
     struct target *t;
     struct thread *th;
@@ -304,20 +325,7 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
         t->stats.perf_no_regs++;
         return;
     }
-    enum unwind_end end;
-    uint32_t id = unwind_and_intern(t, th, &end);
-    if (end == UNWIND_COMPLETE) {
-        learn_perf_stack(th, snap.regs.rsp);
-    } else if (snap.short_copy) {
-        /* The copy ended before the unwind did: copy more from now on, up to the kernel's
-         * limit; past it, stop the thread for its running samples for a while. */
-        t->stats.perf_short++;
-        if (th->ps.stack_size >= PERFS_MAX_STACK)
-            th->perf_deep_left = DEEP_STOPS;
-        else
-            th->perf_stack = th->ps.stack_size * 2 > PERFS_MAX_STACK ? PERFS_MAX_STACK
-                                                                     : th->ps.stack_size * 2;
-    }
+    uint32_t id = unwind_copy(t, th, th->ps.stack_size);
     th->perf_last_ns = ps->time_ns;
     if (id != STACK_NONE) {
         push(t, th, ps->time_ns, id);
@@ -352,9 +360,13 @@ bool sampler_perf_has_stacks(const struct thread *th)
 /* Open th's perf event: continuous (cputime) or one-shot. Fails (and the thread is then
  * sampled by stopping) without a descriptor in the budget, past max_memory, or where the
  * kernel refuses. */
-static int perf_open(struct target *t, struct thread *th, bool continuous, uint64_t period,
-                     uint32_t stack, unsigned batch)
+enum stream_kind { STREAM_ONESHOT, STREAM_CONTINUOUS, STREAM_LATEST };
+
+static int perf_open(struct target *t, struct thread *th, enum stream_kind kind,
+                     uint64_t period, uint32_t stack, unsigned batch)
 {
+    bool continuous = kind == STREAM_CONTINUOUS;
+    struct perf_stream *ps = kind == STREAM_LATEST ? &th->pl : &th->ps;
     /* The rings hold samples (locked memory): they count with the samples, within the
      * three quarters of max_memory these may take, and take a quarter of max_memory at most,
      * so that they never crowd out the buffers. Past it, threads are sampled by stopping
@@ -362,15 +374,17 @@ static int perf_open(struct target *t, struct thread *th, bool continuous, uint6
     struct perfs_totals pt;
     perfs_get_totals(&pt);
     uint64_t max = memory_max();
-    size_t ring = perfs_ring_bytes(stack, continuous, batch);
+    size_t ring = kind == STREAM_LATEST ? perfs_latest_bytes(stack)
+                                        : perfs_ring_bytes(stack, continuous, batch);
     if (memory_over() || (max && pt.ring_bytes + ring > max / 4) ||
         !memacct_room(memory_samples(), ring))
         return -ENOMEM;
     if (!fds_take(1))
         return -EMFILE;
-    int r = perfs_open(&th->ps, th->tid, period, stack, continuous, batch);
+    int r = kind == STREAM_LATEST ? perfs_open_latest(ps, th->tid, period, stack)
+                                  : perfs_open(ps, th->tid, period, stack, continuous, batch);
     if (r == 0)
-        memacct_add(memory_samples(), perfs_bytes(&th->ps));
+        memacct_add(memory_samples(), perfs_bytes(ps));
     if (r < 0) {
         fds_give(1);
         if (r != -ESRCH && t->perf_err != r) {
@@ -391,11 +405,11 @@ int sampler_perf_open_continuous(struct target *t, struct thread *th, uint64_t p
                              t->py.status == PYS_OK
                          ? 0
                          : want_stack(th);
-    int r = perf_open(t, th, true, period_ns, stack, batch);
+    int r = perf_open(t, th, STREAM_CONTINUOUS, period_ns, stack, batch);
     if (r < 0 && stack && r != -ESRCH) {
         /* No room for stacks in the ring (locked memory): count only, stop to sample. */
         th->perf_refused = true;
-        r = perf_open(t, th, true, period_ns, 0, batch);
+        r = perf_open(t, th, STREAM_CONTINUOUS, period_ns, 0, batch);
     }
     return r;
 }
@@ -451,7 +465,7 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
     if (th->ps.fd >= 0 && th->ps.stack_size < want_stack(th))
         target_thread_perf_close(th);
     if (th->ps.fd < 0) {
-        int r = perf_open(t, th, false, ONESHOT_PERIOD_NS, want_stack(th), 1);
+        int r = perf_open(t, th, STREAM_ONESHOT, ONESHOT_PERIOD_NS, want_stack(th), 1);
         if (r < 0) {
             /* Refused for good (permissions, a filter): do not ask at every tick. Out of
              * descriptors or memory: ask again later (the next tick). */
@@ -480,6 +494,77 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
     return true;
 }
 
+/* The newest sample of the thread's clock stands for a tick it is found running at when it
+ * is at most this many intervals old (halves): a thread on a CPU throughout has one per
+ * interval of its CPU, but ticks fall anywhere in the first quarter of theirs. */
+#define LATEST_MAX_AGE_HALVES 3
+/* A thread's clock not used for this long is closed (opened again when it runs). */
+#define LATEST_IDLE_NS (10 * NS_PER_SEC)
+
+/* A running thread's sample for a wall-clock tick without asking the kernel for anything:
+ * the newest sample of its clock (one per interval of its CPU time, perfsample.h), at the
+ * kernel's time, if it was taken since the last one used and within
+ * LATEST_MAX_AGE_HALVES / 2 intervals of the tick; else the last one used, again (at its
+ * own time), if that is as recent (the thread ran less than an interval of CPU since: it
+ * waited for a CPU, or the tick came early in its interval). Returns false when neither
+ * is: the one-shot (or a stop) takes this tick. */
+static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
+{
+    if (t->sampler == SAMPLER_PTRACE || th->perf_refused || th->pl_refused || boundary ||
+        t->py.status == PYS_OK || th->perf_deep_left)
+        return false; /* (perf_oneshot counts why) */
+    uint64_t max_age = t->interval_ns * LATEST_MAX_AGE_HALVES / 2;
+    uint32_t want = want_stack(th);
+    if (th->pl.fd >= 0 && th->pl.stack_size < want)
+        target_thread_latest_close(th); /* a deeper stack */
+    /* A new rate (the budget's, which moves a little at each look: followed when it moved
+     * by a tenth). */
+    if (th->pl.fd >= 0 && (th->pl.period_ns > t->interval_ns + t->interval_ns / 10 ||
+                           th->pl.period_ns < t->interval_ns - t->interval_ns / 10) &&
+        perfs_set_period(&th->pl, t->interval_ns) < 0)
+        target_thread_latest_close(th);
+    if (th->pl.fd < 0) {
+        int r = perf_open(t, th, STREAM_LATEST, t->interval_ns, want, 0);
+        if (r == -EACCES || r == -EPERM || r == -ENOENT || r == -EINVAL || r == -ENOSYS)
+            th->pl_refused = true;
+        th->pl_last_ns = tick_ns; /* (its samples come after; and it is idle from now) */
+        return false; /* nothing in it yet */
+    }
+    uint64_t t0 = thread_cpu_ns();
+    struct perf_sample s;
+    int r = perfs_latest(&th->pl, &snap, &s);
+    if (r == -EAGAIN)
+        t->stats.perf_latest_torn++;
+    if (r > 0 && s.tid == th->tid && s.time_ns > th->pl_last_ns) {
+        bool recent = (int64_t)(tick_ns - s.time_ns) < (int64_t)max_age;
+        uint32_t id = recent ? unwind_copy(t, th, th->pl.stack_size) : STACK_NONE;
+        if (th->pl_stack != STACK_NONE)
+            stacks_unref(&t->stacks, th->pl_stack);
+        th->pl_stack = STACK_NONE;
+        th->pl_last_ns = s.time_ns;
+        th->perf_last_ns = s.time_ns;
+        if (id != STACK_NONE) {
+            stacks_ref(&t->stacks, id);
+            th->pl_stack = id;
+            push(t, th, s.time_ns, id);
+            t->stats.samples_perf++;
+            t->stats.perf_latest++;
+            t->stats.ns_perf += thread_cpu_ns() - t0;
+            return true;
+        }
+    }
+    if (th->pl_stack != STACK_NONE && tick_ns - th->pl_last_ns < max_age) {
+        /* At the time it was taken, not the tick's: a transaction that began or ended
+         * since must not get (or lose) a stack from outside it. */
+        stacks_ref(&t->stacks, th->pl_stack);
+        push(t, th, th->pl_last_ns, th->pl_stack);
+        t->stats.samples_perf++;
+        t->stats.perf_latest_reused++;
+        t->stats.ns_perf += thread_cpu_ns() - t0;
+        return true;
+    }
+    return false;
+}
 
 /* Sample one thread, stopping it only if it is running. Returns whether it was
  * interrupted (its sample completes when the stop arrives). */
@@ -596,7 +681,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         return false;
     }
     target_thread_forget_stack(th);
-    if (perf_oneshot(t, th, tick_ns))
+    if (perf_latest(t, th, tick_ns) || perf_oneshot(t, th, tick_ns))
         return false;
     return interrupt(t, th, tick_ns);
 }
@@ -855,6 +940,10 @@ void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
             interrupted += sample_thread(t, th, tick_ns, true);
             continue;
         }
+        /* A clock whose thread has not been found running for a while gives back its
+         * ring (locked memory) and descriptor until it is. */
+        if (th->pl.fd >= 0 && tick_ns - th->pl_last_ns > LATEST_IDLE_NS)
+            target_thread_latest_close(th);
         interrupted += sample_wall(t, th, tick_ns);
     }
     if (interrupted)

@@ -200,12 +200,26 @@ void target_thread_forget_stack(struct thread *th)
 
 void target_thread_perf_close(struct thread *th)
 {
+    target_thread_latest_close(th);
     if (th->ps.fd < 0)
         return;
     if (ev_is_active(&th->perf_io))
         ev_io_stop(loop, &th->perf_io);
     memacct_sub(memory_samples(), perfs_bytes(&th->ps));
     perfs_close(&th->ps);
+    fds_give(1);
+}
+
+void target_thread_latest_close(struct thread *th)
+{
+    if (th->pl_stack != STACK_NONE)
+        stacks_unref(&th->t->stacks, th->pl_stack);
+    th->pl_stack = STACK_NONE;
+    th->pl_last_ns = 0;
+    if (th->pl.fd < 0)
+        return;
+    memacct_sub(memory_samples(), perfs_bytes(&th->pl));
+    perfs_close(&th->pl);
     fds_give(1);
 }
 
@@ -229,6 +243,8 @@ static struct thread *thread_add(struct target *t, pid_t tid)
         err = EMFILE;
     }
     perfs_stream_init(&th->ps);
+    perfs_stream_init(&th->pl);
+    th->pl_stack = STACK_NONE;
     if (th->schedstat_fd < 0 || th->syscall_fd < 0)
         t->nthreads_nofiles++;
     if (err && err != ENOENT && err != ESRCH && !t->warned_task_files) {
@@ -1638,6 +1654,7 @@ size_t target_memory(const struct target *t)
         m += t->epochs[i].maps.n * sizeof(struct map_entry);
     m += t->maps.n * sizeof(struct map_entry);
     for (size_t i = 0; i < t->nthreads; i++)
-        m += perfs_bytes(&t->threads[i]->ps); /* the kernel's rings: locked memory */
+        m += perfs_bytes(&t->threads[i]->ps) + perfs_bytes(&t->threads[i]->pl); /* the
+                                                           kernel's rings: locked memory */
     return m + py_target_memory(&t->py);
 }

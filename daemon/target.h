@@ -83,6 +83,12 @@ struct thread {
                                    deeper than the kernel copies */
     bool perf_refused;          /* its event could not be opened: sampled by stopping */
     uint64_t perf_last_ns;      /* its latest sample from the kernel's copy */
+    /* The wall-clock modes: its event whose newest sample stands for a tick it is found
+     * running at (perfsample.h, latest), that sample's time and stack (one reference). */
+    struct perf_stream pl;
+    uint64_t pl_last_ns;
+    uint32_t pl_stack;
+    bool pl_refused;            /* that event could not be opened: the one-shot is asked */
     uint64_t py_tstate;         /* its CPython thread state, as found last (python.h) */
     struct thread *hnext;       /* tid hash chain */
 };
@@ -117,6 +123,9 @@ struct target_stats {
     uint64_t ns_stopped, ns_blocked, ns_perf; /* profd's CPU time (loop thread) per path */
     uint64_t perf_armed;      /* one-shot samples asked for */
     uint64_t perf_expired;    /* one-shot asked for, not taken (the thread blocked first) */
+    uint64_t perf_latest;     /* a tick's running sample: the newest of the thread's clock */
+    uint64_t perf_latest_reused; /* the same, taken by an earlier tick (no newer one yet) */
+    uint64_t perf_latest_torn;   /* the newest overwritten while it was read */
     uint64_t perf_lost;       /* samples the kernel dropped (PERF_RECORD_LOST) */
     uint64_t perf_no_regs;    /* samples without user registers */
     uint64_t perf_short;      /* copies too short for a complete unwind (copy enlarged) */
@@ -272,7 +281,9 @@ void target_resume(struct thread *th, int sig);
  * it is not recorded again for a thread that has not run. */
 void target_thread_forget_stack(struct thread *th);
 /* Close th's perf event, if it has one (its descriptor and ring given back). */
-void target_thread_perf_close(struct thread *th);
+void target_thread_perf_close(struct thread *th); /* all its events (and the latest's) */
+/* Close the event of th whose newest sample stands for a tick (wall-clock modes). */
+void target_thread_latest_close(struct thread *th);
 /* Re-read a thread's name (comm) and remember it for slices. */
 void target_thread_refresh_name(struct thread *th);
 /* The same for thread tid of t, if it is one of its threads. */

@@ -1,5 +1,5 @@
 /* fuzz_perfring.c: libFuzzer target for the reader of a perf event's ring
- * (daemon/perfsample.c: perfs_drain, perfs_parse_sample).
+ * (daemon/perfsample.c: perfs_drain, perfs_latest, perfs_parse_sample).
  *
  * The ring is written by the kernel, but what a sample carries is the target's: its
  * registers and the top of its stack, which go on to the unwinder (fuzz_unwind). The reader
@@ -74,10 +74,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mp->data_tail = tail;
     mp->data_head = tail + n;
     uint64_t lost = 0;
+    struct perf_sample s0;
     seen = 0;
     unsigned got = perfs_drain(&ps, &snap, on_sample, NULL, &lost);
     FUZZ_ASSERT(got == seen);
     FUZZ_ASSERT(mp->data_tail == mp->data_head);
+    /* The same bytes as a ring the kernel overwrites (written backward, perfs_latest): the
+     * newest record starts at data_head, older ones follow it, and the n bytes from there
+     * were written since the last read. Nothing writes on meanwhile, so the newest sample
+     * is never torn. */
+    struct perf_stream pl = ps;
+    pl.continuous = pl.latest = true;
+    pl.stack_size = (data[0] & 0x80) ? 8 : (data[0] & 0x20) ? 1024 : 16384;
+    mp->data_head = tail;
+    pl.seen_head = tail + n;
+    int r = perfs_latest(&pl, &snap, &s0);
+    FUZZ_ASSERT(r == 0 || r == 1);
+    if (r == 1)
+        FUZZ_ASSERT(s0.user && snap.len <= snap.cap && snap.len <= s0.stack_asked &&
+                    snap.base == snap.regs.rsp);
+    FUZZ_ASSERT(perfs_latest(&pl, &snap, &s0) == 0); /* nothing new since */
     /* A lone record, parsed where it lies. */
     struct perf_sample s;
     if (perfs_parse_sample(body, size - 3, &s, &snap) == 0 && s.user)

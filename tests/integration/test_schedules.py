@@ -172,6 +172,7 @@ for mode in ("alarm", "sleep", "event"):
 
 # 4. event: a slice request takes a sample at once; sleep at 1 Hz has none after 0.3 s.
 with Daemon() as d, Program("sleeper", 0) as p, Program("sleeper", 0) as q:
+    t_attach = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     d.ctl("attach", p.pid, "--mode", "event", "--hz", 1)
     d.ctl("attach", q.pid, "--mode", "sleep", "--hz", 1)
     time.sleep(0.3)
@@ -191,6 +192,16 @@ with Daemon() as d, Program("sleeper", 0) as p, Program("sleeper", 0) as q:
           % ((now - start - last) / 1e6))
     check(prof.get("profd", {}).get("sampling", {}).get("mode") == "event",
           "the Sentry profile's metadata names the mode")
+    # A window reaching back before the attach: the profile starts at the attach, so that
+    # its samples fall in the 30 s relay keeps from its start.
+    res = slice_raw(d, p.pid, 60, "sentry")
+    el = [int(s["elapsed_since_start_ns"]) for s in res["profile"]["profile"]["samples"]]
+    check(res["start_ns"] >= t_attach and el and max(el) < 30 * 10**9,
+          "sentry, the last 60 s of a process attached %.1f s ago: the window starts at the "
+          "attach (%.1f s after the 60 s) and its %d samples lie in relay's 30 s (last at "
+          "%.1f s)" % ((time.clock_gettime_ns(time.CLOCK_MONOTONIC) - t_attach) / 1e9,
+                       (res["start_ns"] - (res["end_ns"] - 60 * 10**9)) / 1e9, len(el),
+                       max(el, default=0) / 1e9))
 
 # 5. alarm: ticks missed while the daemon is stopped are counted, not bunched; changing the
 # mode of an attached process takes effect.
