@@ -70,6 +70,17 @@ static void budget_next(double secs)
     }
 }
 
+static void on_budget(struct ev_loop *loop, ev_timer *w, int revents);
+
+void sched_chores_early(void)
+{
+    if (g.loop && ev_is_active(&g.budget_w) &&
+        ev_timer_remaining(g.loop, &g.budget_w) < g.budget_w.repeat / 3) {
+        ev_timer_again(g.loop, &g.budget_w);
+        on_budget(g.loop, &g.budget_w, EV_TIMER);
+    }
+}
+
 static const char *const mode_names[] = {"sleep", "event", "alarm", "cputime"};
 static const char *const source_names[] = {"auto", "perf", "timer", "poll"};
 

@@ -105,6 +105,9 @@ struct sched {
  * Returns 0, or -errno when source is CPU_SRC_TIMER and the CPU timers' signal cannot be
  * received (with any other source that is logged and cputime does without the timers). */
 int sched_global_init(struct ev_loop *loop, enum cpu_source source, double max_cpu_pct);
+/* The budget's look, now, if it was due within a third of its period: called after each
+ * loop iteration, so that it shares the wake-up of whatever woke the daemon. */
+void sched_chores_early(void);
 void sched_global_finish(void);
 double sched_budget_pct(void);
 /* A new budget (configuration reload); applied at the next division (0.25 s). */
