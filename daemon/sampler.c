@@ -681,7 +681,15 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         return false;
     }
     target_thread_forget_stack(th);
-    if (perf_latest(t, th, tick_ns) || perf_oneshot(t, th, tick_ns))
+    if (perf_latest(t, th, tick_ns)) {
+        /* A one-shot event opened for an earlier tick (the thread's first, say) and done
+         * with: its ring and descriptor back until one is needed again (rarely, for a thread
+         * that runs). */
+        if (th->ps.fd >= 0 && !th->ps.continuous && !th->ps.armed)
+            target_thread_stream_close(th);
+        return false;
+    }
+    if (perf_oneshot(t, th, tick_ns))
         return false;
     return interrupt(t, th, tick_ns);
 }

@@ -201,6 +201,11 @@ void target_thread_forget_stack(struct thread *th)
 void target_thread_perf_close(struct thread *th)
 {
     target_thread_latest_close(th);
+    target_thread_stream_close(th);
+}
+
+void target_thread_stream_close(struct thread *th)
+{
     if (th->ps.fd < 0)
         return;
     if (ev_is_active(&th->perf_io))

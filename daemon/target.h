@@ -282,6 +282,8 @@ void target_resume(struct thread *th, int sig);
 void target_thread_forget_stack(struct thread *th);
 /* Close th's perf event, if it has one (its descriptor and ring given back). */
 void target_thread_perf_close(struct thread *th); /* all its events (and the latest's) */
+/* Close th's continuous (cputime) or one-shot event. */
+void target_thread_stream_close(struct thread *th);
 /* Close the event of th whose newest sample stands for a tick (wall-clock modes). */
 void target_thread_latest_close(struct thread *th);
 /* Re-read a thread's name (comm) and remember it for slices. */
