@@ -1300,14 +1300,17 @@ class Bench:
         w("")
         pa = [r for r in sel("profd") if r["mode"] != "cputime"]
         if pa:
-            w("profd (perf) in `alarm` pays a second, earlier pause that the containing rule "
-              "does not see: at the tick it enables the thread's one-shot event "
-              "(PERF_EVENT_IOC_REFRESH), which the kernel does by a function call on the "
-              "target's CPU, an interrupt of the running target; the sample follows after "
-              "100 us of the thread's CPU. Here: the longest gap starting %d to %d us before "
-              "each sample (the *arming* gap; 0 if none), and the sample's pause plus it. "
-              "The control rows apply the same rule to no-profiler runs at virtual ticks. "
-              "(In `cputime` the event runs continuously: no arming.)"
+            w("profd (perf) in `alarm` takes a running thread's tick from the newest sample "
+              "of its task clock, asking nothing of the kernel; where there is none recent "
+              "(the thread's first tick, or little CPU since) it enables a one-shot event at "
+              "the tick (PERF_EVENT_IOC_REFRESH), which the kernel does by a function call on "
+              "the target's CPU, an interrupt of the running target, a second, earlier pause "
+              "that the containing rule does not see; that sample follows after 100 us of the "
+              "thread's CPU (before 2026-12-02 every tick did this). Here: the longest gap "
+              "starting %d to %d us before each sample (the *arming* gap; 0 if none), and the "
+              "sample's pause plus it. The control rows apply the same rule to no-profiler "
+              "runs at virtual ticks: the share of samples with such a gap is what the "
+              "background alone gives. (In `cputime` the event runs continuously: no arming.)"
               % (ARM_BEFORE_NS // 1000, ARM_AFTER_NS // 1000))
             w("")
             w("| rate | | runs | samples with an arming gap | arming gap p50 (us) | pause + arming "
