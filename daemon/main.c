@@ -33,6 +33,7 @@ static struct ev_loop *loop;
 static ev_signal sigchld_w, sigterm_w, sigint_w, sighup_w;
 static ev_timer housekeeping_w;
 static ev_check collect_w;
+static ev_prepare chores_w;
 static int exit_code;
 
 static void usage(FILE *f)
@@ -223,17 +224,25 @@ static void on_housekeeping(struct ev_loop *l, ev_timer *w, int revents)
     notify_status();
 }
 
-/* After every loop iteration: free targets forgotten during it; and the once-a-second
- * chores (housekeeping, the budget) run now if they were due within a third of their period
- * anyway: profd woke for something else (a tick, a read of the rings), and waking the
- * daemon is what costs most on an idle machine (each wake-up of an idle vCPU is a VM exit). */
+/* After every loop iteration: free targets forgotten during it. */
 static void on_collect(struct ev_loop *l, ev_check *w, int revents)
 {
-    (void)w, (void)revents;
+    (void)l, (void)w, (void)revents;
     targets_collect();
+}
+
+/* Before the loop sleeps, after every callback of the iteration (a check watcher would run
+ * before them: libev runs pending watchers last in, first out): the once-a-second chores
+ * (housekeeping, the budget) run now if they were due within a third of their period anyway.
+ * profd woke for something else (a tick, a read of the rings), and waking the daemon is what
+ * costs most on an idle machine (each wake-up of an idle vCPU is a VM exit). */
+static void on_prepare(struct ev_loop *l, ev_prepare *w, int revents)
+{
+    (void)w, (void)revents;
     if (ev_timer_remaining(l, &housekeeping_w) < housekeeping_w.repeat / 3) {
         ev_timer_again(l, &housekeeping_w);
         on_housekeeping(l, &housekeeping_w, EV_TIMER);
+        targets_collect();
     }
     sched_chores_early();
 }
@@ -377,6 +386,8 @@ int main(int argc, char **argv)
     ev_timer_start(loop, &housekeeping_w);
     ev_check_init(&collect_w, on_collect);
     ev_check_start(loop, &collect_w);
+    ev_prepare_init(&chores_w, on_prepare);
+    ev_prepare_start(loop, &chores_w);
 
     r = worker_start(loop);
     if (r < 0)
@@ -418,6 +429,7 @@ int main(int argc, char **argv)
     targets_shutdown(5 * NS_PER_SEC);
     targets_collect();
     ev_check_stop(loop, &collect_w);
+    ev_prepare_stop(loop, &chores_w);
     worker_stop();
     modules_shutdown();
     sched_global_finish();

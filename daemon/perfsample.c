@@ -246,7 +246,8 @@ int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_samp
         /* The kernel may have written on while we read: what it wrote since lies below the
          * head we read from, and one more record may be in the writing below that. Our
          * record is whole if none of it reached it. */
-        uint64_t now_head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the reads above, before the load */
+        uint64_t now_head = __atomic_load_n(&mp->data_head, __ATOMIC_RELAXED);
         if ((head - now_head) + off + h.size + maxrec > ps->data_size)
             return -EAGAIN;
         return r == 0 && out->user ? 1 : 0;

@@ -44,6 +44,13 @@ static bool awaiting; /* in await_stops: its time is counted as the stops' cost 
  * is stopped for it rather than sampled after 0.1 ms more of its CPU (by then it may have
  * left the transaction). */
 static bool boundary;
+/* An event's tick (sampler_event_tick): a sample of now, not of the last interval. */
+static bool event_tick;
+
+void sampler_event_tick(bool on)
+{
+    event_tick = on;
+}
 
 
 static void on_stop_timer(int sig)
@@ -463,7 +470,7 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
         return false;
     }
     if (th->ps.fd >= 0 && th->ps.stack_size < want_stack(th))
-        target_thread_perf_close(th);
+        target_thread_stream_close(th); /* (its clock has its own size check) */
     if (th->ps.fd < 0) {
         int r = perf_open(t, th, STREAM_ONESHOT, ONESHOT_PERIOD_NS, want_stack(th), 1);
         if (r < 0) {
@@ -498,6 +505,8 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
  * is at most this many intervals old (halves): a thread on a CPU throughout has one per
  * interval of its CPU, but ticks fall anywhere in the first quarter of theirs. */
 #define LATEST_MAX_AGE_HALVES 3
+/* A one-shot event not asked for this long is closed while the thread's clock serves. */
+#define ONESHOT_IDLE_NS (NS_PER_SEC)
 /* A thread's clock not used for this long is closed (opened again when it runs). */
 #define LATEST_IDLE_NS (10 * NS_PER_SEC)
 
@@ -511,7 +520,7 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
 static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     if (t->sampler == SAMPLER_PTRACE || th->perf_refused || th->pl_refused || boundary ||
-        t->py.status == PYS_OK || th->perf_deep_left)
+        event_tick || t->py.status == PYS_OK || th->perf_deep_left)
         return false; /* (perf_oneshot counts why) */
     uint64_t max_age = t->interval_ns * LATEST_MAX_AGE_HALVES / 2;
     uint32_t want = want_stack(th);
@@ -682,11 +691,15 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
     }
     target_thread_forget_stack(th);
     if (perf_latest(t, th, tick_ns)) {
-        /* A one-shot event opened for an earlier tick (the thread's first, say) and done
-         * with: its ring and descriptor back until one is needed again (rarely, for a thread
-         * that runs). */
-        if (th->ps.fd >= 0 && !th->ps.continuous && !th->ps.armed)
-            target_thread_stream_close(th);
+        /* A one-shot asked for two intervals ago and not taken (the kernel lost it) is not
+         * waited for; one not needed for a second (opened for the thread's first tick,
+         * say) gives back its ring and descriptor until one is needed again. */
+        if (th->ps.fd >= 0 && !th->ps.continuous) {
+            if (th->ps.armed && tick_ns - th->ps.armed_ns >= 2 * t->interval_ns)
+                perf_expire(t, th);
+            if (!th->ps.armed && tick_ns - th->ps.armed_ns > ONESHOT_IDLE_NS)
+                target_thread_stream_close(th);
+        }
         return false;
     }
     if (perf_oneshot(t, th, tick_ns))

@@ -39,6 +39,10 @@ void sampler_finish(void);
  * cpu_only, only the threads marked cpu_due, and only if they are on a CPU (running, or
  * runnable): on-CPU stacks for the cputime schedule. */
 void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only);
+/* The ticks until sampler_event_tick(false) are events' (event mode: a sample of now): a
+ * running thread's sample is a one-shot asked for at the tick, not its clock's newest, which
+ * may be an interval old. */
+void sampler_event_tick(bool on);
 /* A transaction's boundary: sample thread tid of t now (if it is one of its threads),
  * unless it had a boundary sample less than one (effective) interval ago, so that a stream
  * of short transactions cannot raise the sampling rate beyond twice the schedule's. At a

@@ -776,7 +776,9 @@ bool sched_event(struct sched *s)
     if (s->last_tick_ns && now - s->last_tick_ns < EVENT_MIN_GAP_NS)
         return false;
     s->events++;
+    sampler_event_tick(true);
     run_tick(s, now_ns(), false);
+    sampler_event_tick(false);
     if (s->running)
         timer_result(s, arm(s, s->eff_interval_ns));
     return true;

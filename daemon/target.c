@@ -440,9 +440,15 @@ int target_refresh_maps(struct target *t)
         unwinder_flush(&t->unw);
     }
     if (code_gone || code_added) {
-        /* Stacks kept for threads that have not run were unwound against the old code. */
-        for (size_t k = 0; k < t->nthreads; k++)
-            target_thread_forget_stack(t->threads[k]);
+        /* Stacks kept for threads that have not run were unwound against the old code (and
+         * so was the last of each clock, which a tick may take again). */
+        for (size_t k = 0; k < t->nthreads; k++) {
+            struct thread *th = t->threads[k];
+            target_thread_forget_stack(th);
+            if (th->pl_stack != STACK_NONE)
+                stacks_unref(&t->stacks, th->pl_stack);
+            th->pl_stack = STACK_NONE;
+        }
     }
     return changed ? 1 : 0;
 }
