@@ -103,8 +103,17 @@ void sampler_finish(void)
 /* Record one sample (the ring takes over the stack reference). when: the time the stack was
  * seen (the stop, or the read of a blocked thread), not the tick's: a thread slow to stop
  * may have moved on since the tick, and transactions are matched to samples by time. */
+/* A sample is stamped with the time its stack was taken: a tick's, or the kernel's for its
+ * copy, which can be up to LATEST_MAX_AGE_HALVES / 2 intervals before the tick that takes it
+ * (the newest sample of the thread's clock, or the last one used again). A window already
+ * sliced must not change afterwards, though: a slice of `--last 1` read again later would
+ * then count different samples (half of the ticks' kernel samples at the slice's end came
+ * after it at 49 Hz, measured). Such a sample is stamped just after the window instead,
+ * which still lies between its kernel time and its tick. */
 static void push(struct target *t, struct thread *th, uint64_t when, uint32_t stack)
 {
+    if (when <= t->sliced_to_ns)
+        when = t->sliced_to_ns + 1;
     struct ring_entry e = {.t_ns = when, .tid = th->tid, .stack = stack};
     if (ring_push(&t->ring, &e) < 0) {
         stacks_unref(&t->stacks, stack);

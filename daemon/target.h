@@ -174,6 +174,9 @@ struct target {
     bool explicit_attach;   /* attached by an attach request (not only for transactions) */
     uint64_t exit_ns;
     int exit_status;        /* wait status of the leader */
+    /* The end of the newest window sliced (at most the time of its request): a sample
+     * pushed since, of a kernel time before it, is stamped just after it (sampler.c push). */
+    uint64_t sliced_to_ns;
 
     struct thread **threads;
     size_t nthreads, cap_threads;

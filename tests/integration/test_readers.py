@@ -86,17 +86,23 @@ def frames_of(stack, pprof=False):
 
 
 def self_total(counts, thread=None, pprof=False):
-    """{function: (self, total)} of collapsed counts (of one thread if given)."""
+    """{function: (self, total)} of collapsed counts (of one thread if given). pprof: its
+    -top lines summed by their shortened name. pprof has a line per function, whose total
+    counts a sample once however often the function is in its stack; two functions whose
+    names shorten alike (libasan's "maybe_parse_param_index(char const*, int*)" beside a
+    name without its parameters) are two lines, and a sample through both is in each."""
     out = {}
     for stack, c in counts.items():
-        fr = frames_of(stack, pprof)
-        if thread is not None and fr[0] != thread:
+        fr = frames_of(stack)
+        if thread is not None and (short(fr[0]) if pprof else fr[0]) != thread:
             continue
         for f in set(fr[1:]):
+            f = short(f) if pprof else f
             s, t = out.get(f, (0, 0))
             out[f] = (s, t + c)
-        s, t = out[fr[-1]]
-        out[fr[-1]] = (s + c, t)
+        leaf = short(fr[-1]) if pprof else fr[-1]
+        s, t = out[leaf]
+        out[leaf] = (s + c, t)
     return out
 
 

@@ -17,6 +17,7 @@
 """
 import json
 import os
+import time
 from harness import *
 
 FAULTS = os.path.join(PROGRAMS, "libprofdfaults.so")
@@ -92,6 +93,28 @@ with Daemon() as d, Program("busy", 2) as p:
     meta = json.loads(r.stdout)
     text = json.dumps(meta)
     check('"sampler": "perf"' in text, "the profile's metadata names the sampler")
+
+# 1b. A window once sliced does not change: a tick's kernel sample is older than the tick
+# (the clock's newest, or the last one used again), so a tick just after a slice took one
+# from inside the sliced window. Slices ending now, each read again 100 ms later: half of them
+# differed at 49 Hz before such samples were stamped after the window.
+with Daemon() as d, Program("busy", 2) as p:
+    d.ctl("attach", p.pid, "--hz", 49, "--mode", "alarm", "--sampler", "perf")
+    d.wait_samples(p.pid, 3 * 2 * 49, timeout=60)
+    differ, n = [], 0
+    for i in range(16):
+        t1 = time.monotonic_ns()
+        first = d.slice(p.pid, "--from", t1 - 500 * 10**6, "--to", t1)
+        time.sleep(0.1)
+        again = d.slice(p.pid, "--from", t1 - 500 * 10**6, "--to", t1)
+        n += sum(first.values())
+        if first != again:
+            differ.append((sum(first.values()), sum(again.values())))
+    pf = d.target_status(p.pid)["perf"]
+    check(not differ and n > 0 and pf["latest"] > 0,
+          "sampler perf (alarm): a window sliced at its end is the same when sliced again "
+          "(16 windows of %d samples in all, %d newest clock samples; differing: %s)"
+          % (n, pf["latest"], differ[:4]))
 
 # 2. sampler ptrace: stops only.
 with Daemon() as d, Program("busy", 2) as p:
