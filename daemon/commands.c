@@ -733,7 +733,7 @@ static void slice_start(struct slice_wait *w, struct target *t)
     struct worker_loop_mark m;
     worker_loop_begin(&m);
     struct slice_job *job = slice_begin(t, w->from, w->to, w->format);
-    /* Later samples are stamped after this window (sampler.c push). */
+    /* Later ticks take no clock sample from inside this window (sampler.c perf_latest). */
     uint64_t served = w->to < now_ns() ? w->to : now_ns();
     if (served > t->sliced_to_ns)
         t->sliced_to_ns = served;

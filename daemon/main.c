@@ -239,11 +239,8 @@ static void on_collect(struct ev_loop *l, ev_check *w, int revents)
 static void on_prepare(struct ev_loop *l, ev_prepare *w, int revents)
 {
     (void)w, (void)revents;
-    if (ev_timer_remaining(l, &housekeeping_w) < housekeeping_w.repeat / 3) {
-        ev_timer_again(l, &housekeeping_w);
-        on_housekeeping(l, &housekeeping_w, EV_TIMER);
+    if (sched_timer_run_early(l, &housekeeping_w, on_housekeeping))
         targets_collect();
-    }
     sched_chores_early();
 }
 

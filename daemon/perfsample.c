@@ -205,6 +205,20 @@ int perfs_open_latest(struct perf_stream *ps, pid_t tid, uint64_t period_ns,
     return 0;
 }
 
+/* The record of `size` bytes at ring position pos: in place, or, where it wraps past the
+ * ring's end, copied whole into scratch. */
+static const uint8_t *record_at(const struct perf_stream *ps, uint64_t pos, size_t size)
+{
+    const uint8_t *data = ps->buf + page_size;
+    uint64_t at = pos & (ps->data_size - 1);
+    if (at + size <= ps->data_size)
+        return data + at;
+    size_t first = ps->data_size - at;
+    memcpy(scratch, data + at, first);
+    memcpy(scratch + first, data, size - first);
+    return scratch;
+}
+
 int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_sample *out)
 {
     if (ps->fd < 0 || !ps->latest)
@@ -235,13 +249,7 @@ int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_samp
             off += h.size;
             continue;
         }
-        const uint8_t *rec = data + ((head + off) & mask);
-        if (((head + off) & mask) + h.size > ps->data_size) {
-            size_t first = ps->data_size - ((head + off) & mask);
-            memcpy(scratch, rec, first);
-            memcpy(scratch + first, data, h.size - first);
-            rec = scratch;
-        }
+        const uint8_t *rec = record_at(ps, head + off, h.size);
         int r = perfs_parse_sample(rec, h.size, out, snap);
         /* The kernel may have written on while we read: what it wrote since lies below the
          * head we read from, and one more record may be in the writing below that. Our
@@ -415,13 +423,7 @@ unsigned perfs_drain(struct perf_stream *ps, struct snapshot *snap, perfs_sample
          * the next header would straddle the end.) */
         if (h.size < sizeof(h) || h.size % 8 || h.size > head - tail || h.size > ps->data_size)
             break;
-        const uint8_t *rec = data + (tail & mask);
-        if ((tail & mask) + h.size > ps->data_size) {
-            size_t first = ps->data_size - (tail & mask);
-            memcpy(scratch, rec, first);
-            memcpy(scratch + first, data, h.size - first);
-            rec = scratch;
-        }
+        const uint8_t *rec = record_at(ps, tail, h.size);
         if (h.type == PERF_RECORD_SAMPLE) {
             struct perf_sample s;
             uint8_t *own = snap ? snap->data : NULL;

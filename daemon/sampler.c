@@ -103,17 +103,8 @@ void sampler_finish(void)
 /* Record one sample (the ring takes over the stack reference). when: the time the stack was
  * seen (the stop, or the read of a blocked thread), not the tick's: a thread slow to stop
  * may have moved on since the tick, and transactions are matched to samples by time. */
-/* A sample is stamped with the time its stack was taken: a tick's, or the kernel's for its
- * copy, which can be up to LATEST_MAX_AGE_HALVES / 2 intervals before the tick that takes it
- * (the newest sample of the thread's clock, or the last one used again). A window already
- * sliced must not change afterwards, though: a slice of `--last 1` read again later would
- * then count different samples (half of the ticks' kernel samples at the slice's end came
- * after it at 49 Hz, measured). Such a sample is stamped just after the window instead,
- * which still lies between its kernel time and its tick. */
 static void push(struct target *t, struct thread *th, uint64_t when, uint32_t stack)
 {
-    if (when <= t->sliced_to_ns)
-        when = t->sliced_to_ns + 1;
     struct ring_entry e = {.t_ns = when, .tid = th->tid, .stack = stack};
     if (ring_push(&t->ring, &e) < 0) {
         stacks_unref(&t->stacks, stack);
@@ -456,6 +447,13 @@ static void perf_expire(struct target *t, struct thread *th)
         t->stats.perf_expired++;
 }
 
+/* perf_event_open's refusals that asking again will not change (permissions, a filter, a
+ * kernel without the event), as against a shortage (descriptors, memory) that may pass. */
+static bool refused_for_good(int r)
+{
+    return r == -EACCES || r == -EPERM || r == -ENOENT || r == -EINVAL || r == -ENOSYS;
+}
+
 /* A running thread's sample from the kernel's copy: ask for one sample of its next
  * ONESHOT_PERIOD_NS of CPU, read at the next tick. Returns false when it must be stopped
  * instead. */
@@ -485,7 +483,7 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
         if (r < 0) {
             /* Refused for good (permissions, a filter): do not ask at every tick. Out of
              * descriptors or memory: ask again later (the next tick). */
-            if (r == -EACCES || r == -EPERM || r == -ENOENT || r == -EINVAL || r == -ENOSYS)
+            if (refused_for_good(r))
                 th->perf_refused = true;
             t->stats.fallback_refused++;
             return false;
@@ -525,7 +523,14 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
  * LATEST_MAX_AGE_HALVES / 2 intervals of the tick; else the last one used, again (at its
  * own time), if that is as recent (the thread ran less than an interval of CPU since: it
  * waited for a CPU, or the tick came early in its interval). Returns false when neither
- * is: the one-shot (or a stop) takes this tick. */
+ * is: the one-shot (or a stop) takes this tick.
+ *
+ * Neither is taken if it lies in a window already sliced (t->sliced_to_ns): a window must
+ * read the same when sliced again (in another format, or later), but the clock's sample
+ * is older than the tick, so the tick after a slice that ends now often found one from
+ * inside it (half of the slices at 49 Hz, test_sampler 1b). Stamping it after the window
+ * instead moved stacks out of the transactions they were taken in (test_client). So that
+ * tick takes a one-shot, a sample of its own moment. */
 static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     if (t->sampler == SAMPLER_PTRACE || th->perf_refused || th->pl_refused || boundary ||
@@ -543,7 +548,7 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
         target_thread_latest_close(th);
     if (th->pl.fd < 0) {
         int r = perf_open(t, th, STREAM_LATEST, t->interval_ns, want, 0);
-        if (r == -EACCES || r == -EPERM || r == -ENOENT || r == -EINVAL || r == -ENOSYS)
+        if (refused_for_good(r))
             th->pl_refused = true;
         th->pl_last_ns = tick_ns; /* (its samples come after; and it is idle from now) */
         return false; /* nothing in it yet */
@@ -553,12 +558,11 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
     int r = perfs_latest(&th->pl, &snap, &s);
     if (r == -EAGAIN)
         t->stats.perf_latest_torn++;
-    if (r > 0 && s.tid == th->tid && s.time_ns > th->pl_last_ns) {
+    if (r > 0 && s.tid == th->tid && s.time_ns > th->pl_last_ns &&
+        s.time_ns > t->sliced_to_ns) {
         bool recent = (int64_t)(tick_ns - s.time_ns) < (int64_t)max_age;
         uint32_t id = recent ? unwind_copy(t, th, th->pl.stack_size) : STACK_NONE;
-        if (th->pl_stack != STACK_NONE)
-            stacks_unref(&t->stacks, th->pl_stack);
-        th->pl_stack = STACK_NONE;
+        target_thread_forget_latest(th);
         th->pl_last_ns = s.time_ns;
         th->perf_last_ns = s.time_ns;
         if (id != STACK_NONE) {
@@ -571,7 +575,8 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
             return true;
         }
     }
-    if (th->pl_stack != STACK_NONE && tick_ns - th->pl_last_ns < max_age) {
+    if (th->pl_stack != STACK_NONE && tick_ns - th->pl_last_ns < max_age &&
+        th->pl_last_ns > t->sliced_to_ns) {
         /* At the time it was taken, not the tick's: a transaction that began or ended
          * since must not get (or lose) a stack from outside it. */
         stacks_ref(&t->stacks, th->pl_stack);

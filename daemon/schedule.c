@@ -72,13 +72,20 @@ static void budget_next(double secs)
 
 static void on_budget(struct ev_loop *loop, ev_timer *w, int revents);
 
+bool sched_timer_run_early(struct ev_loop *loop, ev_timer *w,
+                           void (*cb)(struct ev_loop *, ev_timer *, int))
+{
+    if (!ev_is_active(w) || ev_timer_remaining(loop, w) >= w->repeat / 3)
+        return false;
+    ev_timer_again(loop, w);
+    cb(loop, w, EV_TIMER);
+    return true;
+}
+
 void sched_chores_early(void)
 {
-    if (g.loop && ev_is_active(&g.budget_w) &&
-        ev_timer_remaining(g.loop, &g.budget_w) < g.budget_w.repeat / 3) {
-        ev_timer_again(g.loop, &g.budget_w);
-        on_budget(g.loop, &g.budget_w, EV_TIMER);
-    }
+    if (g.loop)
+        sched_timer_run_early(g.loop, &g.budget_w, on_budget);
 }
 
 static const char *const mode_names[] = {"sleep", "event", "alarm", "cputime"};

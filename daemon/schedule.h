@@ -108,6 +108,10 @@ int sched_global_init(struct ev_loop *loop, enum cpu_source source, double max_c
 /* The budget's look, now, if it was due within a third of its period: called after each
  * loop iteration, so that it shares the wake-up of whatever woke the daemon. */
 void sched_chores_early(void);
+/* Run the repeating timer w's callback cb now, and restart w, if w is active and due within
+ * a third of its period. Returns whether it ran. */
+bool sched_timer_run_early(struct ev_loop *loop, ev_timer *w,
+                           void (*cb)(struct ev_loop *, ev_timer *, int));
 void sched_global_finish(void);
 double sched_budget_pct(void);
 /* A new budget (configuration reload); applied at the next division (0.25 s). */

@@ -215,11 +215,16 @@ void target_thread_stream_close(struct thread *th)
     fds_give(1);
 }
 
-void target_thread_latest_close(struct thread *th)
+void target_thread_forget_latest(struct thread *th)
 {
     if (th->pl_stack != STACK_NONE)
         stacks_unref(&th->t->stacks, th->pl_stack);
     th->pl_stack = STACK_NONE;
+}
+
+void target_thread_latest_close(struct thread *th)
+{
+    target_thread_forget_latest(th);
     th->pl_last_ns = 0;
     if (th->pl.fd < 0)
         return;
@@ -445,9 +450,7 @@ int target_refresh_maps(struct target *t)
         for (size_t k = 0; k < t->nthreads; k++) {
             struct thread *th = t->threads[k];
             target_thread_forget_stack(th);
-            if (th->pl_stack != STACK_NONE)
-                stacks_unref(&t->stacks, th->pl_stack);
-            th->pl_stack = STACK_NONE;
+            target_thread_forget_latest(th);
         }
     }
     return changed ? 1 : 0;

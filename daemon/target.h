@@ -174,8 +174,8 @@ struct target {
     bool explicit_attach;   /* attached by an attach request (not only for transactions) */
     uint64_t exit_ns;
     int exit_status;        /* wait status of the leader */
-    /* The end of the newest window sliced (at most the time of its request): a sample
-     * pushed since, of a kernel time before it, is stamped just after it (sampler.c push). */
+    /* The end of the newest window sliced (at most the time of its request): no sample
+     * of a thread's clock from before it is taken since (sampler.c perf_latest). */
     uint64_t sliced_to_ns;
 
     struct thread **threads;
@@ -289,6 +289,8 @@ void target_thread_perf_close(struct thread *th); /* all its events (and the lat
 void target_thread_stream_close(struct thread *th);
 /* Close the event of th whose newest sample stands for a tick (wall-clock modes). */
 void target_thread_latest_close(struct thread *th);
+/* Drop the last stack of th's clock (its reference), so that no tick takes it again. */
+void target_thread_forget_latest(struct thread *th);
 /* Re-read a thread's name (comm) and remember it for slices. */
 void target_thread_refresh_name(struct thread *th);
 /* The same for thread tid of t, if it is one of its threads. */
