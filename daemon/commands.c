@@ -163,6 +163,18 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(pf, "stopped_stack_too_deep", (double)s->fallback_deep);
     cJSON_AddNumberToObject(pf, "stopped_no_event", (double)s->fallback_refused);
     cJSON_AddNumberToObject(pf, "stopped_for_python", (double)s->fallback_python);
+    /* Threads that seldom run, watched for switches instead of read at each tick. */
+    size_t watches = 0, watch_bytes = 0;
+    for (size_t i = 0; i < t->nthreads; i++) {
+        watches += t->threads[i]->sw.fd >= 0;
+        watch_bytes += perfs_bytes(&t->threads[i]->sw);
+    }
+    cJSON *sw = cJSON_AddObjectToObject(pf, "switch_watch");
+    cJSON_AddNumberToObject(sw, "threads", (double)watches);
+    cJSON_AddNumberToObject(sw, "ring_bytes", (double)watch_bytes);
+    cJSON_AddNumberToObject(sw, "reads_spared", (double)s->watch_skipped);
+    cJSON_AddNumberToObject(sw, "opened", (double)s->watch_opened);
+    cJSON_AddNumberToObject(sw, "closed_running_often", (double)s->watch_closed_busy);
     if (t->perf_err)
         cJSON_AddStringToObject(pf, "error", strerror(-t->perf_err));
     if (t->py.status != PYS_NONE) {

@@ -32,6 +32,14 @@ bool fds_take(unsigned n)
     return true;
 }
 
+bool fds_take_spare(unsigned n)
+{
+    if (limit < reserve || taken + n + reserve > limit - (limit - reserve) / 4)
+        return false; /* (not counted: nothing goes without) */
+    taken += n;
+    return true;
+}
+
 void fds_give(unsigned n)
 {
     taken = n > taken ? 0 : taken - n;

@@ -12,7 +12,10 @@
 void fds_init(void);
 /* Take n per-thread descriptors from the budget; false (counted) if it has not got them. */
 bool fds_take(unsigned n);
-/* Give back n taken with fds_take. */
+/* The same for something that only saves profd work (a switch watch): only while a quarter
+ * of the budget stays free for threads' files. */
+bool fds_take_spare(unsigned n);
+/* Give back n taken with fds_take or fds_take_spare. */
 void fds_give(unsigned n);
 
 struct fds_stats {

@@ -263,6 +263,38 @@ int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_samp
     return 0;
 }
 
+size_t perfs_switches_bytes(void)
+{
+    if (perfs_init() < 0)
+        return 0;
+    return 2 * (size_t)page_size;
+}
+
+int perfs_open_switches(struct perf_stream *ps, pid_t tid)
+{
+    if (perfs_init() < 0)
+        return -ENOMEM;
+    perfs_stream_init(ps);
+    struct perf_event_attr pa;
+    memset(&pa, 0, sizeof(pa));
+    pa.size = sizeof(pa);
+    pa.type = PERF_TYPE_SOFTWARE;
+    pa.config = PERF_COUNT_SW_DUMMY;
+    pa.context_switch = 1; /* a PERF_RECORD_SWITCH at each switch in and out (8 bytes) */
+    pa.exclude_hv = 1;
+    /* Nobody polls it: the kernel never has anybody to wake. */
+    pa.watermark = 1;
+    pa.wakeup_watermark = (uint32_t)page_size;
+    /* Mapped read-only: a ring the kernel overwrites, whose head never stops moving. */
+    return open_event(ps, tid, &pa, (size_t)page_size, PROT_READ);
+}
+
+uint64_t perfs_switches_head(const struct perf_stream *ps)
+{
+    const struct perf_event_mmap_page *mp = (const struct perf_event_mmap_page *)ps->buf;
+    return __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE);
+}
+
 void perfs_close(struct perf_stream *ps)
 {
     if (ps->fd < 0)

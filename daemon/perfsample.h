@@ -108,6 +108,17 @@ unsigned perfs_drain(struct perf_stream *ps, struct snapshot *snap, perfs_sample
  * record is not a sample of the thread's user space), -EAGAIN if the kernel overwrote it
  * while it was read. */
 int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_sample *out);
+/* A thread's switch watch: a dummy event whose ring gets a record (PERF_RECORD_SWITCH) each
+ * time the thread is switched in or out, and is never read: only its head is, a load from
+ * memory. While the head has not moved since a tick, the thread has not run since (nor is
+ * it running: its switch in would have written one), which otherwise takes a read of its
+ * /proc schedstat, a system call per thread and tick (perfs_switches_head). Costs the thread
+ * a record per switch: worth it for threads that seldom run. Returns as perfs_open. */
+int perfs_open_switches(struct perf_stream *ps, pid_t tid);
+/* The bytes perfs_open_switches maps (a header page and a page of ring). */
+size_t perfs_switches_bytes(void);
+/* Its head: moves by each record the kernel writes. */
+uint64_t perfs_switches_head(const struct perf_stream *ps);
 /* Bytes of ring mapped for ps. */
 size_t perfs_bytes(const struct perf_stream *ps);
 void perfs_get_totals(struct perfs_totals *t);

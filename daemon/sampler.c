@@ -589,11 +589,90 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
     return false;
 }
 
+/* ---- switch watches (perfsample.h): a thread that seldom runs, checked without a read ---- */
+
+/* A thread is watched once it had not run at WATCH_QUIET of WATCH_LOOK ticks (a thread woken
+ * every 50 ms, say, by a timeout: at 101 Hz, 4 ticks in 5). */
+#define WATCH_LOOK 16
+#define WATCH_QUIET 12
+/* A watch is looked at over this many ticks; found moved at more than half, it is closed
+ * (the thread runs at most ticks: its schedstat is read anyway, and the records cost it)
+ * and not opened again for WATCH_RETRY_NS. */
+#define WATCH_WINDOW 64
+#define WATCH_RETRY_NS (30 * NS_PER_SEC)
+
+/* A switch watch for th, if it may have one: not with sampler ptrace (no perf event at all),
+ * within the descriptors and the rings' share of max_memory as other events. */
+static void watch_open(struct target *t, struct thread *th, uint64_t now)
+{
+    if (t->sampler == SAMPLER_PTRACE || th->sw_refused || now < th->sw_retry_ns)
+        return;
+    struct perfs_totals pt;
+    perfs_get_totals(&pt);
+    uint64_t max = memory_max();
+    size_t ring = perfs_switches_bytes();
+    if (memory_over() || (max && pt.ring_bytes + ring > max / 4) ||
+        !memacct_room(memory_samples(), ring) || !fds_take_spare(1))
+        return;
+    int r = perfs_open_switches(&th->sw, th->tid);
+    if (r < 0) {
+        fds_give(1);
+        if (refused_for_good(r))
+            th->sw_refused = true;
+        return;
+    }
+    memacct_add(memory_samples(), perfs_bytes(&th->sw));
+    th->sw_valid = false; /* a switch before the open is not in it: read schedstat once */
+    th->sw_ticks = th->sw_moved = 0;
+    t->stats.watch_opened++;
+}
+
+/* The thread had not run since its last sample (schedstat read after head was): what the
+ * watch's head is to say from now on; or, unwatched, counted towards a watch. */
+static void watch_quiet(struct thread *th, uint64_t head)
+{
+    if (th->sw.fd >= 0) {
+        th->sw_head = head;
+        th->sw_valid = true;
+    } else {
+        th->sw_quiet++;
+    }
+}
+
 /* Sample one thread, stopping it only if it is running. Returns whether it was
  * interrupted (its sample completes when the stop arrives). */
 static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns, bool cpu_only)
 {
     uint64_t run, pcount;
+    uint64_t head = 0;
+    if (th->sw.fd < 0 && !cpu_only && ++th->sw_ticks >= WATCH_LOOK) {
+        if (th->sw_quiet >= WATCH_QUIET)
+            watch_open(t, th, tick_ns);
+        th->sw_ticks = th->sw_quiet = 0;
+    }
+    if (th->sw.fd >= 0 && !cpu_only) {
+        /* Not switched in or out since its head was noted: it has not run since its last
+         * sample, as a read of schedstat would say. */
+        head = perfs_switches_head(&th->sw);
+        bool moved = !th->sw_valid || head != th->sw_head;
+        th->sw_moved += moved;
+        bool busy = false;
+        if (++th->sw_ticks >= WATCH_WINDOW) {
+            busy = th->sw_moved > WATCH_WINDOW / 2;
+            th->sw_ticks = th->sw_moved = 0;
+        }
+        if (!moved && th->have_sched && push_last(t, th)) {
+            t->stats.watch_skipped++;
+            return false;
+        }
+        if (busy) {
+            target_thread_watch_close(th);
+            th->sw_retry_ns = tick_ns + WATCH_RETRY_NS;
+            t->stats.watch_closed_busy++;
+        } else {
+            th->sw_valid = false; /* (set again below if it had not run) */
+        }
+    }
     if (th->schedstat_fd < 0 || th->syscall_fd < 0) {
         /* Without its /proc files (profd's descriptors for threads are used up, fds.h)
          * whether it ran or waits cannot be seen: stop it for its stack. */
@@ -627,8 +706,10 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         return interrupt(t, th, tick_ns);
     }
     /* Not run since its last sample: same stack, no need to look again. */
-    if (th->have_sched && run == th->run_ns && pcount == th->pcount && push_last(t, th))
+    if (th->have_sched && run == th->run_ns && pcount == th->pcount && push_last(t, th)) {
+        watch_quiet(th, head);
         return false;
+    }
     for (int attempt = 0; attempt < 2; attempt++) {
         struct sysc_info si;
         if (proc_read_syscall(th->syscall_fd, &si) < 0) {
@@ -678,6 +759,10 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         if (end == UNWIND_COMPLETE && !boundary) {
             set_last(th, id, run, pcount);
             learn_perf_stack(th, si.sp);
+            if (th->sw.fd >= 0) {
+                th->sw_head = head; /* (read before schedstat was) */
+                th->sw_valid = true;
+            }
         } else {
             target_thread_forget_stack(th);
         }

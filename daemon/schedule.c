@@ -136,17 +136,27 @@ double sched_effective_hz(const struct sched *s)
 }
 
 /* Run the sampler for s's target and account what it cost. */
-static void run_tick(struct sched *s, uint64_t tick_ns, bool cpu_only)
+/* One tick of s, its cost (profd's CPU from c0, a reading of the loop thread's CPU clock)
+ * counted; returns the clock's reading at its end, from which ticks run back to back count
+ * the next one (alarm_coalesce: a reading of that clock is a system call, 6% of profd's CPU
+ * with 20 idle targets at 101 Hz). */
+static uint64_t run_tick_from(struct sched *s, uint64_t tick_ns, bool cpu_only, uint64_t c0)
 {
-    uint64_t c0 = thread_cpu_ns();
     s->last_tick_ns = tick_ns;
     if (s->t->state == T_ATTACHED)
         sampler_tick(s->t, tick_ns, cpu_only);
-    uint64_t c = thread_cpu_ns() - c0;
+    uint64_t c1 = thread_cpu_ns();
+    uint64_t c = c1 - c0;
     s->ticks++;
     s->cost_ns += c;
     s->win_cost_ns += c;
     s->win_ticks++;
+    return c1;
+}
+
+static void run_tick(struct sched *s, uint64_t tick_ns, bool cpu_only)
+{
+    run_tick_from(s, tick_ns, cpu_only, thread_cpu_ns());
 }
 
 static struct timespec ts_of(uint64_t ns)
@@ -511,8 +521,9 @@ static void on_cpu_signal(struct ev_loop *loop, ev_io *w, int revents)
 
 /* ---- the wall-clock modes ---- */
 
-/* One alarm tick of s at `now` (due at `due`), and the next one armed. */
-static void alarm_tick(struct sched *s, uint64_t now, uint64_t due)
+/* One alarm tick of s at `now` (due at `due`), and the next one armed. *cpu: the loop
+ * thread's CPU clock read at the end of the tick before (0: none), updated. */
+static void alarm_tick(struct sched *s, uint64_t now, uint64_t due, uint64_t *cpu)
 {
     lateness_record(&s->lateness, due, now);
     /* Ticks whose interval has passed entirely are missed, not made up in a burst. */
@@ -521,7 +532,7 @@ static void alarm_tick(struct sched *s, uint64_t now, uint64_t due)
         s->missed += k;
         s->next_ns += k * s->eff_interval_ns;
     }
-    run_tick(s, now, false);
+    *cpu = run_tick_from(s, now, false, *cpu ? *cpu : thread_cpu_ns());
     if (!s->running)
         return;
     s->next_ns += s->eff_interval_ns;
@@ -535,7 +546,7 @@ static void alarm_tick(struct sched *s, uint64_t now, uint64_t due)
  * their ticks share a few wake-ups per interval instead of taking one each. Each tick stays
  * in its own window on its own grid (on the schedule's clock, its rate exact), at a point
  * set by other targets' random ones. Their timers, re-armed, do not fire for these. */
-static void alarm_coalesce(void)
+static void alarm_coalesce(uint64_t *cpu)
 {
     /* A tick can end schedules (its own target's, or another's whose exit it reaped): the
      * walk starts again from the head when the list changed. A schedule that ticked has
@@ -548,7 +559,7 @@ static void alarm_coalesce(void)
             now >= o->next_ns && now < o->next_ns + o->eff_interval_ns / ALARM_JITTER_DIV) {
             uint64_t gen = live_gen;
             o->coalesced++;
-            alarm_tick(o, now, now < o->due_ns ? now : o->due_ns);
+            alarm_tick(o, now, now < o->due_ns ? now : o->due_ns, cpu);
             if (gen != live_gen)
                 next = LIST_FIRST(&live_scheds);
             now = now_ns();
@@ -568,9 +579,12 @@ static void on_timer(struct ev_loop *loop, ev_io *w, int revents)
     uint64_t now = now_ns();
     switch (s->mode) {
     case SCHED_ALARM:
-        alarm_tick(s, now, s->due_ns);
-        alarm_coalesce();
+    {
+        uint64_t cpu = 0;
+        alarm_tick(s, now, s->due_ns, &cpu);
+        alarm_coalesce(&cpu);
         break;
+    }
     case SCHED_SLEEP:
     case SCHED_EVENT:
         run_tick(s, now, false);

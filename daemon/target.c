@@ -200,6 +200,7 @@ void target_thread_forget_stack(struct thread *th)
 
 void target_thread_perf_close(struct thread *th)
 {
+    target_thread_watch_close(th);
     target_thread_latest_close(th);
     target_thread_stream_close(th);
 }
@@ -212,6 +213,17 @@ void target_thread_stream_close(struct thread *th)
         ev_io_stop(loop, &th->perf_io);
     memacct_sub(memory_samples(), perfs_bytes(&th->ps));
     perfs_close(&th->ps);
+    fds_give(1);
+}
+
+void target_thread_watch_close(struct thread *th)
+{
+    th->sw_valid = false;
+    th->sw_quiet = th->sw_ticks = th->sw_moved = 0;
+    if (th->sw.fd < 0)
+        return;
+    memacct_sub(memory_samples(), perfs_bytes(&th->sw));
+    perfs_close(&th->sw);
     fds_give(1);
 }
 
@@ -254,6 +266,7 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     }
     perfs_stream_init(&th->ps);
     perfs_stream_init(&th->pl);
+    perfs_stream_init(&th->sw);
     th->pl_stack = STACK_NONE;
     if (th->schedstat_fd < 0 || th->syscall_fd < 0)
         t->nthreads_nofiles++;

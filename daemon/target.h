@@ -89,6 +89,17 @@ struct thread {
     uint64_t pl_last_ns;
     uint32_t pl_stack;
     bool pl_refused;            /* that event could not be opened: the one-shot is asked */
+    /* The wall-clock modes: its switch watch (perfsample.h), opened once it had not run at
+     * most ticks (sampler.c WATCH_QUIET): while its head stays at sw_head (read before the
+     * schedstat read that found the thread as run_ns/pcount say), that read is not needed. */
+    struct perf_stream sw;
+    uint64_t sw_head;
+    bool sw_valid;              /* sw_head stands for run_ns/pcount */
+    bool sw_refused;            /* could not be opened: schedstat at every tick */
+    uint16_t sw_ticks;          /* ticks counted: towards a watch, or of the watch */
+    uint16_t sw_quiet, sw_moved; /* of those, it had not run (before a watch); the watch
+                                    found moved */
+    uint64_t sw_retry_ns;       /* closed for running too often: not again before then */
     uint64_t py_tstate;         /* its CPython thread state, as found last (python.h) */
     struct thread *hnext;       /* tid hash chain */
 };
@@ -126,6 +137,8 @@ struct target_stats {
     uint64_t perf_latest;     /* a tick's running sample: the newest of the thread's clock */
     uint64_t perf_latest_reused; /* the same, taken by an earlier tick (no newer one yet) */
     uint64_t perf_latest_torn;   /* the newest overwritten while it was read */
+    uint64_t watch_skipped;   /* ticks a switch watch spared a schedstat read */
+    uint64_t watch_opened, watch_closed_busy; /* switch watches opened, closed: ran often */
     uint64_t perf_lost;       /* samples the kernel dropped (PERF_RECORD_LOST) */
     uint64_t perf_no_regs;    /* samples without user registers */
     uint64_t perf_short;      /* copies too short for a complete unwind (copy enlarged) */
@@ -291,6 +304,8 @@ void target_thread_stream_close(struct thread *th);
 void target_thread_latest_close(struct thread *th);
 /* Drop the last stack of th's clock (its reference), so that no tick takes it again. */
 void target_thread_forget_latest(struct thread *th);
+/* Close th's switch watch, if it has one. */
+void target_thread_watch_close(struct thread *th);
 /* Re-read a thread's name (comm) and remember it for slices. */
 void target_thread_refresh_name(struct thread *th);
 /* The same for thread tid of t, if it is one of its threads. */

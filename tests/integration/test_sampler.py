@@ -116,6 +116,47 @@ with Daemon() as d, Program("busy", 2) as p:
           "(16 windows of %d samples in all, %d newest clock samples; differing: %s)"
           % (n, pf["latest"], differ[:4]))
 
+# 1c. Switch watches: a thread that had not run at 12 of 16 ticks is watched (a record in a
+# ring at each of its switches, which profd does not read: only the ring's head) instead of
+# having its schedstat read at every tick. A watched thread that starts computing is sampled
+# computing at once; once it runs at most ticks its watch is closed.
+def sig_leaves(d, pid, secs):
+    """Leaf frames of the "sig" thread's samples over the last secs."""
+    t0 = time.monotonic_ns()
+    time.sleep(secs)
+    prof = d.slice(pid, "--from", t0, "--to", time.monotonic_ns())
+    out = {}
+    for stack, c in prof.items():
+        fr = stack.split(";")
+        if fr[0] == "sig":
+            out[fr[-1]] = out.get(fr[-1], 0) + c
+    return out
+
+
+with Daemon() as d, Program("blocker") as p:
+    p.send("calm")
+    d.ctl("attach", p.pid, "--hz", 101, "--mode", "alarm", "--sampler", "perf")
+    sw = wait_until(lambda: (lambda w: w if w["threads"] >= 6 and w["reads_spared"] > 0
+                             else None)(d.target_status(p.pid)["perf"]["switch_watch"]),
+                    20, "the idle threads to be watched")
+    log("switch watch, all idle: %s" % sw)
+    check(sw["threads"] >= 6 and sw["ring_bytes"] >= sw["threads"] * 8192,
+          "switch watch: the idle threads are watched, their rings counted (%s)" % sw)
+    calm = sig_leaves(d, p.pid, 1.0)
+    p.send("work")
+    time.sleep(0.3)
+    work = sig_leaves(d, p.pid, 1.0)
+    st = d.target_status(p.pid)
+    log("sig thread's leaves, calm %s; computing %s; %s" % (calm, work, st["perf"]))
+    n = sum(work.values())
+    check(sum(c for f, c in calm.items() if "read" in f) >= 0.9 * sum(calm.values()) > 0 and
+          n >= 25 and work.get("sig_thread", 0) >= 0.9 * n,
+          "switch watch: a watched thread that starts computing is sampled computing (%d of "
+          "%d samples in sig_thread; while it waited, %s)" % (work.get("sig_thread", 0), n, calm))
+    wait_until(lambda: d.target_status(p.pid)["perf"]["switch_watch"]["closed_running_often"],
+               20, "the computing thread's watch to be closed")
+    p.send("exit")
+
 # 2. sampler ptrace: stops only.
 with Daemon() as d, Program("busy", 2) as p:
     d.ctl("attach", p.pid, "--hz", HZ, "--mode", "alarm", "--sampler", "ptrace")
