@@ -157,6 +157,7 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(pf, "latest", (double)s->perf_latest);
     cJSON_AddNumberToObject(pf, "latest_reused", (double)s->perf_latest_reused);
     cJSON_AddNumberToObject(pf, "latest_torn", (double)s->perf_latest_torn);
+    cJSON_AddNumberToObject(pf, "latest_in_sliced_window", (double)s->perf_latest_sliced);
     cJSON_AddNumberToObject(pf, "lost", (double)s->perf_lost);
     cJSON_AddNumberToObject(pf, "without_registers", (double)s->perf_no_regs);
     cJSON_AddNumberToObject(pf, "copy_too_short", (double)s->perf_short);
@@ -175,6 +176,7 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(sw, "reads_spared", (double)s->watch_skipped);
     cJSON_AddNumberToObject(sw, "opened", (double)s->watch_opened);
     cJSON_AddNumberToObject(sw, "closed_running_often", (double)s->watch_closed_busy);
+    cJSON_AddNumberToObject(sw, "closed_for_room", (double)s->watch_released);
     if (t->perf_err)
         cJSON_AddStringToObject(pf, "error", strerror(-t->perf_err));
     if (t->py.status != PYS_NONE) {

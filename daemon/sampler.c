@@ -369,8 +369,8 @@ bool sampler_perf_has_stacks(const struct thread *th)
  * kernel refuses. */
 enum stream_kind { STREAM_ONESHOT, STREAM_CONTINUOUS, STREAM_LATEST };
 
-static int perf_open(struct target *t, struct thread *th, enum stream_kind kind,
-                     uint64_t period, uint32_t stack, unsigned batch)
+static int perf_open_once(struct thread *th, enum stream_kind kind, uint64_t period,
+                          uint32_t stack, unsigned batch)
 {
     bool continuous = kind == STREAM_CONTINUOUS;
     struct perf_stream *ps = kind == STREAM_LATEST ? &th->pl : &th->ps;
@@ -392,8 +392,21 @@ static int perf_open(struct target *t, struct thread *th, enum stream_kind kind,
                                   : perfs_open(ps, th->tid, period, stack, continuous, batch);
     if (r == 0)
         memacct_add(memory_samples(), perfs_bytes(ps));
-    if (r < 0) {
+    else
         fds_give(1);
+    return r;
+}
+
+static bool watches_release(struct target *t, uint64_t now);
+
+static int perf_open(struct target *t, struct thread *th, enum stream_kind kind,
+                     uint64_t period, uint32_t stack, unsigned batch)
+{
+    int r = perf_open_once(th, kind, period, stack, batch);
+    /* Switch watches only save profd work: they give their room to the sampling. */
+    if ((r == -ENOMEM || r == -EMFILE) && watches_release(t, now_ns()))
+        r = perf_open_once(th, kind, period, stack, batch);
+    if (r < 0) {
         if (r != -ESRCH && t->perf_err != r) {
             t->perf_err = r;
             log_info("pid %d: no perf event for thread %d (%s): its running samples are taken "
@@ -559,6 +572,9 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
     if (r == -EAGAIN)
         t->stats.perf_latest_torn++;
     if (r > 0 && s.tid == th->tid && s.time_ns > th->pl_last_ns &&
+        s.time_ns <= t->sliced_to_ns)
+        t->stats.perf_latest_sliced++;
+    if (r > 0 && s.tid == th->tid && s.time_ns > th->pl_last_ns &&
         s.time_ns > t->sliced_to_ns) {
         bool recent = (int64_t)(tick_ns - s.time_ns) < (int64_t)max_age;
         uint32_t id = recent ? unwind_copy(t, th, th->pl.stack_size) : STACK_NONE;
@@ -601,12 +617,34 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
 #define WATCH_WINDOW 64
 #define WATCH_RETRY_NS (30 * NS_PER_SEC)
 
+/* No watch is opened anywhere before then: a sampling event lacked room (watches_release). */
+static uint64_t watches_blocked_until;
+
+/* Close t's switch watches, for a sampling event that lacks room (memory or descriptors),
+ * and open none for WATCH_RETRY_NS. Returns whether one was closed. */
+static bool watches_release(struct target *t, uint64_t now)
+{
+    bool any = false;
+    watches_blocked_until = now + WATCH_RETRY_NS;
+    for (size_t i = 0; i < t->nthreads; i++)
+        if (t->threads[i]->sw.fd >= 0) {
+            target_thread_watch_close(t->threads[i]);
+            t->stats.watch_released++;
+            any = true;
+        }
+    return any;
+}
+
 /* A switch watch for th, if it may have one: not with sampler ptrace (no perf event at all),
- * within the descriptors and the rings' share of max_memory as other events. */
+ * within the descriptors (a quarter of them left for threads' files) and the rings' share of
+ * max_memory as other events. One that cannot be opened is not asked for again before
+ * WATCH_RETRY_NS, nor ever where perf refuses it for good. */
 static void watch_open(struct target *t, struct thread *th, uint64_t now)
 {
-    if (t->sampler == SAMPLER_PTRACE || th->sw_refused || now < th->sw_retry_ns)
+    if (t->sampler == SAMPLER_PTRACE || th->sw_refused || now < th->sw_retry_ns ||
+        now < watches_blocked_until)
         return;
+    th->sw_retry_ns = now + WATCH_RETRY_NS; /* (if it fails) */
     struct perfs_totals pt;
     perfs_get_totals(&pt);
     uint64_t max = memory_max();
@@ -634,7 +672,7 @@ static void watch_quiet(struct thread *th, uint64_t head)
     if (th->sw.fd >= 0) {
         th->sw_head = head;
         th->sw_valid = true;
-    } else {
+    } else if (!boundary) {
         th->sw_quiet++;
     }
 }
@@ -645,7 +683,10 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
 {
     uint64_t run, pcount;
     uint64_t head = 0;
-    if (th->sw.fd < 0 && !cpu_only && ++th->sw_ticks >= WATCH_LOOK) {
+    /* Only the wall-clock modes' ticks count towards a watch or against one (not a
+     * transaction's boundary sample, which cputime takes this way too). */
+    bool wall = !cpu_only && !boundary;
+    if (th->sw.fd < 0 && wall && ++th->sw_ticks >= WATCH_LOOK) {
         if (th->sw_quiet >= WATCH_QUIET)
             watch_open(t, th, tick_ns);
         th->sw_ticks = th->sw_quiet = 0;
@@ -655,20 +696,21 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
          * sample, as a read of schedstat would say. */
         head = perfs_switches_head(&th->sw);
         bool moved = !th->sw_valid || head != th->sw_head;
-        th->sw_moved += moved;
         bool busy = false;
-        if (++th->sw_ticks >= WATCH_WINDOW) {
-            busy = th->sw_moved > WATCH_WINDOW / 2;
-            th->sw_ticks = th->sw_moved = 0;
-        }
-        if (!moved && th->have_sched && push_last(t, th)) {
-            t->stats.watch_skipped++;
-            return false;
+        if (wall) {
+            th->sw_moved += moved;
+            if (++th->sw_ticks >= WATCH_WINDOW) {
+                busy = th->sw_moved > WATCH_WINDOW / 2;
+                th->sw_ticks = th->sw_moved = 0;
+            }
         }
         if (busy) {
             target_thread_watch_close(th);
             th->sw_retry_ns = tick_ns + WATCH_RETRY_NS;
             t->stats.watch_closed_busy++;
+        } else if (!moved && th->have_sched && push_last(t, th)) {
+            t->stats.watch_skipped++;
+            return false;
         } else {
             th->sw_valid = false; /* (set again below if it had not run) */
         }

@@ -111,10 +111,11 @@ with Daemon() as d, Program("busy", 2) as p:
         if first != again:
             differ.append((sum(first.values()), sum(again.values())))
     pf = d.target_status(p.pid)["perf"]
-    check(not differ and n > 0 and pf["latest"] > 0,
+    check(not differ and n > 0 and pf["latest"] > 0 and pf["latest_in_sliced_window"] > 0,
           "sampler perf (alarm): a window sliced at its end is the same when sliced again "
-          "(16 windows of %d samples in all, %d newest clock samples; differing: %s)"
-          % (n, pf["latest"], differ[:4]))
+          "(16 windows of %d samples in all, %d newest clock samples, %d left out for lying "
+          "in a window already sliced; differing: %s)"
+          % (n, pf["latest"], pf["latest_in_sliced_window"], differ[:4]))
 
 # 1c. Switch watches: a thread that had not run at 12 of 16 ticks is watched (a record in a
 # ring at each of its switches, which profd does not read: only the ring's head) instead of
@@ -136,11 +137,13 @@ def sig_leaves(d, pid, secs):
 with Daemon() as d, Program("blocker") as p:
     p.send("calm")
     d.ctl("attach", p.pid, "--hz", 101, "--mode", "alarm", "--sampler", "perf")
-    sw = wait_until(lambda: (lambda w: w if w["threads"] >= 6 and w["reads_spared"] > 0
+    # (ctl, epollinf and the calm sig never wake; the four woken every 50 ms are watched too
+    # where ticks come at 80 Hz or more, which valgrind or a loaded machine may not allow.)
+    sw = wait_until(lambda: (lambda w: w if w["threads"] >= 3 and w["reads_spared"] > 0
                              else None)(d.target_status(p.pid)["perf"]["switch_watch"]),
                     20, "the idle threads to be watched")
     log("switch watch, all idle: %s" % sw)
-    check(sw["threads"] >= 6 and sw["ring_bytes"] >= sw["threads"] * 8192,
+    check(sw["threads"] >= 3 and sw["ring_bytes"] >= sw["threads"] * 8192,
           "switch watch: the idle threads are watched, their rings counted (%s)" % sw)
     calm = sig_leaves(d, p.pid, 1.0)
     p.send("work")
