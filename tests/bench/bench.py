@@ -1561,7 +1561,7 @@ class Bench:
             w("- One more idle thread per tick, sampler %s, %s: (CPU per target tick with 10 "
               "threads %s us - with 5 threads %s us) / 5 = **%s us**; at %.1f and %.1f ticks/s "
               "per target%s. Its samples are %s reused (not run since the last tick: a "
-              "schedstat read), the rest read from /proc at %s us each "
+              "schedstat read, or with sampler perf mostly an unmoved switch watch), the rest read from /proc at %s us each "
               "(`paths.proc.us_per_sample`, mostly when the 1 s timers woke it)."
               % (sampler, "default budget" if budget else "no budget",
                  fmt_us(med(r10, "cpu_per_tick")), fmt_us(med(r5, "cpu_per_tick")),
