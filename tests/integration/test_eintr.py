@@ -35,8 +35,12 @@ BURST = 30
 CADENCES_MS = (1, 2, 5, 10)
 # epoll_wait, epoll_pwait, select, read, accept with SO_RCVTIMEO.
 BURST_TARGETS = ("epoll", "epollp", "select", "ctl", "accept")
-# At most this many EINTR for a program's process-directed bursts: 1% of its pairs (above).
-SHARED_EINTR_MAX = BURST * len(CADENCES_MS) * len(BURST_TARGETS) // 100
+# At most this many EINTR for a program's process-directed bursts: 2% of its pairs (above).
+# (A signal sent to the process is taken by whichever thread the kernel picks: a few calls
+# that failed unseen remain. Measured per program: 0-1 on a quiet machine, 0-5 with both
+# CPUs kept busy by other processes, once 7 in CI on a host slowed by other machines; broken
+# repairs give hundreds.)
+SHARED_EINTR_MAX = BURST * len(CADENCES_MS) * len(BURST_TARGETS) * 2 // 100
 
 
 def pending(pid, tid, sig):
