@@ -145,10 +145,15 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     }
     cJSON *pf = cJSON_AddObjectToObject(o, "perf");
     cJSON_AddStringToObject(pf, "sampler", sampler_kind_name(t->sampler));
-    size_t streams = 0, ring = 0;
+    /* The sampling events, and apart from them the switch watches of threads that seldom
+     * run (read at each tick instead of their schedstat). */
+    size_t streams = 0, ring = 0, watches = 0, watch_bytes = 0;
     for (size_t i = 0; i < t->nthreads; i++) {
-        streams += (t->threads[i]->ps.fd >= 0) + (t->threads[i]->pl.fd >= 0);
-        ring += perfs_bytes(&t->threads[i]->ps) + perfs_bytes(&t->threads[i]->pl);
+        const struct thread *th = t->threads[i];
+        streams += (th->ps.fd >= 0) + (th->pl.fd >= 0);
+        ring += perfs_bytes(&th->ps) + perfs_bytes(&th->pl);
+        watches += th->sw.fd >= 0;
+        watch_bytes += perfs_bytes(&th->sw);
     }
     cJSON_AddNumberToObject(pf, "events", (double)streams);
     cJSON_AddNumberToObject(pf, "ring_bytes", (double)ring);
@@ -164,12 +169,6 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(pf, "stopped_stack_too_deep", (double)s->fallback_deep);
     cJSON_AddNumberToObject(pf, "stopped_no_event", (double)s->fallback_refused);
     cJSON_AddNumberToObject(pf, "stopped_for_python", (double)s->fallback_python);
-    /* Threads that seldom run, watched for switches instead of read at each tick. */
-    size_t watches = 0, watch_bytes = 0;
-    for (size_t i = 0; i < t->nthreads; i++) {
-        watches += t->threads[i]->sw.fd >= 0;
-        watch_bytes += perfs_bytes(&t->threads[i]->sw);
-    }
     cJSON *sw = cJSON_AddObjectToObject(pf, "switch_watch");
     cJSON_AddNumberToObject(sw, "threads", (double)watches);
     cJSON_AddNumberToObject(sw, "ring_bytes", (double)watch_bytes);
