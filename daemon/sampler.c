@@ -571,11 +571,11 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
     int r = perfs_latest(&th->pl, &snap, &s);
     if (r == -EAGAIN)
         t->stats.perf_latest_torn++;
-    if (r > 0 && s.tid == th->tid && s.time_ns > th->pl_last_ns &&
-        s.time_ns <= t->sliced_to_ns)
-        t->stats.perf_latest_sliced++;
-    if (r > 0 && s.tid == th->tid && s.time_ns > th->pl_last_ns &&
-        s.time_ns > t->sliced_to_ns) {
+    bool fresh = r > 0 && s.tid == th->tid && s.time_ns > th->pl_last_ns;
+    bool refused_sliced = false; /* a sample that lies in a window already sliced */
+    if (fresh && s.time_ns <= t->sliced_to_ns)
+        refused_sliced = true;
+    else if (fresh) {
         bool recent = (int64_t)(tick_ns - s.time_ns) < (int64_t)max_age;
         uint32_t id = recent ? unwind_copy(t, th, th->pl.stack_size) : STACK_NONE;
         target_thread_forget_latest(th);
@@ -591,8 +591,10 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
             return true;
         }
     }
-    if (th->pl_stack != STACK_NONE && tick_ns - th->pl_last_ns < max_age &&
-        th->pl_last_ns > t->sliced_to_ns) {
+    bool reusable = th->pl_stack != STACK_NONE && tick_ns - th->pl_last_ns < max_age;
+    if (reusable && th->pl_last_ns <= t->sliced_to_ns)
+        refused_sliced = true;
+    else if (reusable) {
         /* At the time it was taken, not the tick's: a transaction that began or ended
          * since must not get (or lose) a stack from outside it. */
         stacks_ref(&t->stacks, th->pl_stack);
@@ -602,6 +604,8 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
         t->stats.ns_perf += thread_cpu_ns() - t0;
         return true;
     }
+    if (refused_sliced)
+        t->stats.perf_latest_sliced++; /* (once per tick) */
     return false;
 }
 

@@ -140,8 +140,8 @@ struct target_stats {
     uint64_t watch_skipped;   /* ticks a switch watch spared a schedstat read */
     uint64_t watch_opened, watch_closed_busy; /* switch watches opened, closed: ran often */
     uint64_t watch_released;  /* closed for a sampling event that lacked room */
-    uint64_t perf_latest_sliced; /* a clock's newest from inside a window already sliced:
-                                    a one-shot asked instead */
+    uint64_t perf_latest_sliced; /* ticks whose clock sample (newest or reused) lay in a
+                                    window already sliced: a one-shot asked instead */
     uint64_t perf_lost;       /* samples the kernel dropped (PERF_RECORD_LOST) */
     uint64_t perf_no_regs;    /* samples without user registers */
     uint64_t perf_short;      /* copies too short for a complete unwind (copy enlarged) */

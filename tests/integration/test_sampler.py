@@ -96,26 +96,39 @@ with Daemon() as d, Program("busy", 2) as p:
 
 # 1b. A window once sliced does not change: a tick's kernel sample is older than the tick
 # (the clock's newest, or the last one used again), so a tick just after a slice took one
-# from inside the sliced window. Slices ending now, each read again 100 ms later: half of them
-# differed at 49 Hz before such samples were stamped after the window.
+# from inside the sliced window. Slices ending at profd's "now" (over the protocol: the
+# window's end as profd served it), each read again 100 ms later: half of them differed at
+# 49 Hz before such samples were refused. Sliced until profd refused such a sample at least
+# once (the case this checks: whether a tick comes soon enough after a slice is timing).
+def slice_raw(c, **window):
+    r = c.call(dict(cmd="slice", pid=p.pid, **window))
+    if "result" not in r:
+        fail("slice refused: %r" % r)
+    return r["result"]
+
+
 with Daemon() as d, Program("busy", 2) as p:
     d.ctl("attach", p.pid, "--hz", 49, "--mode", "alarm", "--sampler", "perf")
     d.wait_samples(p.pid, 3 * 2 * 49, timeout=60)
-    differ, n = [], 0
-    for i in range(16):
-        t1 = time.monotonic_ns()
-        first = d.slice(p.pid, "--from", t1 - 500 * 10**6, "--to", t1)
+    differ, n, windows = [], 0, 0
+    c = RawClient(d.socket)
+    deadline = time.monotonic() + 60 * SLOW
+    while windows < 16 or (d.raw_target_status(p.pid)["perf"]["latest_in_sliced_window"] == 0
+                           and windows < 200 and time.monotonic() < deadline):
+        first = slice_raw(c, last_ns=500 * 10**6)
         time.sleep(0.1)
-        again = d.slice(p.pid, "--from", t1 - 500 * 10**6, "--to", t1)
-        n += sum(first.values())
-        if first != again:
-            differ.append((sum(first.values()), sum(again.values())))
+        again = slice_raw(c, from_ns=first["start_ns"], to_ns=first["end_ns"])
+        windows += 1
+        n += first["samples"]
+        if first["data"] != again["data"]:
+            differ.append((first["samples"], again["samples"]))
+    c.close()
     pf = d.target_status(p.pid)["perf"]
     check(not differ and n > 0 and pf["latest"] > 0 and pf["latest_in_sliced_window"] > 0,
           "sampler perf (alarm): a window sliced at its end is the same when sliced again "
-          "(16 windows of %d samples in all, %d newest clock samples, %d left out for lying "
-          "in a window already sliced; differing: %s)"
-          % (n, pf["latest"], pf["latest_in_sliced_window"], differ[:4]))
+          "(%d windows of %d samples in all, %d newest clock samples, %d ticks refused a "
+          "sample lying in a window already sliced; differing: %s)"
+          % (windows, n, pf["latest"], pf["latest_in_sliced_window"], differ[:4]))
 
 # 1c. Switch watches: a thread that had not run at 12 of 16 ticks is watched (a record in a
 # ring at each of its switches, which profd does not read: only the ring's head) instead of
