@@ -369,22 +369,27 @@ bool sampler_perf_has_stacks(const struct thread *th)
  * kernel refuses. */
 enum stream_kind { STREAM_ONESHOT, STREAM_CONTINUOUS, STREAM_LATEST };
 
+/* Whether one more ring of this size fits. The rings hold samples (locked memory): they count
+ * with the samples, within the three quarters of max_memory these may take, and take a
+ * quarter of max_memory at most, so that they never crowd out the buffers. Past it, threads
+ * are sampled by stopping them. */
+static bool ring_room(size_t ring)
+{
+    struct perfs_totals pt;
+    perfs_get_totals(&pt);
+    uint64_t max = memory_max();
+    return !memory_over() && !(max && pt.ring_bytes + ring > max / 4) &&
+           memacct_room(memory_samples(), ring);
+}
+
 static int perf_open_once(struct thread *th, enum stream_kind kind, uint64_t period,
                           uint32_t stack, unsigned batch)
 {
     bool continuous = kind == STREAM_CONTINUOUS;
     struct perf_stream *ps = kind == STREAM_LATEST ? &th->pl : &th->ps;
-    /* The rings hold samples (locked memory): they count with the samples, within the
-     * three quarters of max_memory these may take, and take a quarter of max_memory at most,
-     * so that they never crowd out the buffers. Past it, threads are sampled by stopping
-     * them. */
-    struct perfs_totals pt;
-    perfs_get_totals(&pt);
-    uint64_t max = memory_max();
     size_t ring = kind == STREAM_LATEST ? perfs_latest_bytes(stack)
                                         : perfs_ring_bytes(stack, continuous, batch);
-    if (memory_over() || (max && pt.ring_bytes + ring > max / 4) ||
-        !memacct_room(memory_samples(), ring))
+    if (!ring_room(ring))
         return -ENOMEM;
     if (!fds_take(1))
         return -EMFILE;
@@ -397,14 +402,14 @@ static int perf_open_once(struct thread *th, enum stream_kind kind, uint64_t per
     return r;
 }
 
-static bool watches_release(struct target *t, uint64_t now);
+static bool watches_release(uint64_t now);
 
 static int perf_open(struct target *t, struct thread *th, enum stream_kind kind,
                      uint64_t period, uint32_t stack, unsigned batch)
 {
     int r = perf_open_once(th, kind, period, stack, batch);
     /* Switch watches only save profd work: they give their room to the sampling. */
-    if ((r == -ENOMEM || r == -EMFILE) && watches_release(t, now_ns()))
+    if ((r == -ENOMEM || r == -EMFILE) && watches_release(now_ns()))
         r = perf_open_once(th, kind, period, stack, batch);
     if (r < 0) {
         if (r != -ESRCH && t->perf_err != r) {
@@ -624,18 +629,20 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
 /* No watch is opened anywhere before then: a sampling event lacked room (watches_release). */
 static uint64_t watches_blocked_until;
 
-/* Close t's switch watches, for a sampling event that lacks room (memory or descriptors),
- * and open none for WATCH_RETRY_NS. Returns whether one was closed. */
-static bool watches_release(struct target *t, uint64_t now)
+/* Close every target's switch watches, for a sampling event that lacks room (memory or
+ * descriptors: the watches of any target may be what took it), and open none for
+ * WATCH_RETRY_NS. Returns whether one was closed. */
+static bool watches_release(uint64_t now)
 {
     bool any = false;
     watches_blocked_until = now + WATCH_RETRY_NS;
-    for (size_t i = 0; i < t->nthreads; i++)
-        if (t->threads[i]->sw.fd >= 0) {
-            target_thread_watch_close(t->threads[i]);
-            t->stats.watch_released++;
-            any = true;
-        }
+    for (struct target *t = targets_first(); t; t = t->next)
+        for (size_t i = 0; i < t->nthreads; i++)
+            if (t->threads[i]->sw.fd >= 0) {
+                target_thread_watch_close(t->threads[i]);
+                t->stats.watch_released++;
+                any = true;
+            }
     return any;
 }
 
@@ -649,12 +656,7 @@ static void watch_open(struct target *t, struct thread *th, uint64_t now)
         now < watches_blocked_until)
         return;
     th->sw_retry_ns = now + WATCH_RETRY_NS; /* (if it fails) */
-    struct perfs_totals pt;
-    perfs_get_totals(&pt);
-    uint64_t max = memory_max();
-    size_t ring = perfs_switches_bytes();
-    if (memory_over() || (max && pt.ring_bytes + ring > max / 4) ||
-        !memacct_room(memory_samples(), ring) || !fds_take_spare(1))
+    if (!ring_room(perfs_switches_bytes()) || !fds_take_spare(1))
         return;
     int r = perfs_open_switches(&th->sw, th->tid);
     if (r < 0) {

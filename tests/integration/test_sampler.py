@@ -173,6 +173,39 @@ with Daemon() as d, Program("blocker") as p:
                20, "the computing thread's watch to be closed")
     p.send("exit")
 
+# 1d. Switch watches only spare profd work: a sampling event of any target that lacks room
+# takes theirs. A has a hundred idle threads, watched until their rings fill the rings'
+# quarter of max_memory (4 MiB here); B's busy threads then need more than is left: the
+# watches (of A, not of B) are closed and B's threads are sampled from the kernel's copy, not
+# stopped for want of an event.
+WATCH_MAX_MEMORY = 4 << 20
+with Daemon("--max-memory", str(WATCH_MAX_MEMORY), "--buffer", "2") as d, \
+        Program("idlers", 120, 100) as a:
+    d.ctl("attach", a.pid, "--hz", 101, "--mode", "alarm", "--sampler", "perf")
+    seen = []
+
+    def watches_settled():
+        w = d.raw_target_status(a.pid)["perf"]["switch_watch"]["threads"]
+        seen.append(w)
+        return w >= 40 and seen[-5:] == [w] * 5
+
+    wait_until(watches_settled, 60 * SLOW, "idlers' watches to be opened", interval=0.2)
+    pa = d.target_status(a.pid)["perf"]
+    free = WATCH_MAX_MEMORY // 4 - pa["ring_bytes"] - pa["switch_watch"]["ring_bytes"]
+    n = min(max(free // 69632 + 2, 1), 8)  # (a busy thread's clock: 68 KiB)
+    with Program("busy", n) as b:
+        d.ctl("attach", b.pid, "--hz", 101, "--mode", "alarm", "--sampler", "perf")
+        d.wait_samples(b.pid, 2 * n * 101, timeout=60)
+        sa, sb = d.target_status(a.pid)["perf"], d.target_status(b.pid)
+        log("watches' room: A %s; B %s %s" % (pa, sb["paths"], sb["perf"]))
+        check(sa["switch_watch"]["closed_for_room"] > 0 and sb["paths"]["perf"]["samples"] > 0
+              and sb["perf"]["stopped_no_event"] == 0,
+              "switch watch: another target's sampling events take the watches' room (%d of "
+              "A's %d watches closed for B's %d busy threads with %d bytes left; B: %d kernel "
+              "copies, %d stops for want of an event)"
+              % (sa["switch_watch"]["closed_for_room"], pa["switch_watch"]["threads"], n,
+                 free, sb["paths"]["perf"]["samples"], sb["perf"]["stopped_no_event"]))
+
 # 2. sampler ptrace: stops only.
 with Daemon() as d, Program("busy", 2) as p:
     d.ctl("attach", p.pid, "--hz", HZ, "--mode", "alarm", "--sampler", "ptrace")
