@@ -61,6 +61,7 @@ struct unwinder {
     size_t ntables, cap_tables;
     bool maps_miss;          /* code outside every known mapping was asked for */
     uint64_t page_reads;     /* process_vm_readv calls for the page cache */
+    uint64_t masks_spared;   /* libunwind's signal-mask calls not made (unwind.c) */
     /* How the target's memory outside the snapshot is read: len bytes at addr into dst,
      * returning the bytes read or -1 (errno set). process_vm_readv of pid (set by
      * unwinder_init); tests/fuzz/fuzz_unwind.c gives the unwinder an address space of its

@@ -67,6 +67,11 @@ with Daemon() as d, Program("busy", 2) as p:
     check(complete_pct(st) >= 99.5,
           "... their stacks unwind completely (%.2f%%, through the 8 KiB array frame)"
           % complete_pct(st))
+    unwinds = st["unwind"]["complete"] + st["unwind"]["truncated"]
+    check(st["unwind"]["signal_masks_spared"] >= 2 * unwinds > 0,
+          "... libunwind's signal blocking around its cache lock makes no system call (%d "
+          "calls answered in profd for %d unwinds; two per step)"
+          % (st["unwind"]["signal_masks_spared"], unwinds))
     check(split_ok(shares), "... the 60/30/10 split within 5 points (%s)"
           % {k: round(v, 1) for k, v in shares.items()})
     # A sample per busy thread for every tick, or a counted reason: a one-shot not yet
@@ -174,13 +179,13 @@ with Daemon() as d, Program("blocker") as p:
     p.send("exit")
 
 # 1d. Switch watches only spare profd work: a sampling event of any target that lacks room
-# takes theirs. A has a hundred idle threads, watched until their rings fill the rings'
-# quarter of max_memory (4 MiB here); B's busy threads then need more than is left: the
-# watches (of A, not of B) are closed and B's threads are sampled from the kernel's copy, not
-# stopped for want of an event.
+# takes theirs. A has a hundred idle threads that never wake (none of them competes for a
+# sampling event), watched until their rings fill the rings' quarter of max_memory (4 MiB
+# here); B's busy threads then need more than is left: the watches (of A, not of B) are closed
+# and B's threads are sampled from the kernel's copy, not stopped for want of an event.
 WATCH_MAX_MEMORY = 4 << 20
 with Daemon("--max-memory", str(WATCH_MAX_MEMORY), "--buffer", "2") as d, \
-        Program("idlers", 120, 100) as a:
+        Program("idlers", 120, 100, 1) as a:
     d.ctl("attach", a.pid, "--hz", 101, "--mode", "alarm", "--sampler", "perf")
     seen = []
 

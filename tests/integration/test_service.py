@@ -512,8 +512,8 @@ try:
                 break
             attached.append((q, used))
             # Its memory is fixed once its threads' first stacks are unwound.
-            wait_until(lambda: sum(v for k, v in dd.target_status(q.pid)["unwind"].items()
-                                   if k != "complete_pct") >= 2, 30,
+            wait_until(lambda: sum(dd.target_status(q.pid)["unwind"][k]
+                                   for k in ("complete", "truncated", "too_deep")) >= 2, 30,
                        "the first stacks of process %d's two threads" % q.pid)
         if refused is None:
             fail("max_memory: %d idle targets use only %d bytes, under the 1 MiB limit: "

@@ -1,6 +1,6 @@
 /* idlers.c: one busy thread among many idle ones, for the sampling benchmark.
  *
- * Usage: idlers SECONDS [NIDLE]. Starts NIDLE (default 50) idle threads, each named after
+ * Usage: idlers SECONDS [NIDLE [STILL]]. Starts NIDLE (default 50) idle threads, each named after
  * how it blocks, a quarter of each kind:
  *   cond-N   pthread_cond_wait / pthread_cond_timedwait (futex)
  *   sleep-N  nanosleep (clock_nanosleep)
@@ -8,7 +8,8 @@
  *   epoll-N  epoll_wait on such a pipe
  * Even-numbered ones block for good; odd-numbered ones wake every 20-100 ms and block
  * again (a process whose idle threads have timers), so both "has not run since the last
- * sample" and "blocked in a system call, ran since" occur. The main thread, renamed "busy",
+ * sample" and "blocked in a system call, ran since" occur; with STILL 1, every one blocks for
+ * good. The main thread, renamed "busy",
  * computes for SECONDS (busy_work -> mix_round -> mix, -O2, no frame pointers), then prints
  * "report eintr=E wakeups=W" (E: system calls of idle threads that failed with EINTR, which
  * a profiler must never cause) and exits. Prints "ready PID" once every thread is named and
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 static atomic_uint eintr_count, wakeups, started;
+static int still; /* every idle thread blocks for good */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
 
@@ -109,7 +111,10 @@ static void *idle_main(void *arg)
     snprintf(name, sizeof(name), "%s-%d", kinds[i % 4], i);
     pthread_setname_np(pthread_self(), name);
     started++;
-    switch (i % 4) {
+    int kind = i % 4;
+    if (still)
+        i = 0; /* (an even number: blocks for good) */
+    switch (kind) {
     case 0:
         idle_cond(i / 4);
         break;
@@ -156,6 +161,7 @@ int main(int argc, char **argv)
 {
     double secs = argc > 1 ? atof(argv[1]) : 10;
     int nidle = argc > 2 ? atoi(argv[2]) : 50;
+    still = argc > 3 && atoi(argv[3]) == 1;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
