@@ -128,6 +128,7 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(k, "blocked_without_stop", (double)s->samples_blocked);
     cJSON_AddNumberToObject(k, "idle_reused", (double)s->samples_reused);
     cJSON_AddNumberToObject(k, "kernel_copy", (double)s->samples_perf);
+    cJSON_AddNumberToObject(k, "running_again", (double)s->schedstat_spared);
     /* Per path: samples, and profd's time per sample on the loop thread (for stops: from
      * the interrupt through the wait, the copy and the unwind). */
     cJSON *paths = cJSON_AddObjectToObject(o, "paths");

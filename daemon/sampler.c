@@ -683,6 +683,29 @@ static void watch_quiet(struct thread *th, uint64_t head)
     }
 }
 
+/* A wall-clock tick's sample of a thread running now: its clock's newest sample, a one-shot,
+ * or a stop. Returns whether it was interrupted. */
+static bool sample_running(struct target *t, struct thread *th, uint64_t tick_ns)
+{
+    th->ran_last_tick = true;
+    target_thread_forget_stack(th);
+    if (perf_latest(t, th, tick_ns)) {
+        /* A one-shot asked for two intervals ago and not taken (the kernel lost it) is not
+         * waited for; one not needed for a second (opened for the thread's first tick,
+         * say) gives back its ring and descriptor until one is needed again. */
+        if (th->ps.fd >= 0 && !th->ps.continuous) {
+            if (th->ps.armed && tick_ns - th->ps.armed_ns >= 2 * t->interval_ns)
+                perf_expire(t, th);
+            if (!th->ps.armed && tick_ns - th->ps.armed_ns > ONESHOT_IDLE_NS)
+                target_thread_stream_close(th);
+        }
+        return false;
+    }
+    if (perf_oneshot(t, th, tick_ns))
+        return false;
+    return interrupt(t, th, tick_ns);
+}
+
 /* Sample one thread, stopping it only if it is running. Returns whether it was
  * interrupted (its sample completes when the stop arrives). */
 static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns, bool cpu_only)
@@ -726,6 +749,23 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
          * whether it ran or waits cannot be seen: stop it for its stack. */
         target_thread_forget_stack(th);
             return interrupt(t, th, tick_ns);
+    }
+    /* Running at its last tick: most likely running still, which its syscall file says in
+     * one read. Its schedstat only tells whether a blocked thread ran since its last sample
+     * (and when a stop's or a repair's EINTR lies far enough behind: then it is read). */
+    bool was_running = th->ran_last_tick;
+    th->ran_last_tick = false;
+    if (was_running && !cpu_only && !th->stop_eintr && !th->chain_valid) {
+        struct sysc_info si;
+        if (proc_read_syscall(th->syscall_fd, &si) < 0) {
+            t->stats.failed_vanished++;
+            return false;
+        }
+        if (si.state != SYSC_IN_SYSCALL) {
+            t->stats.schedstat_spared++;
+            return sample_running(t, th, tick_ns);
+        }
+        /* (blocked since: as any thread, below) */
     }
     if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0) {
         t->stats.failed_vanished++;
@@ -836,22 +876,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             t->stats.skipped_resuming++;
         return false;
     }
-    target_thread_forget_stack(th);
-    if (perf_latest(t, th, tick_ns)) {
-        /* A one-shot asked for two intervals ago and not taken (the kernel lost it) is not
-         * waited for; one not needed for a second (opened for the thread's first tick,
-         * say) gives back its ring and descriptor until one is needed again. */
-        if (th->ps.fd >= 0 && !th->ps.continuous) {
-            if (th->ps.armed && tick_ns - th->ps.armed_ns >= 2 * t->interval_ns)
-                perf_expire(t, th);
-            if (!th->ps.armed && tick_ns - th->ps.armed_ns > ONESHOT_IDLE_NS)
-                target_thread_stream_close(th);
-        }
-        return false;
-    }
-    if (perf_oneshot(t, th, tick_ns))
-        return false;
-    return interrupt(t, th, tick_ns);
+    return sample_running(t, th, tick_ns);
 }
 
 

@@ -64,6 +64,7 @@ struct thread {
     bool zombie;                /* leader that called pthread_exit: no more samples */
     bool born;                  /* past its first stop (threads new to ptrace start in one) */
     bool stop_eintr;            /* a job-control stop (not us) made its wait fail with EINTR */
+    bool ran_last_tick;         /* a wall-clock tick found it running (sampler.c) */
     uint64_t stop_eintr_run_ns; /* its CPU time then (schedstat) */
     uint8_t name_checks;        /* times the name was read since the thread appeared */
     uint64_t added_ns;          /* when profd started following it */
@@ -140,6 +141,7 @@ struct target_stats {
     uint64_t watch_skipped;   /* ticks a switch watch spared a schedstat read */
     uint64_t watch_opened, watch_closed_busy; /* switch watches opened, closed: ran often */
     uint64_t watch_released;  /* closed for a sampling event that lacked room */
+    uint64_t schedstat_spared; /* running at its last tick and now: its schedstat not read */
     uint64_t perf_latest_sliced; /* ticks whose clock sample (newest or reused) lay in a
                                     window already sliced: a one-shot asked instead */
     uint64_t perf_lost;       /* samples the kernel dropped (PERF_RECORD_LOST) */

@@ -490,6 +490,7 @@ class Bench:
         self.tmp = tempfile.mkdtemp(prefix="profd-bench-")
         self.pausemeter = os.path.join(self.build, "tests", "bench", "pausemeter")
         self.floor = os.path.join(self.build, "tests", "bench", "ptrace_floor")
+        self.timer_floor = os.path.join(self.build, "tests", "bench", "timer_floor")
         self.shim = os.path.join(self.build, "tests", "bench", "libsigprof_times.so")
         self.idlers = os.path.join(self.build, "tests", "programs", "idlers")
         self.idlesvc = os.path.join(self.build, "tests", "programs", "idlesvc")
@@ -937,6 +938,14 @@ class Bench:
                                           for k in counts})
         return res
 
+    def run_timer_floor(self, hz):
+        """CPU per wake-up of an empty libev timer at hz, ns (2 s of wake-ups)."""
+        r = subprocess.run([self.timer_floor, str(hz), str(2 * hz)], capture_output=True,
+                           text=True, timeout=60)
+        if r.returncode != 0 or not r.stdout.startswith("wake_ns="):
+            raise RuntimeError("timer_floor: " + r.stderr)
+        return float(r.stdout.split("=")[1])
+
     # -- measurement 4: the floor ---------------------------------------------------------
     def run_floor(self, pin, interval_us, busy=False):
         n = 1000 if self.args.quick else 1500
@@ -997,8 +1006,8 @@ class Bench:
         tools = ["nothing", "profd", "profd-ptrace"]
         if os.geteuid() != 0:
             sys.exit("bench.py: run as root (ptrace of other processes, perf)")
-        for p in (self.pausemeter, self.floor, self.idlers, self.idlesvc, self.busy,
-                  os.path.join(self.build, "daemon", "profd")):
+        for p in (self.pausemeter, self.floor, self.timer_floor, self.idlers, self.idlesvc,
+                  self.busy, os.path.join(self.build, "daemon", "profd")):
             if not os.path.exists(p):
                 sys.exit("bench.py: %s is not built (ninja -C %s)" % (p, self.build))
         if self.perf:
@@ -1044,6 +1053,13 @@ class Bench:
                                       "busy run %d/%d: %s%s at %d Hz"
                                       % (rep + 1, a.runs, tool, " " + mode if mode else "", hz),
                                       busy)
+            # The floor of an alarm tick: an empty event loop's wake-up (timer_floor.c).
+            wakes = {hz: median([self.run_timer_floor(hz) for _ in range(3)]) for hz in RATES}
+            self.notes.append("the floor of a wall-clock tick here: an empty libev timer costs "
+                              + " and ".join("%.1f us of CPU per wake-up at %d Hz"
+                                             % (wakes[hz] / 1e3, hz) for hz in RATES)
+                              + " (tests/bench/timer_floor, median of 3); profd in alarm "
+                              "wakes at each tick")
         if "idlers" in a.parts:
             for rep in range(a.runs):
                 for hz in RATES:

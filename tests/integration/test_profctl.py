@@ -193,7 +193,7 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     ts = {x["pid"]: x for x in st["targets"]}
     check(sorted(ts) == sorted([p.pid, q.pid]) and set(ts[p.pid]) == sfields and
           set(ts[p.pid]["sampled"]) == {"stopped", "blocked_without_stop", "idle_reused",
-                                        "kernel_copy"} and
+                                        "kernel_copy", "running_again"} and
           set(ts[p.pid]["paths"]) == {"perf", "proc", "ptrace"} and
           ts[p.pid]["perf"]["sampler"] == "auto" and
           set(ts[p.pid]["unwind"]) == {"complete", "truncated", "too_deep", "complete_pct",

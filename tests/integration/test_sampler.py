@@ -67,6 +67,10 @@ with Daemon() as d, Program("busy", 2) as p:
     check(complete_pct(st) >= 99.5,
           "... their stacks unwind completely (%.2f%%, through the 8 KiB array frame)"
           % complete_pct(st))
+    check(st["sampled"]["running_again"] >= 0.8 * st["paths"]["perf"]["samples"],
+          "... a thread running at its previous tick too is known to run from its syscall file "
+          "alone, without its schedstat (%d of %d kernel copies)"
+          % (st["sampled"]["running_again"], st["paths"]["perf"]["samples"]))
     unwinds = st["unwind"]["complete"] + st["unwind"]["truncated"]
     check(st["unwind"]["signal_masks_spared"] >= 2 * unwinds > 0,
           "... libunwind's signal blocking around its cache lock makes no system call (%d "
