@@ -123,12 +123,14 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddItemToObject(o, "sampling", sched_describe(t->sched));
     /* alarm: how late its ticks ran against the grid (the loop thread busy elsewhere). */
     cJSON_AddItemToObject(o, "tick_lateness", lateness_describe(&t->sched->lateness));
+    /* Ticks that found a thread running that ran at its previous tick too: known from its
+     * syscall file alone (sampler.c). Not a kind of sample: outside "sampled". */
+    cJSON_AddNumberToObject(o, "running_again", (double)s->schedstat_spared);
     cJSON *k = cJSON_AddObjectToObject(o, "sampled");
     cJSON_AddNumberToObject(k, "stopped", (double)s->samples_stopped);
     cJSON_AddNumberToObject(k, "blocked_without_stop", (double)s->samples_blocked);
     cJSON_AddNumberToObject(k, "idle_reused", (double)s->samples_reused);
     cJSON_AddNumberToObject(k, "kernel_copy", (double)s->samples_perf);
-    cJSON_AddNumberToObject(k, "running_again", (double)s->schedstat_spared);
     /* Per path: samples, and profd's time per sample on the loop thread (for stops: from
      * the interrupt through the wait, the copy and the unwind). */
     cJSON *paths = cJSON_AddObjectToObject(o, "paths");

@@ -48,19 +48,41 @@ static struct uctx *cur;
  * 24.6 us with them, 12.6 us without). The blocking guards against a signal handler that
  * unwinds the thread holding the lock; profd's unwinds are of other processes' copies, made by
  * no signal handler. So this definition, which libunwind's calls bind to (the executable's
- * symbol comes first), leaves the mask as it is while this thread is in unwind_pass (the
- * restore that follows leaves it as it is too); every other call is glibc's own (its
- * sigprocmask is pthread_sigmask with errno set). The lock itself is still taken. */
+ * symbol comes first), answers libunwind's pair itself while this thread is in unwind_pass,
+ * which reads the thread's mask once (mask_now) for all of that unwind's steps: "block every
+ * signal, give me the old mask" (SIG_SETMASK of a full set) gets the mask as it is, unchanged,
+ * and the restore of a mask equal to it, which changes nothing, is not made either. Any other
+ * call, and any call outside an unwind, is glibc's own (its sigprocmask is pthread_sigmask
+ * with errno set). The lock itself is still taken. */
 static __thread bool unwinding;
+static __thread sigset_t mask_now; /* this thread's mask during the unwind */
+
+/* Do a and b hold the same signals? (Compared signal by signal: glibc's sigset_t has room for
+ * 1024, of which the kernel reads _NSIG - 1, and what lies past those may be anything.) */
+static bool same_signals(const sigset_t *a, const sigset_t *b)
+{
+    for (int sig = 1; sig < _NSIG; sig++)
+        if (sigismember(a, sig) != sigismember(b, sig))
+            return false;
+    return true;
+}
 
 int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 {
-    if (unwinding) {
-        if (old)
-            sigemptyset(old); /* (only given back to this function, which ignores it) */
-        if (cur)
-            cur->u->masks_spared++;
-        return 0;
+    if (unwinding && how == SIG_SETMASK && set) {
+        sigset_t full;
+        sigfillset(&full);
+        if (old && same_signals(set, &full)) {
+            *old = mask_now;
+            if (cur)
+                cur->u->masks_spared++;
+            return 0;
+        }
+        if (!old && same_signals(set, &mask_now)) {
+            if (cur)
+                cur->u->masks_spared++;
+            return 0;
+        }
     }
     int r = pthread_sigmask(how, set, old);
     if (r) {
@@ -578,7 +600,8 @@ static int unwind_pass(struct unwinder *u, struct snapshot *s, uint64_t *ips, in
     if (!u->as)
         return 0;
     cur = &c;
-    unwinding = true;
+    /* (The one system call for this unwind's steps' signal-mask calls, above.) */
+    unwinding = pthread_sigmask(SIG_SETMASK, NULL, &mask_now) == 0;
     /* unw_init_remote leaves some cursor fields unset (valgrind sees libunwind 1.6.2 branch
      * on them in unw_step's fallback path): start from zeroes. */
     memset(&cursor, 0, sizeof(cursor));

@@ -5,7 +5,8 @@
 # .ci/setup to have run (packages installed, ./build configured).
 set -eu
 cd "$(dirname "$0")/.."
-step() { printf '\n=== %s\n' "$*"; }
+start=$(date +%s)
+step() { printf '\n=== %s (at %d s)\n' "$*" $(($(date +%s) - start)); }
 
 step "build and test (debugoptimized)"
 ninja -C build

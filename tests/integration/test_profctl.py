@@ -189,11 +189,12 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
                         "group_stops",
                         "threads_seen", "stacks", "memory_bytes", "ring_dropped_full",
                         "sampling", "transaction_boundaries", "dropped_max_memory",
-                        "threads_without_files", "paths", "perf", "tick_lateness"}
+                        "threads_without_files", "paths", "perf", "tick_lateness",
+                        "running_again"}
     ts = {x["pid"]: x for x in st["targets"]}
     check(sorted(ts) == sorted([p.pid, q.pid]) and set(ts[p.pid]) == sfields and
           set(ts[p.pid]["sampled"]) == {"stopped", "blocked_without_stop", "idle_reused",
-                                        "kernel_copy", "running_again"} and
+                                        "kernel_copy"} and
           set(ts[p.pid]["paths"]) == {"perf", "proc", "ptrace"} and
           ts[p.pid]["perf"]["sampler"] == "auto" and
           set(ts[p.pid]["unwind"]) == {"complete", "truncated", "too_deep", "complete_pct",

@@ -17,6 +17,7 @@
 """
 import json
 import os
+import subprocess
 import time
 from harness import *
 
@@ -52,6 +53,21 @@ def complete_pct(st):
 
 
 # 1. sampler perf, alarm: no stop at all.
+def libunwind_blocks_signals(pid):
+    """Does the libunwind profd runs with call sigprocmask (Debian 12's 1.6.2, built with
+    --enable-block-signals, at every step: unwind.c answers those calls itself)? A libunwind
+    that calls pthread_sigmask (1.8) or nothing (--disable-block-signals) leaves profd
+    nothing to spare."""
+    with open("/proc/%d/maps" % pid) as f:
+        libs = {l.split()[-1] for l in f if "libunwind-x86_64" in l}
+    for lib in libs:
+        r = subprocess.run(["readelf", "--dyn-syms", "-W", lib], capture_output=True, text=True)
+        if any("UND" in f and any(w.split("@")[0] == "sigprocmask" for w in f)
+               for f in (l.split() for l in r.stdout.splitlines())):
+            return True
+    return False
+
+
 with Daemon() as d, Program("busy", 2) as p:
     d.ctl("attach", p.pid, "--hz", HZ, "--mode", "alarm", "--sampler", "perf")
     st = d.wait_samples(p.pid, 3 * 700, timeout=60)
@@ -67,15 +83,18 @@ with Daemon() as d, Program("busy", 2) as p:
     check(complete_pct(st) >= 99.5,
           "... their stacks unwind completely (%.2f%%, through the 8 KiB array frame)"
           % complete_pct(st))
-    check(st["sampled"]["running_again"] >= 0.8 * st["paths"]["perf"]["samples"],
+    check(st["running_again"] >= 0.8 * st["paths"]["perf"]["samples"],
           "... a thread running at its previous tick too is known to run from its syscall file "
           "alone, without its schedstat (%d of %d kernel copies)"
-          % (st["sampled"]["running_again"], st["paths"]["perf"]["samples"]))
+          % (st["running_again"], st["paths"]["perf"]["samples"]))
     unwinds = st["unwind"]["complete"] + st["unwind"]["truncated"]
-    check(st["unwind"]["signal_masks_spared"] >= 2 * unwinds > 0,
-          "... libunwind's signal blocking around its cache lock makes no system call (%d "
-          "calls answered in profd for %d unwinds; two per step)"
-          % (st["unwind"]["signal_masks_spared"], unwinds))
+    if libunwind_blocks_signals(d.pid):
+        check(st["unwind"]["signal_masks_spared"] >= 2 * unwinds > 0,
+              "... libunwind's signal blocking around its cache lock makes no system call (%d "
+              "calls answered in profd for %d unwinds; two per step)"
+              % (st["unwind"]["signal_masks_spared"], unwinds))
+    else:
+        log("(this libunwind does not call sigprocmask: nothing for profd to spare)")
     check(split_ok(shares), "... the 60/30/10 split within 5 points (%s)"
           % {k: round(v, 1) for k, v in shares.items()})
     # A sample per busy thread for every tick, or a counted reason: a one-shot not yet
@@ -196,23 +215,28 @@ with Daemon("--max-memory", str(WATCH_MAX_MEMORY), "--buffer", "2") as d, \
     def watches_settled():
         w = d.raw_target_status(a.pid)["perf"]["switch_watch"]["threads"]
         seen.append(w)
-        return w >= 40 and seen[-5:] == [w] * 5
+        return w >= 60 and seen[-5:] == [w] * 5
 
     wait_until(watches_settled, 60 * SLOW, "idlers' watches to be opened", interval=0.2)
     pa = d.target_status(a.pid)["perf"]
     free = WATCH_MAX_MEMORY // 4 - pa["ring_bytes"] - pa["switch_watch"]["ring_bytes"]
     n = min(max(free // 69632 + 2, 1), 8)  # (a busy thread's clock: 68 KiB)
+    if n * 69632 <= free:
+        fail("switch watch: %d watches left %d bytes of the rings' quarter, room for B's %d "
+             "busy threads' clocks: the test's premise does not hold" % (
+                 pa["switch_watch"]["threads"], free, n))
     with Program("busy", n) as b:
         d.ctl("attach", b.pid, "--hz", 101, "--mode", "alarm", "--sampler", "perf")
         d.wait_samples(b.pid, 2 * n * 101, timeout=60)
         sa, sb = d.target_status(a.pid)["perf"], d.target_status(b.pid)
         log("watches' room: A %s; B %s %s" % (pa, sb["paths"], sb["perf"]))
-        check(sa["switch_watch"]["closed_for_room"] > 0 and sb["paths"]["perf"]["samples"] > 0
+        released = sa["switch_watch"]["closed_for_room"] - pa["switch_watch"]["closed_for_room"]
+        check(released > 0 and sb["paths"]["perf"]["samples"] > 0
               and sb["perf"]["stopped_no_event"] == 0,
               "switch watch: another target's sampling events take the watches' room (%d of "
               "A's %d watches closed for B's %d busy threads with %d bytes left; B: %d kernel "
               "copies, %d stops for want of an event)"
-              % (sa["switch_watch"]["closed_for_room"], pa["switch_watch"]["threads"], n,
+              % (released, pa["switch_watch"]["threads"], n,
                  free, sb["paths"]["perf"]["samples"], sb["perf"]["stopped_no_event"]))
 
 # 2. sampler ptrace: stops only.
