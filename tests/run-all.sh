@@ -1,7 +1,7 @@
 #!/bin/sh
 # run-all.sh: every test, three ways: the normal build; an ASan/UBSan build; valgrind (unit
 # tests under valgrind, integration tests with the daemon under valgrind); then every fuzz
-# target under libFuzzer for a short fixed time (FUZZ_SECONDS each, 6 by default). Expects
+# target under libFuzzer for a short fixed time (FUZZ_SECONDS each, 3 by default). Expects
 # .ci/setup to have run (packages installed, ./build configured).
 set -eu
 cd "$(dirname "$0")/.."
@@ -10,16 +10,18 @@ step() { printf '\n=== %s (at %d s)\n' "$*" $(($(date +%s) - start)); }
 
 step "build and test (debugoptimized)"
 ninja -C build
-meson test -C build --print-errorlogs
+PROFD_CHAOS_BUDGET=30 meson test -C build --print-errorlogs
 
 step "ASan + UBSan build and test"
 [ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 ninja -C build-asan
 # Not the ptrace suite (the transparency tests again on the forced ptrace path: that path's
-# code runs here in test_sampler), and half test_chaos's time: CI's whole run must stay
+# code runs here in test_sampler), nor the external one (tests/integration/meson.build), and
+# half test_chaos's time: CI's whole run must stay
 # well under 30 minutes on a 2-CPU machine.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    PROFD_CHAOS_BUDGET=30 meson test -C build-asan --print-errorlogs --no-suite ptrace
+    PROFD_CHAOS_BUDGET=30 meson test -C build-asan --print-errorlogs --no-suite ptrace \
+    --no-suite external
 
 step "valgrind: unit tests"
 meson test -C build --setup valgrind --print-errorlogs
@@ -29,11 +31,11 @@ meson test -C build --setup valgrinddaemon --print-errorlogs
 
 # clang with libFuzzer, ASan and UBSan; only the fuzz targets are built there. Their libraries
 # are instrumented for coverage (-fsanitize=fuzzer-no-link); -fsanitize=fuzzer on the targets.
-step "libFuzzer: each fuzz target for ${FUZZ_SECONDS:-6} s from its corpus (clang, ASan + UBSan)"
+step "libFuzzer: each fuzz target for ${FUZZ_SECONDS:-3} s from its corpus (clang, ASan + UBSan)"
 [ -f build-fuzz/build.ninja ] || CC=clang CXX=clang++ meson setup build-fuzz \
     -Db_sanitize=address,undefined -Db_lundef=false \
     -Dc_args=-fsanitize=fuzzer-no-link -Dcpp_args=-fsanitize=fuzzer-no-link >/dev/null
 ninja -C build-fuzz $(ls tests/fuzz/fuzz_*.c | sed 's|^tests/fuzz/\(.*\)\.c$|tests/fuzz/\1-libfuzzer|')
-tests/fuzz/run-libfuzzer.sh build-fuzz "${FUZZ_SECONDS:-6}"
+tests/fuzz/run-libfuzzer.sh build-fuzz "${FUZZ_SECONDS:-3}"
 
 step "all tests passed"
