@@ -60,6 +60,10 @@ with Daemon("--max-cpu", "0") as ref, Program("sleeper", 0) as idle, \
     # how long new threads wait for a CPU on this machine.
     want = 0.6 if TIMING and not d.sanitized() else 0.3
     check(work >= want * total, "%.1f%% of their samples are in churn_work" % (100.0 * work / total))
+    bad = {s: c for s, c in churners.items() if ";churn_work" in s and not
+           re.match(r"churner;(__clone3|clone3);start_thread;worker;churn_work", s)}
+    if bad:
+        log("samples in churn_work that do not reach the thread start: %s" % bad)
     check(good == work, "every sample in churn_work unwinds to the thread start (%d of %d)"
           % (good, work))
     births = sum(c for s, c in churners.items() if s in ("churner;clone3", "churner;__clone3"))
