@@ -22,9 +22,10 @@ static void drop_oldest(struct ring *r)
     for (struct ring_reader *rd = r->readers; rd; rd = rd->link) {
         if (!rd->end)
             continue;
-        if (!rd->next)
+        if (!rd->next) {
             rd->take(rd, ring_at(r, 0));
-        else
+            rd->taken_as_dropped++;
+        } else
             rd->next--;
         rd->end--;
     }
@@ -168,6 +169,7 @@ void ring_reader_attach(struct ring *r, struct ring_reader *rd, size_t first, si
     rd->end = last < r->len ? last : r->len;
     if (rd->end < rd->next)
         rd->end = rd->next;
+    rd->taken_as_dropped = 0;
     rd->ring = r;
     rd->link = r->readers;
     r->readers = rd;

@@ -23,6 +23,7 @@ typedef void (*ring_evict_fn)(void *ctx, const struct ring_entry *e);
  * read too; entries inserted before it or after it are not. */
 struct ring_reader {
     size_t next, end; /* [next, end): indexes (0: the oldest) still to be read */
+    size_t taken_as_dropped; /* entries taken by drop_oldest, not by ring_reader_step */
     void (*take)(struct ring_reader *rd, const struct ring_entry *e);
     /* The ring is being finished, after every entry of the range was taken: the reader is
      * detached already. NULL: nothing to do. */

@@ -360,15 +360,16 @@ struct slice_job *slice_begin(struct target *t, uint64_t start_ns, uint64_t end_
     return job;
 }
 
-bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken)
+bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken, size_t *as_dropped)
 {
     struct slice_copy *c = job->copy;
-    *taken = 0;
+    *taken = *as_dropped = 0;
     if (!c)
         return true;
     *taken = ring_reader_step(&c->rd, max);
     if (c->rd.ring && c->rd.next < c->rd.end)
         return false;
+    *as_dropped = c->rd.taken_as_dropped;
     copy_epoch_maps(c);
     copy_free(c);
     job->copy = NULL;

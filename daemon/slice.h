@@ -151,8 +151,10 @@ struct slice_job *slice_begin(struct target *t, uint64_t start_ns, uint64_t end_
  * have waited for its own loading). Its done callback is the caller's to set. */
 struct slice_job *slice_warm(struct target *t);
 /* Copy up to max more samples (and the stacks they use) into the job; *taken: how many.
- * Returns whether the copy is complete (then job->copy is NULL). Loop thread. */
-bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken);
+ * Returns whether the copy is complete (then job->copy is NULL, and *as_dropped is how many
+ * of the job's samples were copied as the ring dropped them, not by a step; else 0). Loop
+ * thread. */
+bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken, size_t *as_dropped);
 /* Symbolize as this client (its uid, gid, groups and file capabilities); NULL: as nobody. */
 void slice_set_requester(struct slice_job *job, const struct peer *p);
 /* Add a transaction (tid > 0) to the job; name is copied. */

@@ -52,6 +52,9 @@ struct loop_work {
     uint64_t count, total_ns, max_ns, max_cpu_ns, entries, max_entries;
 };
 static struct loop_work work[WORKER_LOOP_KINDS];
+/* Samples of completed copies that a tick's push took as the ring dropped them, before a
+ * copy step reached them (a copy running behind the ring's oldest end). */
+static uint64_t copied_as_dropped;
 
 static void on_copy(struct ev_loop *loop, ev_idle *w, int revents);
 
@@ -196,6 +199,7 @@ cJSON *worker_describe_loop(void)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "copy_step_max_entries", COPY_STEP_ENTRIES);
     cJSON_AddNumberToObject(o, "copy_step_max_us", (double)COPY_STEP_NS / 1e3);
+    cJSON_AddNumberToObject(o, "samples_taken_as_dropped", (double)copied_as_dropped);
     for (int k = 0; k < WORKER_LOOP_KINDS; k++) {
         const struct loop_work *w = &work[k];
         cJSON *x = cJSON_AddObjectToObject(o, names[k]);
@@ -231,12 +235,14 @@ static void on_copy(struct ev_loop *loop, ev_idle *w, int revents)
     }
     struct worker_loop_mark m;
     worker_loop_begin(&m);
-    size_t total = 0, taken;
+    size_t total = 0, taken, as_dropped;
     bool complete = false;
     while (total < COPY_STEP_ENTRIES) {
         size_t max = COPY_STEP_ENTRIES - total;
-        complete = slice_copy_step(job, max < COPY_CHECK_EVERY ? max : COPY_CHECK_EVERY, &taken);
+        complete = slice_copy_step(job, max < COPY_CHECK_EVERY ? max : COPY_CHECK_EVERY, &taken,
+                                   &as_dropped);
         total += taken;
+        copied_as_dropped += as_dropped;
         if (complete || now_ns() - m.wall_ns >= COPY_STEP_NS)
             break;
     }

@@ -179,6 +179,7 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
           st["daemon"]["default_buffer_s"] == 60 and st["daemon"]["clients"] == 1 and
           st["daemon"]["samples"] == sum(x["samples"] for x in st["targets"]) > 0 and
           set(st["daemon"]["slice_loop"]) == {"copy_step_max_entries", "copy_step_max_us",
+                                              "samples_taken_as_dropped",
                                               "request", "copy", "reply"} and
           set(st["daemon"]["slice_loop"]["copy"]) == {"count", "total_ms", "max_us",
                                                       "max_cpu_us", "samples", "max_samples"},

@@ -4,7 +4,7 @@ The samples of a slice are copied out of the target's ring on the loop thread a 
 number at a time, between other events, and the reply is encoded on the worker thread; the
 daemon counts, per piece of that work, how many samples it copied and how long it took
 (status "slice_loop"). A full buffer of tests/programs/fanout (8 threads, about 1100
-stacks, 999 Hz, 8 s: some 64 000 samples, the ring dropping the oldest all the while) is
+stacks, 999 Hz, 8 s: some 64 000 samples (longer where fewer are taken a second), the ring dropping the oldest all the while) is
 sliced in both formats, at once from two clients, while another target is sampled at 999 Hz:
 - no piece of loop work copied more than the step's bound, and the copies went through the
   steps (a copy made whole at the request would show as a request piece with samples, or as
@@ -64,15 +64,31 @@ def slice_raw(d, req, out, key):
 
 
 with Daemon() as d, Program("fanout", THREADS) as big, Program("sleeper", 1) as other:
-    d.ctl("attach", big.pid, "--hz", HZ, "--buffer", BUFFER_S)
+    step = d.status()["daemon"]["slice_loop"]["copy_step_max_entries"]
+    # The buffer must be large against a copy step, or copying it whole at the request would
+    # pass unseen. A machine that samples the 8 threads slowly (a sanitized daemon on a busy
+    # host: 2 200 samples a second, not 8 000, in one CI run) gets a longer buffer instead.
+    buffer_s = BUFFER_S
+    d.ctl("attach", big.pid, "--hz", HZ, "--buffer", buffer_s)
     d.ctl("attach", other.pid, "--hz", HZ)
-    # A full buffer: at most THREADS samples a tick at HZ, so this many samples take at least
-    # BUFFER_S + 1 seconds, however slow the machine: the ring is dropping its oldest.
-    d.wait_samples(big.pid, THREADS * HZ * (BUFFER_S + 1), timeout=180,
-                   what="a full %d s buffer of %d threads" % (BUFFER_S, THREADS))
-    bst = d.target_status(big.pid)
-    log("buffer: %d samples in %d stacks" % (bst["buffered"], bst["stacks"]))
-    check(bst["buffered"] >= 20000, "the buffer holds %d samples" % bst["buffered"])
+    for attempt in range(2):
+        # A full buffer: at most THREADS samples a tick at HZ, so this many samples take at
+        # least buffer_s + 1 seconds, however slow the machine: the ring is dropping its
+        # oldest.
+        d.wait_samples(big.pid, THREADS * HZ * (buffer_s + 1), timeout=60 + 10 * buffer_s,
+                       what="a full %d s buffer of %d threads" % (buffer_s, THREADS))
+        bst = d.target_status(big.pid)
+        log("buffer: %d samples in %d stacks over %d s" % (bst["buffered"], bst["stacks"],
+                                                          buffer_s))
+        if bst["buffered"] >= 3 * step or attempt:
+            break
+        rate = max(bst["buffered"], 1) / buffer_s
+        buffer_s = max(BUFFER_S + 1, min(30, int(3.5 * step / rate) + 1))
+        log("sampled at %.0f a second: attaching again with a %d s buffer" % (rate, buffer_s))
+        d.ctl("detach", big.pid)
+        d.ctl("attach", big.pid, "--hz", HZ, "--buffer", buffer_s)
+    check(bst["buffered"] > 2 * step,
+          "the buffer holds %d samples: more than two copy steps of %d" % (bst["buffered"], step))
 
     s0 = d.raw_target_status(other.pid)
     w0 = run_delay_us(d.pid)
@@ -80,7 +96,7 @@ with Daemon() as d, Program("fanout", THREADS) as big, Program("sleeper", 1) as 
     t0 = time.monotonic()
     res = {}
     ths = [threading.Thread(target=slice_raw, args=(d, {"cmd": "slice", "pid": big.pid,
-                                                         "last_ns": BUFFER_S * 10**9,
+                                                         "last_ns": buffer_s * 10**9,
                                                          "format": fmt}, res, fmt))
            for fmt in ("collapsed", "sentry")]
     for th in ths:
@@ -121,13 +137,17 @@ with Daemon() as d, Program("fanout", THREADS) as big, Program("sleeper", 1) as 
 
     copies = loop["copy"]["count"] - loop0["copy"]["count"]
     copied = loop["copy"]["samples"] - loop0["copy"]["samples"]
-    step = loop["copy_step_max_entries"]
+    # A copy that falls behind the ring's oldest end (the daemon under valgrind: idle steps
+    # come seldom) is handed each sample as the ring drops it, at the tick that pushes it
+    # out: counted apart.
+    dropped = loop["samples_taken_as_dropped"] - loop0["samples_taken_as_dropped"]
     check(loop["copy"]["max_samples"] <= step and loop["request"]["max_samples"] == 0,
           "no piece of the loop thread's work copied more than %d samples (most: %d)"
           % (step, loop["copy"]["max_samples"]))
-    check(copied >= n and copies >= 2 * (n // step),
-          "both slices were copied in steps: %d samples in %d steps of at most %d "
-          "(the slices have %d and %d)" % (copied, copies, step, n, sen["samples"]))
+    check(copied + dropped == n + sen["samples"] and copies >= max(2, -(-copied // step)),
+          "both slices were copied in steps: %d samples in %d steps of at most %d, and %d "
+          "as the ring dropped them (the slices have %d and %d)"
+          % (copied, copies, step, dropped, n, sen["samples"]))
     worst = max(loop[k]["max_cpu_us"] for k in ("request", "copy", "reply"))
     check_timing(worst <= 3000,
                  "no piece of loop work on slices took over 3 ms of CPU (most: %.0f us: "
@@ -162,7 +182,7 @@ with Daemon() as d, Program("fanout", THREADS) as big, Program("sleeper", 1) as 
     # A detach while a slice is being copied.
     a = RawClient(d.socket)
     a.s.settimeout(120 * SLOW)
-    a.send({"cmd": "slice", "pid": big.pid, "last_ns": BUFFER_S * 10**9, "id": 7})
+    a.send({"cmd": "slice", "pid": big.pid, "last_ns": buffer_s * 10**9, "id": 7})
     r = d.ctl("detach", big.pid, check_rc=False)
     reply = a.recv()
     a.close()

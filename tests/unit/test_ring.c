@@ -486,10 +486,10 @@ static void test_reader_while_ring_moves(void)
     ring_reader_attach(&r, &x.rd, 100, 900);
     uint32_t next_seq = MAX, late_seq = 1000000;
     uint64_t newest = 1000 + (uint64_t)(MAX - 1) * 10;
-    size_t expect_extra = 0, steps = 0;
+    size_t expect_extra = 0, steps = 0, stepped = 0;
     bool inside_done = false, before_done = false;
     while (x.rd.next < x.rd.end) {
-        ring_reader_step(&x.rd, 7);
+        stepped += ring_reader_step(&x.rd, 7);
         steps++;
         for (int k = 0; k < 3; k++) {
             newest += 10;
@@ -541,6 +541,9 @@ static void test_reader_while_ring_moves(void)
     }
     CHECK(evicted_in_range > 100); /* the ring did push unread entries out */
     CHECK(before_evict);
+    /* What the steps did not take, the drops did, and the reader counted it (here the
+     * steps outrun the drops: test_reader_finish_and_detach has readers that fall behind). */
+    CHECK_U64(stepped + x.rd.taken_as_dropped, x.n);
     CHECK_INT(x.gone, 0);
     ring_reader_detach(&x.rd);
     CHECK(r.readers == NULL);
@@ -576,6 +579,8 @@ static void test_reader_finish_and_detach(void)
     CHECK_U64(ring_reader_step(&c.rd, 10), 0);
     ring_finish(&r);
     CHECK_U64(a.n, 490);
+    CHECK_U64(a.rd.taken_as_dropped, 390);
+    CHECK_U64(b.rd.taken_as_dropped, 1);
     CHECK_U64(a.v[0].stack, 10);
     CHECK_U64(a.v[489].stack, 499);
     CHECK_U64(b.n, 600);
