@@ -67,7 +67,7 @@ def pychild(code, sock, args_extra=(), **kw):
 
 
 # 1. Many threads, concurrent and nested transactions.
-THREADS, COUNT, MS = 8, 200, 12
+THREADS, COUNT, MS = 8, 120, 12
 if WRAPPED:
     COUNT, MS = 6, 150  # the daemon under valgrind takes a few samples a second
 # (No CPU budget: at 999 Hz it would lower the rate, and a 6 ms transaction could go
@@ -79,7 +79,7 @@ with Daemon("--hz", "999", "--max-cpu", "0", "--buffer", "600") as d, \
     os.setpriority(os.PRIO_PROCESS, d.pid, -10)  # as systemd/profd.service runs it
     if d.sanitized() and not WRAPPED:
         # The sanitized daemon samples far fewer ticks: longer transactions, fewer of them.
-        COUNT, MS = 60, 40
+        COUNT, MS = 36, 40
     t0 = time.monotonic()
     r = subprocess.run([TXNAPP, d.socket, out, str(THREADS), str(COUNT), str(MS)],
                        capture_output=True, text=True, timeout=600, env=APP_ENV)

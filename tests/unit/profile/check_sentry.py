@@ -57,6 +57,10 @@ STRICT_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z")
 LOWER_HEX32 = re.compile(r"[0-9a-f]{32}")
 ADDR_HEX = re.compile(r"0[xX]\+?([0-9a-fA-F]+)")
 DECIMAL = re.compile(r"\+?([0-9]+)")
+DIGITS = re.compile(r"[0-9]+")
+# A lone surrogate can reach a Python string only through a \uD800-\uDFFF escape (raw
+# surrogates are not UTF-8): text without one needs no walk.
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class Obj(dict):
@@ -182,7 +186,8 @@ class Checker:
         except ValueError as e:
             self.err("$", "relay: invalid JSON (%s)" % e)
             return None
-        self.no_lone_surrogates(root, "$")
+        if SURROGATE_ESCAPE.search(text):
+            self.no_lone_surrogates(root, "$")
         return self.obj(root, "$")
 
     def check(self, data):
@@ -404,6 +409,16 @@ class Checker:
 
         parsed = []  # (stack_id, thread_id, elapsed)
         for i, s in enumerate(samples):
+            # The usual sample, which the checks below would pass as it is.
+            if type(s) is Obj and not s.dups and s.get("queue_address") is None:
+                sid, tid, el = s.get("stack_id"), s.get("thread_id"), \
+                    s.get("elapsed_since_start_ns")
+                if type(sid) is int and 0 <= sid <= U64_MAX and type(tid) is str and \
+                        type(el) is str and DIGITS.fullmatch(tid) and DIGITS.fullmatch(el):
+                    tid, el = int(tid), int(el)
+                    if tid <= U64_MAX and el <= U64_MAX:
+                        parsed.append((sid, tid, el))
+                        continue
             sp = "%s.samples[%d]" % (path, i)
             if self.obj(s, sp) is None:
                 continue
@@ -426,6 +441,7 @@ class Checker:
         self.stacks_frames(stacks, frames, path)
 
         tm = self.field(trace, "thread_metadata", path, False)
+        sampled_tids = {t for _, t, _ in parsed}
         if tm is not None and self.obj(tm, path + ".thread_metadata", struct=False) is not None:
             for key, meta in tm.items():
                 mp = "%s.thread_metadata.%s" % (path, key)
@@ -437,7 +453,7 @@ class Checker:
                     self.uint(meta["priority"], mp + ".priority", U32_MAX)
                 if not re.fullmatch("[0-9]+", key):
                     self.err(mp, "profd: thread_metadata keys are thread ids")
-                elif all(t != int(key) for _, t, _ in parsed):
+                elif int(key) not in sampled_tids:
                     self.err(mp, "profd: a thread without samples")
         if self.errors:
             return  # relay stops at the first type error; the rest would be noise
@@ -634,6 +650,7 @@ class ChunkChecker(Checker):
                 parsed.append((ts, st, tid))
         self.stacks_frames(stacks, frames, path)
         tm = self.field(trace, "thread_metadata", path, False)
+        sampled_tids = {t for _, t, _ in parsed}
         if tm is not None and self.obj(tm, path + ".thread_metadata", struct=False) is not None:
             for key, meta in tm.items():
                 mp = "%s.thread_metadata.%s" % (path, key)
