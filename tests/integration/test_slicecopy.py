@@ -80,7 +80,7 @@ with Daemon() as d, Program("fanout", THREADS) as big, Program("sleeper", 1) as 
         bst = d.target_status(big.pid)
         log("buffer: %d samples in %d stacks over %d s" % (bst["buffered"], bst["stacks"],
                                                           buffer_s))
-        if bst["buffered"] >= 3 * step or attempt:
+        if bst["buffered"] > 2 * step or attempt:
             break
         rate = max(bst["buffered"], 1) / buffer_s
         buffer_s = max(BUFFER_S + 1, min(30, int(3.5 * step / rate) + 1))
