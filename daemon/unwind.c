@@ -57,22 +57,35 @@ static struct uctx *cur;
 static __thread bool unwinding;
 static __thread sigset_t mask_now; /* this thread's mask during the unwind */
 
-/* Do a and b hold the same signals? (Compared signal by signal: glibc's sigset_t has room for
- * 1024, of which the kernel reads _NSIG - 1, and what lies past those may be anything.) */
+static __thread sigset_t full_set;  /* sigfillset's, made once per thread */
+static __thread bool have_full_set;
+
+/* Do a and b hold the same signals? Only signals 1.._NSIG-1 count: glibc's sigset_t has room
+ * for 1024, of which the kernel reads _NSIG - 1, and what lies past those may be anything
+ * (libunwind's full set and the mask handed back differ there). Compared a word at a time:
+ * signal n is bit (n - 1) % W of word (n - 1) / W, as sigismember reads it. */
 static bool same_signals(const sigset_t *a, const sigset_t *b)
 {
-    for (int sig = 1; sig < _NSIG; sig++)
-        if (sigismember(a, sig) != sigismember(b, sig))
+    enum { W = 8 * sizeof(unsigned long), N = _NSIG - 1 };
+    for (size_t i = 0; i < N / W; i++)
+        if (a->__val[i] != b->__val[i])
             return false;
+    if (N % W) {
+        unsigned long m = (1ul << (N % W)) - 1;
+        if ((a->__val[N / W] ^ b->__val[N / W]) & m)
+            return false;
+    }
     return true;
 }
 
 int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 {
     if (unwinding && how == SIG_SETMASK && set) {
-        sigset_t full;
-        sigfillset(&full);
-        if (old && same_signals(set, &full)) {
+        if (!have_full_set) {
+            sigfillset(&full_set);
+            have_full_set = true;
+        }
+        if (old && same_signals(set, &full_set)) {
             *old = mask_now;
             if (cur)
                 cur->u->masks_spared++;
