@@ -49,13 +49,19 @@ static struct uctx *cur;
  * unwinds the thread holding the lock; profd's unwinds are of other processes' copies, made by
  * no signal handler. So this definition, which libunwind's calls bind to (the executable's
  * symbol comes first), answers libunwind's pair itself while this thread is in unwind_pass,
- * which reads the thread's mask once (mask_now) for all of that unwind's steps: "block every
- * signal, give me the old mask" (SIG_SETMASK of a full set) gets the mask as it is, unchanged,
- * and the restore of a mask equal to it, which changes nothing, is not made either. Any other
- * call, and any call outside an unwind, is glibc's own (its sigprocmask is pthread_sigmask
- * with errno set). The lock itself is still taken. */
+ * which knows the thread's mask (mask_now): "block every signal, give me the old mask"
+ * (SIG_SETMASK of a full set) gets the mask as it is, unchanged, and the restore of a mask
+ * equal to it, which changes nothing, is not made either. Any other call, and any call outside
+ * an unwind, is glibc's own (its sigprocmask is pthread_sigmask with errno set). The lock
+ * itself is still taken.
+ * The mask is read once per thread, and again after any call that sets it passes through
+ * here (libev's, profd's own). One that does not (a direct pthread_sigmask) leaves mask_now
+ * stale, which is harmless: the pair is answered without touching the real mask either way,
+ * and nothing else calls sigprocmask on this thread during an unwind. Reading it at every
+ * unwind was one system call per sample, most of profd's system calls with cputime. */
 static __thread bool unwinding;
-static __thread sigset_t mask_now; /* this thread's mask during the unwind */
+static __thread bool mask_known;
+static __thread sigset_t mask_now; /* this thread's mask */
 
 static __thread sigset_t full_set;  /* sigfillset's, made once per thread */
 static __thread bool have_full_set;
@@ -98,6 +104,8 @@ int sigprocmask(int how, const sigset_t *set, sigset_t *old)
         }
     }
     int r = pthread_sigmask(how, set, old);
+    if (set)
+        mask_known = false;
     if (r) {
         errno = r;
         return -1;
@@ -613,8 +621,10 @@ static int unwind_pass(struct unwinder *u, struct snapshot *s, uint64_t *ips, in
     if (!u->as)
         return 0;
     cur = &c;
-    /* (The one system call for this unwind's steps' signal-mask calls, above.) */
-    unwinding = pthread_sigmask(SIG_SETMASK, NULL, &mask_now) == 0;
+    /* (The mask for this unwind's steps' signal-mask calls, above.) */
+    if (!mask_known)
+        mask_known = pthread_sigmask(SIG_SETMASK, NULL, &mask_now) == 0;
+    unwinding = mask_known;
     /* unw_init_remote leaves some cursor fields unset (valgrind sees libunwind 1.6.2 branch
      * on them in unw_step's fallback path): start from zeroes. */
     memset(&cursor, 0, sizeof(cursor));
