@@ -730,6 +730,7 @@ static bool stops_in_flight(struct target *t, uint64_t to)
 {
     if (t->state != T_ATTACHED)
         return false;
+    sched_catch_up(t->sched, false); /* alarm's deferred ticks, up to now */
     sampler_flush(t); /* what the kernel sampled so far */
     uint64_t now = now_ns();
     for (size_t i = 0; i < t->nthreads; i++) {
@@ -1084,8 +1085,10 @@ static cJSON *cmd_txn_start(struct request *r)
      * thread is sampled at its boundaries (at most once an interval), so even one shorter
      * than the interval can have the two samples Sentry needs. */
     t = target_find(pid);
-    if (t && t->state == T_ATTACHED && !sched_event(t->sched))
+    if (t && t->state == T_ATTACHED && !sched_event(t->sched)) {
+        sched_catch_up(t->sched, false);
         sampler_sample_boundary(t, (pid_t)tid, now_ns(), 0);
+    }
     if (noreply)
         return NULL;
     cJSON *res = cJSON_CreateObject();
@@ -1166,8 +1169,10 @@ static cJSON *cmd_txn_finish(struct request *r)
     struct target *t = target_find(pid);
     if (t && t->state == T_EXITED)
         t = NULL; /* a previous process of this pid (the caller lives): not its samples */
-    if (t && t->state == T_ATTACHED && !sched_event(t->sched))
+    if (t && t->state == T_ATTACHED && !sched_event(t->sched)) {
+        sched_catch_up(t->sched, false);
         sampler_sample_boundary(t, x->tid, now_ns(), x->start_ns); /* as at the start */
+    }
     /* The profile names its thread: as it is called now. A thread that named itself just
      * after profd first read its name would otherwise keep the name it was born with until
      * the next refresh (housekeeping, once a second). */

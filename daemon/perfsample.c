@@ -289,6 +289,84 @@ int perfs_open_switches(struct perf_stream *ps, pid_t tid)
     return open_event(ps, tid, &pa, (size_t)page_size, PROT_READ);
 }
 
+int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool wake)
+{
+    if (perfs_init() < 0)
+        return -ENOMEM;
+    perfs_stream_init(ps);
+    struct perf_event_attr pa;
+    memset(&pa, 0, sizeof(pa));
+    pa.size = sizeof(pa);
+    pa.type = PERF_TYPE_SOFTWARE;
+    pa.config = PERF_COUNT_SW_DUMMY;
+    pa.context_switch = 1;
+    pa.sample_id_all = 1; /* each record ends with the thread's id and the kernel's time */
+    pa.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME;
+    pa.use_clockid = 1;
+    pa.clockid = CLOCK_MONOTONIC;
+    pa.exclude_hv = 1;
+    /* With wake, every record wakes the poller: the first one is what it waits for.
+     * Without, none does before the ring is full. */
+    pa.watermark = 1;
+    pa.wakeup_watermark = wake ? 1 : (uint32_t)page_size;
+    return open_event(ps, tid, &pa, (size_t)page_size, PROT_READ | PROT_WRITE);
+}
+
+size_t perfs_changes_bytes(void)
+{
+    return perfs_switches_bytes();
+}
+
+uint64_t perfs_first_change(const struct perf_stream *ps)
+{
+    if (ps->fd < 0)
+        return UINT64_MAX;
+    const struct perf_event_mmap_page *mp = (const struct perf_event_mmap_page *)ps->buf;
+    uint64_t head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE);
+    uint64_t tail = mp->data_tail;
+    if (head == tail)
+        return UINT64_MAX;
+    /* The first record since the open (the tail is never moved): its time is its last 8
+     * bytes. A record that does not look whole says "changed, now". */
+    const uint8_t *data = ps->buf + page_size;
+    uint64_t mask = ps->data_size - 1;
+    struct perf_event_header h;
+    memcpy(&h, data + (tail & mask), sizeof(h));
+    if (head - tail < sizeof(h) + 16 || h.size < sizeof(h) + 16 || h.size % 8 ||
+        h.size > head - tail)
+        return 0;
+    uint64_t t;
+    memcpy(&t, record_at(ps, tail, h.size) + h.size - 8, sizeof(t));
+    return t;
+}
+
+uint64_t perfs_first_block(struct perf_stream *ps)
+{
+    if (ps->fd < 0)
+        return UINT64_MAX;
+    struct perf_event_mmap_page *mp = (struct perf_event_mmap_page *)ps->buf;
+    uint64_t head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE);
+    uint64_t tail = mp->data_tail;
+    const uint8_t *data = ps->buf + page_size;
+    uint64_t mask = ps->data_size - 1;
+    while (tail < head) {
+        struct perf_event_header h;
+        memcpy(&h, data + (tail & mask), sizeof(h));
+        if (h.size < sizeof(h) + 16 || h.size % 8 || h.size > head - tail ||
+            h.type != PERF_RECORD_SWITCH)
+            return 0; /* (PERF_RECORD_LOST: the ring filled) */
+        if ((h.misc & PERF_RECORD_MISC_SWITCH_OUT) &&
+            !(h.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)) {
+            uint64_t t;
+            memcpy(&t, record_at(ps, tail, h.size) + h.size - 8, sizeof(t));
+            return t;
+        }
+        tail += h.size;
+    }
+    __atomic_store_n(&mp->data_tail, tail, __ATOMIC_RELEASE);
+    return UINT64_MAX;
+}
+
 uint64_t perfs_switches_head(const struct perf_stream *ps)
 {
     const struct perf_event_mmap_page *mp = (const struct perf_event_mmap_page *)ps->buf;

@@ -117,6 +117,20 @@ int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_samp
 int perfs_open_switches(struct perf_stream *ps, pid_t tid);
 /* The bytes perfs_open_switches maps (a header page and a page of ring). */
 size_t perfs_switches_bytes(void);
+/* A thread's change watch (the deferred ticks of alarm, sampler.c): a dummy event whose
+ * ring gets a record each time the thread is switched in or out, stamped on
+ * CLOCK_MONOTONIC; with wake, every record wakes a poller of its descriptor. Returns as
+ * perfs_open. */
+int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool wake);
+size_t perfs_changes_bytes(void);
+/* A running thread's: when it first blocked (was switched out other than by preemption)
+ * since the watch was opened, UINT64_MAX if it has not (the records read are then
+ * consumed: a preempted thread is still running), 0 if the records cannot be read or some
+ * were lost. */
+uint64_t perfs_first_block(struct perf_stream *ps);
+/* When the thread was first switched in or out since the watch was opened: UINT64_MAX if
+ * it has not been, 0 if the record cannot be read (taken as "before anything"). */
+uint64_t perfs_first_change(const struct perf_stream *ps);
 /* Its head: moves by each record the kernel writes. */
 uint64_t perfs_switches_head(const struct perf_stream *ps);
 /* Bytes of ring mapped for ps. */

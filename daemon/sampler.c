@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/epoll.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/user.h>
@@ -342,7 +343,8 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
 
 void sampler_drain_thread(struct target *t, struct thread *th)
 {
-    if (th->ps.fd < 0)
+    /* (A deferred tick's clock is read by sampler_defer_ticks only.) */
+    if (th->ps.fd < 0 || th->defer_kind != DEFER_NONE)
         return;
     struct drain_ctx c = {t, th};
     uint64_t lost = 0;
@@ -612,6 +614,233 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
     if (refused_sliced)
         t->stats.perf_latest_sliced++; /* (once per tick) */
     return false;
+}
+
+/* ---- deferred ticks (alarm): taken after the fact, in batches ----
+ *
+ * A wake-up of profd costs it 40-100 us of CPU on this VM, more than the samples of a tick.
+ * While every thread of a target stays as it was at a tick (blocked where its last stack
+ * says, or running), the ticks that follow need no wake-up: a blocked thread's sample is
+ * its last stack; a running thread's is its clock's newest sample at the tick, as at a
+ * tick taken on time (perf_latest), read from a ring that holds a batch of them. Each
+ * thread's change watch wakes profd at its first switch in or out; the ticks before that
+ * moment are exact and are taken then, the later ones on time again. Otherwise the
+ * schedule takes the batch at its end, or before anything reads or adds to the buffer (a
+ * slice, a transaction's boundary, a thread's birth or exit). */
+
+/* A running thread's clock ring while deferred: at most this much locked memory, for the
+ * batch's samples and DEFER_MARGIN more (profd late at the batch's end: a busy machine). */
+#define DEFER_RING_MAX (1024u * 1024u)
+#define DEFER_MARGIN 4u
+#define DEFER_MIN_BATCH 4
+
+/* perfs_open's batch (its ring holds 8 samples more) for a ring of b + DEFER_MARGIN. */
+static unsigned defer_ring_batch(unsigned b)
+{
+    return b + DEFER_MARGIN > 8 ? b + DEFER_MARGIN - 8 : 0;
+}
+
+bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
+                         unsigned *batch, int *epfd)
+{
+    if (t->deferred || t->sampler == SAMPLER_PTRACE || t->py.status == PYS_OK ||
+        t->state != T_ATTACHED || t->maps_dirty || !t->nthreads)
+        return false;
+    uint64_t max_age = t->interval_ns * LATEST_MAX_AGE_HALVES / 2;
+    unsigned b = max_batch;
+    size_t rings = 0;
+    for (size_t i = 0; i < t->nthreads; i++) {
+        const struct thread *th = t->threads[i];
+        if (th->zombie || !th->born || th->state == TH_GROUP_STOP || th->interrupt_pending ||
+            th->rescue_pending || th->stop_eintr || th->chain_valid || th->perf_deep_left ||
+            th->perf_refused || tick_ns - th->added_ns < YOUNG_NS)
+            return false;
+        if (th->ran_last_tick) {
+            /* Running, its sample this tick its clock's (a stop or a one-shot: not yet). */
+            if (th->pl.fd < 0 || th->pl_stack == STACK_NONE || tick_ns - th->pl_last_ns >= max_age)
+                return false;
+            while (b >= DEFER_MIN_BATCH &&
+                   perfs_ring_bytes(want_stack(th), true, defer_ring_batch(b)) > DEFER_RING_MAX)
+                b--;
+            rings += perfs_ring_bytes(want_stack(th), true, defer_ring_batch(b));
+        } else if (th->last_stack == STACK_NONE || !th->have_sched) {
+            return false;
+        }
+        rings += perfs_changes_bytes();
+    }
+    if (b < DEFER_MIN_BATCH || !ring_room(rings) || !fds_take(1))
+        return false;
+    t->defer_epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (t->defer_epfd < 0) {
+        fds_give(1);
+        return false;
+    }
+    t->deferred = true; /* (sampler_defer_end undoes what follows) */
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        if (!fds_take(1))
+            goto undo;
+        /* A blocked thread's first switch wakes profd. A running one's are read at the end
+         * of the batch (sampler_defer_changed): it may be preempted (which changes nothing
+         * here), and a wake-up of profd on its CPU would preempt it again. */
+        if (perfs_open_changes(&th->chg, th->tid, !th->ran_last_tick) < 0) {
+            fds_give(1);
+            goto undo;
+        }
+        memacct_add(memory_samples(), perfs_bytes(&th->chg));
+        if (!th->ran_last_tick) {
+            struct epoll_event ev = {.events = EPOLLIN};
+            if (epoll_ctl(t->defer_epfd, EPOLL_CTL_ADD, th->chg.fd, &ev) < 0)
+                goto undo;
+            th->defer_kind = DEFER_BLOCKED;
+            continue;
+        }
+        /* Its clock becomes one whose ring holds the batch (two would each interrupt it). */
+        th->dc_stack = th->pl_stack; /* (the reference moves) */
+        th->dc_ns = th->pl_last_ns;
+        th->pl_stack = STACK_NONE;
+        target_thread_latest_close(th);
+        target_thread_stream_close(th); /* a one-shot */
+        th->defer_kind = DEFER_RUNNING;
+        if (perf_open_once(th, STREAM_CONTINUOUS, t->interval_ns, want_stack(th),
+                           defer_ring_batch(b)) < 0)
+            goto undo;
+    }
+    /* What it saw at the tick still holds now that the watches are open: a blocked thread
+     * has not run since its stack was read, a running one is not in a system call. */
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        if (th->defer_kind == DEFER_BLOCKED) {
+            uint64_t run, pcount;
+            if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0 ||
+                run != th->run_ns || pcount != th->pcount)
+                goto undo;
+        } else {
+            struct sysc_info si;
+            if (proc_read_syscall(th->syscall_fd, &si) < 0 || si.state == SYSC_IN_SYSCALL)
+                goto undo;
+        }
+    }
+    t->stats.defer_begun++;
+    *batch = b;
+    *epfd = t->defer_epfd;
+    return true;
+undo:
+    t->stats.defer_refused++;
+    sampler_defer_end(t);
+    return false;
+}
+
+void sampler_defer_end(struct target *t)
+{
+    if (!t->deferred)
+        return;
+    for (size_t i = 0; i < t->nthreads; i++)
+        target_thread_defer_close(t->threads[i]);
+    close(t->defer_epfd);
+    fds_give(1);
+    t->defer_epfd = -1;
+    t->deferred = false;
+}
+
+uint64_t sampler_defer_changed(struct target *t)
+{
+    uint64_t first = UINT64_MAX;
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        /* A thread born since: from then on, unknown. */
+        uint64_t c = th->defer_kind == DEFER_NONE      ? th->added_ns
+                     : th->defer_kind == DEFER_BLOCKED ? perfs_first_change(&th->chg)
+                                                       : perfs_first_block(&th->chg);
+        if (c < first)
+            first = c;
+    }
+    return first;
+}
+
+struct defer_ctx {
+    struct target *t;
+    struct thread *th;
+    const uint64_t *ticks;
+    size_t n, k;
+    uint64_t max_age;
+};
+
+/* Tick k's sample of a running thread: its clock's newest sample before the tick if recent
+ * enough, else the first one after it (cur, if any, as a one-shot's would be), both at the
+ * kernel's time, neither inside a window already sliced (as perf_latest). */
+static void defer_assign(struct defer_ctx *c, uint32_t cur, uint64_t cur_ns)
+{
+    struct target *t = c->t;
+    struct thread *th = c->th;
+    uint64_t tk = c->ticks[c->k];
+    uint32_t id = STACK_NONE;
+    uint64_t at = 0;
+    bool recent = th->dc_stack != STACK_NONE && tk - th->dc_ns < c->max_age;
+    if (recent && th->dc_ns > t->sliced_to_ns)
+        id = th->dc_stack, at = th->dc_ns;
+    else if (cur != STACK_NONE && cur_ns - tk < c->max_age && cur_ns > t->sliced_to_ns)
+        id = cur, at = cur_ns;
+    if (recent && th->dc_ns <= t->sliced_to_ns)
+        t->stats.perf_latest_sliced++;
+    if (id == STACK_NONE) {
+        t->stats.deferred_unsampled++;
+        return;
+    }
+    stacks_ref(&t->stacks, id);
+    push(t, th, at, id);
+    t->stats.samples_perf++;
+    t->stats.deferred++;
+}
+
+static void on_deferred_sample(void *arg, const struct perf_sample *ps, struct snapshot *s)
+{
+    struct defer_ctx *c = arg;
+    struct target *t = c->t;
+    struct thread *th = c->th;
+    (void)s;
+    if (!ps->user || ps->tid != th->tid) {
+        t->stats.perf_no_regs++;
+        return;
+    }
+    uint32_t id = unwind_copy(t, th, th->ps.stack_size);
+    th->perf_last_ns = ps->time_ns;
+    if (id == STACK_NONE)
+        return;
+    for (; c->k < c->n && c->ticks[c->k] < ps->time_ns; c->k++)
+        defer_assign(c, id, ps->time_ns);
+    if (th->dc_stack != STACK_NONE)
+        stacks_unref(&t->stacks, th->dc_stack);
+    th->dc_stack = id;
+    th->dc_ns = ps->time_ns;
+}
+
+void sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
+{
+    if (!t->deferred || !n)
+        return;
+    t->stats.ticks += n;
+    uint64_t max_age = t->interval_ns * LATEST_MAX_AGE_HALVES / 2;
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        if (th->defer_kind == DEFER_BLOCKED) {
+            for (size_t k = 0; k < n; k++) {
+                stacks_ref(&t->stacks, th->last_stack);
+                push(t, th, ticks[k], th->last_stack);
+            }
+            t->stats.samples_reused += n;
+            t->stats.deferred += n;
+        } else if (th->defer_kind == DEFER_RUNNING) {
+            struct defer_ctx c = {t, th, ticks, n, 0, max_age};
+            uint64_t lost = 0;
+            uint64_t t0 = thread_cpu_ns();
+            perfs_drain(&th->ps, &snap, on_deferred_sample, &c, &lost);
+            for (; c.k < n; c.k++)
+                defer_assign(&c, STACK_NONE, 0);
+            t->stats.perf_lost += lost;
+            t->stats.ns_perf += thread_cpu_ns() - t0;
+        }
+    }
 }
 
 /* ---- switch watches (perfsample.h): a thread that seldom runs, checked without a read ---- */

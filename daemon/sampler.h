@@ -49,6 +49,20 @@ void sampler_event_tick(bool on);
  * finish, window_ns is the transaction's start: one that lasted an interval or more gets
  * its sample anyway while its thread has fewer than two in it. */
 void sampler_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns);
+/* alarm's deferred ticks (sampler.c). Begin: after a tick at tick_ns, if every thread of t
+ * is blocked at its last stack or running with its clock's sample of that tick, open their
+ * change watches and give running threads a clock that holds a batch of at most max_batch
+ * ticks: true, the batch in *batch, and in *epfd a descriptor that polls readable once any
+ * thread is switched in or out. */
+bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
+                         unsigned *batch, int *epfd);
+/* When the first thread of t changed since: a blocked one switched in, a running one blocked
+ * (not preempted), one born. UINT64_MAX if none. */
+uint64_t sampler_defer_changed(struct target *t);
+/* The samples of ticks[0..n) (in order, all before sampler_defer_changed's time). */
+void sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n);
+/* Close the watches and the batch's clocks; the next tick is taken on time. */
+void sampler_defer_end(struct target *t);
 /* Handle every pending ptrace event and child exit (targets_wait_event until none), taking
  * the samples of the stops we asked for among them. */
 void sampler_reap(void);

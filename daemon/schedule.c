@@ -1,5 +1,6 @@
 /* schedule.c: the sampling schedules (see schedule.h) and the CPU budget. */
 #include "schedule.h"
+#include "perfsample.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -523,6 +524,9 @@ static void on_cpu_signal(struct ev_loop *loop, ev_io *w, int revents)
 
 /* ---- the wall-clock modes ---- */
 
+static void defer_try(struct sched *s, uint64_t tick_ns);
+static void defer_arm(struct sched *s);
+
 /* One alarm tick of s at `now` (due at `due`), and the next one armed. *cpu: the loop
  * thread's CPU clock read at the end of the tick before (0: none), updated. */
 static void alarm_tick(struct sched *s, uint64_t now, uint64_t due, uint64_t *cpu)
@@ -538,7 +542,135 @@ static void alarm_tick(struct sched *s, uint64_t now, uint64_t due, uint64_t *cp
     if (!s->running)
         return;
     s->next_ns += s->eff_interval_ns;
-    timer_result(s, arm_alarm(s));
+    defer_try(s, now);
+    if (!s->deferred) {
+        timer_result(s, arm_alarm(s));
+        return;
+    }
+    s->due_ns = s->next_ns + jitter(s->eff_interval_ns / ALARM_JITTER_DIV);
+    defer_arm(s);
+}
+
+/* ---- alarm's deferred ticks (sampler.c: what makes them exact) ---- */
+
+/* A batch spans at most this long and this many ticks. */
+#define DEFER_MAX_NS (200 * NS_PER_MS)
+#define DEFER_MAX_TICKS 32
+/* Ticks taken in one go at most (more are due only after profd was held up). */
+#define DEFER_CAP 64
+/* After a batch cut short by a change, none for this long, doubled each time up to the
+ * most (a target whose threads switch often is sampled on time, as before). */
+#define DEFER_HOLD_MIN_NS (100 * NS_PER_MS)
+#define DEFER_HOLD_MAX_NS (5 * NS_PER_SEC)
+
+enum defer_how { DEFER_KEEP, DEFER_LEAVE_TICK, DEFER_LEAVE_LATER };
+
+static bool defer_off;
+
+static void defer_arm(struct sched *s)
+{
+    s->defer_deadline_ns = s->next_ns + (s->defer_batch - 1) * s->eff_interval_ns +
+                           s->eff_interval_ns / ALARM_JITTER_DIV;
+    timer_result(s, arm_at(s, s->defer_deadline_ns));
+}
+
+static void on_defer_io(struct ev_loop *loop, ev_io *w, int revents);
+
+/* After a tick on time (at tick_ns): defer the next ones if the target allows it. */
+static void defer_try(struct sched *s, uint64_t tick_ns)
+{
+    if (defer_off || s->mode != SCHED_ALARM || !s->running || s->deferred ||
+        s->t->state != T_ATTACHED || tick_ns < s->defer_hold_until_ns)
+        return;
+    uint64_t b = DEFER_MAX_NS / s->eff_interval_ns;
+    if (b > DEFER_MAX_TICKS)
+        b = DEFER_MAX_TICKS;
+    unsigned batch;
+    int fd;
+    if (b < 2 || !sampler_defer_begin(s->t, tick_ns, (unsigned)b, &batch, &fd))
+        return;
+    s->deferred = true;
+    s->defer_batch = batch;
+    s->defer_batches++;
+    ev_io_init(&s->dio, on_defer_io, fd, EV_READ);
+    s->dio.data = s;
+    ev_io_start(s->loop, &s->dio);
+}
+
+static void defer_leave(struct sched *s)
+{
+    ev_io_stop(s->loop, &s->dio);
+    sampler_defer_end(s->t);
+    s->deferred = false;
+}
+
+static void alarm_tick(struct sched *s, uint64_t now, uint64_t due, uint64_t *cpu);
+
+/* Take s's deferred ticks due before now and before the first change of a thread; then
+ * defer on (DEFER_KEEP, if nothing changed) or take ticks on time again: the one due at
+ * once (DEFER_LEAVE_TICK), or from the loop (DEFER_LEAVE_LATER: inside a hook of target.c
+ * nothing may stop a thread). */
+static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
+{
+    struct target *t = s->t;
+    uint64_t c0 = thread_cpu_ns();
+    uint64_t changed = t->state == T_ATTACHED ? sampler_defer_changed(t) : 0;
+    uint64_t limit = changed < now ? changed : now;
+    uint64_t iv = s->eff_interval_ns;
+    uint64_t ticks[DEFER_CAP];
+    size_t n = 0;
+    while (n < DEFER_CAP && s->due_ns < limit) {
+        ticks[n++] = s->due_ns;
+        s->next_ns += iv;
+        s->due_ns = s->next_ns + jitter(iv / ALARM_JITTER_DIV);
+    }
+    if (n) {
+        sampler_defer_ticks(t, ticks, n);
+        uint64_t c = thread_cpu_ns() - c0;
+        s->last_tick_ns = ticks[n - 1];
+        s->defer_ticks += n;
+        s->ticks += n;
+        s->cost_ns += c;
+        s->win_cost_ns += c;
+        s->win_ticks += n;
+    }
+    if (how == DEFER_KEEP && changed == UINT64_MAX && s->due_ns >= now && s->running &&
+        t->state == T_ATTACHED) {
+        defer_arm(s);
+        return;
+    }
+    defer_leave(s);
+    if (changed != UINT64_MAX) {
+        s->defer_changed++;
+        s->defer_hold_ns = s->defer_hold_ns ? s->defer_hold_ns * 2 : DEFER_HOLD_MIN_NS;
+        if (s->defer_hold_ns > DEFER_HOLD_MAX_NS)
+            s->defer_hold_ns = DEFER_HOLD_MAX_NS;
+        s->defer_hold_until_ns = now + s->defer_hold_ns;
+    }
+    if (!s->running)
+        return;
+    if (how == DEFER_LEAVE_TICK && s->due_ns <= now) {
+        uint64_t cpu = 0;
+        alarm_tick(s, now, s->due_ns, &cpu);
+    } else {
+        timer_result(s, arm_at(s, s->due_ns));
+    }
+}
+
+/* A thread of a deferred target was switched in or out. */
+static void on_defer_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    struct sched *s = w->data;
+    s->defer_wakes++;
+    defer_take(s, now_ns(), DEFER_LEAVE_TICK);
+}
+
+void sched_catch_up(struct sched *s, bool leave)
+{
+    if (s && s->deferred)
+        defer_take(s, now_ns(), leave ? DEFER_LEAVE_LATER : DEFER_KEEP);
 }
 
 /* profd is awake for one alarm tick: every other alarm schedule whose tick window (the
@@ -557,7 +689,7 @@ static void alarm_coalesce(uint64_t *cpu)
     uint64_t now = now_ns(); /* read again after each tick: a tick takes time */
     while (o) {
         struct sched *next = LIST_NEXT(o, link);
-        if (o->mode == SCHED_ALARM && o->running && o->t->state == T_ATTACHED &&
+        if (o->mode == SCHED_ALARM && o->running && !o->deferred && o->t->state == T_ATTACHED &&
             now >= o->next_ns && now < o->next_ns + o->eff_interval_ns / ALARM_JITTER_DIV) {
             uint64_t gen = live_gen;
             o->coalesced++;
@@ -583,7 +715,15 @@ static void on_timer(struct ev_loop *loop, ev_io *w, int revents)
     case SCHED_ALARM:
     {
         uint64_t cpu = 0;
-        alarm_tick(s, now, s->due_ns, &cpu);
+        if (s->deferred) {
+            lateness_record(&s->lateness, s->defer_deadline_ns, now);
+            s->defer_wakes++;
+            defer_take(s, now, DEFER_KEEP);
+            if (s->deferred)
+                s->defer_hold_ns = 0; /* a batch ran to its end */
+        } else {
+            alarm_tick(s, now, s->due_ns, &cpu);
+        }
         alarm_coalesce(&cpu);
         break;
     }
@@ -675,6 +815,8 @@ static int start_cputime(struct sched *s)
 
 static void stop_sources(struct sched *s)
 {
+    if (s->deferred)
+        defer_take(s, now_ns(), DEFER_LEAVE_LATER); /* (disarmed below) */
     sampler_flush(s->t); /* what the kernel sampled before the change is kept */
     disarm(s);
     s->reading = false;
@@ -811,6 +953,8 @@ bool sched_event(struct sched *s)
 static void on_thread_added(struct thread *th)
 {
     struct sched *s = th->t->sched;
+    if (s->deferred)
+        defer_take(s, now_ns(), DEFER_LEAVE_LATER); /* the ticks before its birth */
     if (s->running && s->mode == SCHED_CPUTIME && s->source == CPU_SRC_PERF) {
         int r = perf_open(s, th);
         if (r < 0)
@@ -827,6 +971,8 @@ static void on_target_stopped(struct target *t)
 static void on_thread_exited(struct thread *th)
 {
     struct sched *s = th->t->sched;
+    if (s->deferred)
+        defer_take(s, now_ns(), DEFER_LEAVE_LATER); /* the ticks before its exit */
     if (s->running && sampler_perf_has_stacks(th)) {
         uint64_t c0 = thread_cpu_ns();
         read_stacks(s, th);
@@ -902,8 +1048,19 @@ struct cJSON *sched_describe(const struct sched *s)
     cJSON_AddNumberToObject(o, "missed", (double)(s->missed + lost));
     if (s->mode == SCHED_EVENT)
         cJSON_AddNumberToObject(o, "event_samples", (double)s->events);
-    if (s->mode == SCHED_ALARM)
+    if (s->mode == SCHED_ALARM) {
         cJSON_AddNumberToObject(o, "coalesced", (double)s->coalesced);
+        cJSON *d = cJSON_AddObjectToObject(o, "deferred");
+        cJSON_AddBoolToObject(d, "now", s->deferred);
+        cJSON_AddNumberToObject(d, "batch_ticks", s->deferred ? s->defer_batch : 0);
+        cJSON_AddNumberToObject(d, "batches", (double)s->defer_batches);
+        cJSON_AddNumberToObject(d, "ticks", (double)s->defer_ticks);
+        cJSON_AddNumberToObject(d, "wakeups", (double)s->defer_wakes);
+        cJSON_AddNumberToObject(d, "cut_short_by_a_change", (double)s->defer_changed);
+        cJSON_AddNumberToObject(d, "samples", (double)s->t->stats.deferred);
+        cJSON_AddNumberToObject(d, "running_unsampled", (double)s->t->stats.deferred_unsampled);
+        cJSON_AddNumberToObject(d, "refused", (double)s->t->stats.defer_refused);
+    }
     uint64_t thr = s->throttled_ns +
                    (s->running && s->scale < 1.0 ? now_ns() - s->scale_since_ns : 0);
     cJSON_AddNumberToObject(o, "throttled_s", (double)thr / 1e9);
@@ -978,6 +1135,8 @@ static int rearm(struct sched *s, uint64_t now)
 
 static void set_scale(struct sched *s, double scale, uint64_t now)
 {
+    if (s->deferred)
+        defer_take(s, now, DEFER_LEAVE_LATER); /* (a new grid, below) */
     fold_throttled(s, now);
     s->scale = scale;
     uint64_t old = s->eff_interval_ns;
@@ -1163,6 +1322,9 @@ int sched_global_init(struct ev_loop *loop, enum cpu_source source, double max_c
     g.source = source;
     g.max_cpu_pct = max_cpu_pct;
     g.page = sysconf(_SC_PAGESIZE);
+    /* PROFD_DEFER=0: every alarm tick on time (for comparisons; see sampler.c). */
+    const char *d = getenv("PROFD_DEFER");
+    defer_off = d && !strcmp(d, "0");
     g.win_loop_cpu_ns = thread_cpu_ns();
     sigset_t ss;
     sigemptyset(&ss);

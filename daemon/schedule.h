@@ -97,6 +97,16 @@ struct sched {
      * set again (retried every budget period), and how often that happened. */
     int timer_err;
     uint64_t timer_failures;
+    /* alarm: ticks deferred (sampler.c, sampler_defer_begin): the batch's length in ticks,
+     * when it ends, the watcher of the threads' change watches; after a batch cut short by
+     * a change, none begins before defer_hold_until_ns (the hold doubles while batches keep
+     * being cut short). */
+    bool deferred;
+    unsigned defer_batch;
+    uint64_t defer_deadline_ns;
+    ev_io dio;
+    uint64_t defer_hold_until_ns, defer_hold_ns;
+    uint64_t defer_batches, defer_ticks, defer_wakes, defer_changed;
 };
 
 /* Set the daemon-wide state: the loop, the cputime source to use (CPU_SRC_AUTO: the best
@@ -135,5 +145,9 @@ int sched_reconfigure(struct sched *s, enum sched_mode mode, unsigned hz);
 bool sched_event(struct sched *s);
 /* The effective rate after the budget. */
 double sched_effective_hz(const struct sched *s);
+/* alarm: take s's deferred ticks due by now, before the buffer is read (a slice) or added
+ * to out of turn (a transaction's boundary sample); with leave, the next tick is taken on
+ * time again (its timer fires at once if it is due). */
+void sched_catch_up(struct sched *s, bool leave);
 /* How a target is sampled, for status and profile metadata (a new object). */
 struct cJSON *sched_describe(const struct sched *s);

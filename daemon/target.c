@@ -200,6 +200,7 @@ void target_thread_forget_stack(struct thread *th)
 
 void target_thread_perf_close(struct thread *th)
 {
+    target_thread_defer_close(th);
     target_thread_watch_close(th);
     target_thread_latest_close(th);
     target_thread_stream_close(th);
@@ -213,6 +214,22 @@ void target_thread_stream_close(struct thread *th)
         ev_io_stop(loop, &th->perf_io);
     memacct_sub(memory_samples(), perfs_bytes(&th->ps));
     perfs_close(&th->ps);
+    fds_give(1);
+}
+
+void target_thread_defer_close(struct thread *th)
+{
+    if (th->dc_stack != STACK_NONE)
+        stacks_unref(&th->t->stacks, th->dc_stack);
+    th->dc_stack = STACK_NONE;
+    th->dc_ns = 0;
+    if (th->defer_kind == DEFER_RUNNING)
+        target_thread_stream_close(th); /* its clock */
+    th->defer_kind = DEFER_NONE;
+    if (th->chg.fd < 0)
+        return;
+    memacct_sub(memory_samples(), perfs_bytes(&th->chg));
+    perfs_close(&th->chg); /* (out of the epoll set with its last descriptor) */
     fds_give(1);
 }
 
@@ -253,6 +270,7 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->t = t;
     th->state = TH_RUNNING;
     th->last_stack = STACK_NONE;
+    th->dc_stack = STACK_NONE;
     th->added_ns = now_ns();
     int err = 0;
     th->schedstat_fd = th->syscall_fd = th->status_fd = -1;
@@ -267,6 +285,7 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     perfs_stream_init(&th->ps);
     perfs_stream_init(&th->pl);
     perfs_stream_init(&th->sw);
+    perfs_stream_init(&th->chg);
     th->pl_stack = STACK_NONE;
     if (th->schedstat_fd < 0 || th->syscall_fd < 0)
         t->nthreads_nofiles++;
@@ -701,6 +720,7 @@ static int attach(pid_t pid, unsigned hz, uint64_t buffer_ns, enum sampler_kind 
     *taken = true;
     t->status_fd = -1;
     t->pidfd = -1;
+    t->defer_epfd = -1;
     pid_t tgid = read_tgid(pid);
     if (tgid == -EMFILE || tgid == -ENFILE || tgid == -ENOMEM) {
         snprintf(why, whylen, "profd cannot read /proc/%d/status now: %s", pid,

@@ -31,6 +31,9 @@ enum thread_state {
     TH_GROUP_STOP, /* in a group-stop (SIGSTOP, Ctrl-Z), parked with PTRACE_LISTEN */
 };
 
+/* What a thread was doing when alarm's ticks were deferred (sampler.c). */
+enum { DEFER_NONE, DEFER_BLOCKED, DEFER_RUNNING };
+
 struct thread {
     pid_t tid;
     struct target *t;
@@ -101,6 +104,13 @@ struct thread {
     uint16_t sw_quiet, sw_moved; /* of those, it had not run (before a watch); the watch
                                     found moved */
     uint64_t sw_retry_ns;       /* closed for running too often: not again before then */
+    /* alarm's deferred ticks (sampler.c): its change watch (perfsample.h), what it was
+     * doing when they began (DEFER_*: blocked at last_stack, or running with ps a
+     * continuous clock), and that clock's newest sample read (one reference). */
+    struct perf_stream chg;
+    uint8_t defer_kind;
+    uint32_t dc_stack;
+    uint64_t dc_ns;
     uint64_t py_tstate;         /* its CPython thread state, as found last (python.h) */
     struct thread *hnext;       /* tid hash chain */
 };
@@ -142,6 +152,10 @@ struct target_stats {
     uint64_t watch_opened, watch_closed_busy; /* switch watches opened, closed: ran often */
     uint64_t watch_released;  /* closed for a sampling event that lacked room */
     uint64_t schedstat_spared; /* running at its last tick and now: its schedstat not read */
+    uint64_t deferred;        /* samples taken for deferred ticks (alarm, sampler.c) */
+    uint64_t defer_begun, defer_refused; /* batches of deferred ticks begun; begun and undone */
+    uint64_t deferred_unsampled; /* a running thread's deferred tick without a clock sample
+                                    near it */
     uint64_t perf_latest_sliced; /* ticks whose clock sample (newest or reused) lay in a
                                     window already sliced: a one-shot asked instead */
     uint64_t perf_lost;       /* samples the kernel dropped (PERF_RECORD_LOST) */
@@ -217,6 +231,9 @@ struct target {
     int status_fd;          /* /proc/PID/status (signal dispositions) */
     uint64_t sig_ign, sig_cgt; /* dispositions (SigIgn, SigCgt) at the latest read of it */
     int pidfd;              /* pidfd_open of the process (to read its sockets' timeouts) */
+    /* alarm's ticks are deferred (sampler.c): an epoll set of its threads' change watches. */
+    bool deferred;
+    int defer_epfd;
 
     struct thread_name *names;
     size_t nnames, cap_names;
@@ -309,6 +326,8 @@ void target_thread_stream_close(struct thread *th);
 void target_thread_latest_close(struct thread *th);
 /* Drop the last stack of th's clock (its reference), so that no tick takes it again. */
 void target_thread_forget_latest(struct thread *th);
+/* Close th's change watch and its deferred ticks' clock, and drop their stack. */
+void target_thread_defer_close(struct thread *th);
 /* Close th's switch watch, if it has one. */
 void target_thread_watch_close(struct thread *th);
 /* Re-read a thread's name (comm) and remember it for slices. */

@@ -68,59 +68,82 @@ def libunwind_blocks_signals(pid):
     return False
 
 
-with Daemon() as d, Program("busy", 2) as p:
-    d.ctl("attach", p.pid, "--hz", HZ, "--mode", "alarm", "--sampler", "perf")
-    st = d.wait_samples(p.pid, 3 * 700, timeout=60)
-    st = d.target_status(p.pid)
-    prof = d.slice(p.pid, "--last", 60)
-    shares, n = split(prof)
-    log("perf/alarm: %s; split %s of %d" % ({k: st[k] for k in ("paths", "perf", "unwind")},
-                                            shares, n))
-    check(st["threads_stopped"] == 0 and st["paths"]["ptrace"]["samples"] == 0 and
-          st["paths"]["perf"]["samples"] > 0 and st["perf"]["sampler"] == "perf",
-          "sampler perf (alarm): the busy threads sampled from the kernel's copy, never stopped "
-          "(%d kernel copies, %d stops)" % (st["paths"]["perf"]["samples"], st["threads_stopped"]))
-    check(complete_pct(st) >= 99.5,
-          "... their stacks unwind completely (%.2f%%, through the 8 KiB array frame)"
-          % complete_pct(st))
-    check(st["running_again"] >= 0.8 * st["paths"]["perf"]["samples"],
-          "... a thread running at its previous tick too is known to run from its syscall file "
-          "alone, without its schedstat (%d of %d kernel copies)"
-          % (st["running_again"], st["paths"]["perf"]["samples"]))
-    unwinds = st["unwind"]["complete"] + st["unwind"]["truncated"]
-    if libunwind_blocks_signals(d.pid):
-        check(st["unwind"]["signal_masks_spared"] >= 2 * unwinds > 0,
-              "... libunwind's signal blocking around its cache lock makes no system call (%d "
-              "calls answered in profd for %d unwinds; two per step)"
-              % (st["unwind"]["signal_masks_spared"], unwinds))
-    else:
-        log("(this libunwind does not call sigprocmask: nothing for profd to spare)")
-    check(split_ok(shares), "... the 60/30/10 split within 5 points (%s)"
-          % {k: round(v, 1) for k, v in shares.items()})
-    # A sample per busy thread for every tick, or a counted reason: a one-shot not yet
-    # taken at the next tick (the thread waited for a CPU: often on a loaded machine) is
-    # counted, not made up.
-    perf = st["paths"]["perf"]["samples"]
-    check(perf + st["skipped"]["still_stopping"] + st["perf"]["oneshot_expired"] >=
-          0.95 * 2 * st["ticks"] - 4 and
-          perf >= 0.25 * 2 * st["ticks"],
-          "... one sample per busy thread and tick (%d kernel copies for 2 threads x %d ticks; "
-          "%d asked for, %d not yet taken at the next tick)"
-          % (perf, st["ticks"], st["perf"]["oneshot_asked"], st["skipped"]["still_stopping"]))
-    pf = st["perf"]
-    check(2 <= pf["events"] <= 4 and pf["ring_bytes"] > 0,
-          "... a clock per running thread and at most a one-shot event beside it, their rings "
-          "counted (%d events, %d bytes)" % (pf["events"], pf["ring_bytes"]))
-    # (Loose: a busy thread given a third of a CPU by a loaded machine has a new sample of
-    # its clock every third tick, and a one-shot at most others.)
-    check(pf["latest"] + pf["latest_reused"] >= 0.15 * perf and pf["latest"] >= 0.1 * perf,
-          "... nothing asked of the kernel at most ticks: the newest sample of each busy "
-          "thread's clock stands for the tick (%d newest, %d again, %d one-shots of %d "
-          "kernel copies)" % (pf["latest"], pf["latest_reused"], pf["oneshot_asked"], perf))
-    r = d.ctl("slice", p.pid, "--last", 1, "--format", "sentry")
-    meta = json.loads(r.stdout)
-    text = json.dumps(meta)
-    check('"sampler": "perf"' in text, "the profile's metadata names the sampler")
+# Twice: with alarm's ticks deferred (the default: a target whose threads stay blocked or
+# running is sampled in batches, sampler.c), and each tick on time (PROFD_DEFER=0).
+for defer in (True, False):
+    with Daemon(env=None if defer else {"PROFD_DEFER": "0"}) as d, Program("busy", 2) as p:
+        d.ctl("attach", p.pid, "--hz", HZ, "--mode", "alarm", "--sampler", "perf")
+        st = d.wait_samples(p.pid, 3 * 700, timeout=60)
+        st = d.target_status(p.pid)
+        prof = d.slice(p.pid, "--last", 60)
+        shares, n = split(prof)
+        log("perf/alarm%s: %s; split %s of %d"
+            % (" (deferred)" if defer else "", {k: st[k] for k in ("paths", "perf", "unwind")},
+               shares, n))
+        dfr = st["sampling"]["deferred"]
+        if defer:
+            # A busy thread preempted stays in its batch; the blocked main thread never runs.
+            check(dfr["batches"] >= 1 and dfr["ticks"] > 0 and
+                  dfr["samples"] >= 0.8 * 3 * dfr["ticks"],
+                  "deferred: ticks taken in batches, after the fact, a sample of each of the 3 "
+                  "threads for each (%d of %d ticks in %d batches; %d samples)"
+                  % (dfr["ticks"], st["ticks"], dfr["batches"], dfr["samples"]))
+            # (A slow daemon is late at the batch's end: a busy thread's ring may overflow,
+            # which ends the batch.)
+            check_timing(dfr["ticks"] >= 0.8 * st["ticks"] and
+                         dfr["wakeups"] <= st["ticks"] / 5,
+                         "deferred: most ticks in batches, a wake-up for several (%d of %d "
+                         "ticks; %d wake-ups for them, batches of %d)"
+                         % (dfr["ticks"], st["ticks"], dfr["wakeups"], dfr["batch_ticks"]),
+                         daemon=d)
+        else:
+            check(dfr["ticks"] == 0 and dfr["batches"] == 0,
+                  "PROFD_DEFER=0: every tick on time (%d deferred)" % dfr["ticks"])
+        check(st["threads_stopped"] == 0 and st["paths"]["ptrace"]["samples"] == 0 and
+              st["paths"]["perf"]["samples"] > 0 and st["perf"]["sampler"] == "perf",
+              "sampler perf (alarm): the busy threads sampled from the kernel's copy, never stopped "
+              "(%d kernel copies, %d stops)" % (st["paths"]["perf"]["samples"], st["threads_stopped"]))
+        check(complete_pct(st) >= 99.5,
+              "... their stacks unwind completely (%.2f%%, through the 8 KiB array frame)"
+              % complete_pct(st))
+        check(defer or st["running_again"] >= 0.8 * st["paths"]["perf"]["samples"],
+              "... a thread running at its previous tick too is known to run from its syscall file "
+              "alone, without its schedstat (%d of %d kernel copies)"
+              % (st["running_again"], st["paths"]["perf"]["samples"]))
+        unwinds = st["unwind"]["complete"] + st["unwind"]["truncated"]
+        if libunwind_blocks_signals(d.pid):
+            check(st["unwind"]["signal_masks_spared"] >= 2 * unwinds > 0,
+                  "... libunwind's signal blocking around its cache lock makes no system call (%d "
+                  "calls answered in profd for %d unwinds; two per step)"
+                  % (st["unwind"]["signal_masks_spared"], unwinds))
+        else:
+            log("(this libunwind does not call sigprocmask: nothing for profd to spare)")
+        check(split_ok(shares), "... the 60/30/10 split within 5 points (%s)"
+              % {k: round(v, 1) for k, v in shares.items()})
+        # A sample per busy thread for every tick, or a counted reason: a one-shot not yet
+        # taken at the next tick (the thread waited for a CPU: often on a loaded machine) is
+        # counted, not made up.
+        perf = st["paths"]["perf"]["samples"]
+        check(perf + st["skipped"]["still_stopping"] + st["perf"]["oneshot_expired"] >=
+              0.95 * 2 * st["ticks"] - 4 and
+              perf >= 0.25 * 2 * st["ticks"],
+              "... one sample per busy thread and tick (%d kernel copies for 2 threads x %d ticks; "
+              "%d asked for, %d not yet taken at the next tick)"
+              % (perf, st["ticks"], st["perf"]["oneshot_asked"], st["skipped"]["still_stopping"]))
+        pf = st["perf"]
+        check((2 <= pf["events"] <= 4 or defer and pf["events"] == 2) and pf["ring_bytes"] > 0,
+              "... a clock per running thread and at most a one-shot event beside it, their rings "
+              "counted (%d events, %d bytes)" % (pf["events"], pf["ring_bytes"]))
+        # (Loose: a busy thread given a third of a CPU by a loaded machine has a new sample of
+        # its clock every third tick, and a one-shot at most others.)
+        check(defer or pf["latest"] + pf["latest_reused"] >= 0.15 * perf and pf["latest"] >= 0.1 * perf,
+              "... nothing asked of the kernel at most ticks: the newest sample of each busy "
+              "thread's clock stands for the tick (%d newest, %d again, %d one-shots of %d "
+              "kernel copies)" % (pf["latest"], pf["latest_reused"], pf["oneshot_asked"], perf))
+        r = d.ctl("slice", p.pid, "--last", 1, "--format", "sentry")
+        meta = json.loads(r.stdout)
+        text = json.dumps(meta)
+        check('"sampler": "perf"' in text, "the profile's metadata names the sampler")
 
 # 1b. A window once sliced does not change: a tick's kernel sample is older than the tick
 # (the clock's newest, or the last one used again), so a tick just after a slice took one

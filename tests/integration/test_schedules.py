@@ -209,18 +209,25 @@ with Daemon() as d, Program("sleeper", 0) as p:
     d.ctl("attach", p.pid, "--mode", "alarm", "--hz", 100)
     time.sleep(0.5)
     m0 = sampling(d, p.pid)["missed"]
+    t_stop = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     os.kill(d.pid, signal.SIGSTOP)
     time.sleep(0.3)
     t_cont = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     os.kill(d.pid, signal.SIGCONT)
     time.sleep(0.5)
     s = sampling(d, p.pid)
-    check(s["missed"] - m0 >= 20, "alarm: the daemon stopped for 0.3 s at 100 Hz: %d ticks "
-          "counted missed" % (s["missed"] - m0))
-    res = slice_raw(d, p.pid, 0.6, "sentry")
+    res = slice_raw(d, p.pid, 1.5, "sentry")  # (back to before the stop)
     tid = str(p.pid)
     ts = sorted(res["start_ns"] + int(x["elapsed_since_start_ns"])
                 for x in res["profile"]["profile"]["samples"] if x["thread_id"] == tid)
+    # A tick of the stop is counted missed, or, with the ticks deferred (the sleeper's
+    # threads stay blocked: sampler.c), taken afterwards at its own time on the grid; it is
+    # never taken at the resume.
+    during = [x for x in ts if t_stop + 10**7 <= x < t_cont - 10**7]
+    check(s["missed"] - m0 + len(during) >= 20,
+          "alarm: the daemon stopped for 0.3 s at 100 Hz: %d ticks counted missed, %d taken "
+          "afterwards at their own time (deferred: %d ticks in %d batches)"
+          % (s["missed"] - m0, len(during), s["deferred"]["ticks"], s["deferred"]["batches"]))
     after = [x for x in ts if t_cont <= x < t_cont + 100 * 10**6]
     check(len(after) <= 12, "alarm: no burst after the stop: %d ticks in the 100 ms after it "
           "(10 due; a burst would make up the 30 missed)" % len(after))
