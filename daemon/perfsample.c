@@ -340,8 +340,9 @@ uint64_t perfs_first_change(const struct perf_stream *ps)
     return t;
 }
 
-uint64_t perfs_first_block(struct perf_stream *ps)
+uint64_t perfs_first_block(struct perf_stream *ps, bool *back_in)
 {
+    *back_in = false;
     if (ps->fd < 0)
         return UINT64_MAX;
     struct perf_event_mmap_page *mp = (struct perf_event_mmap_page *)ps->buf;
@@ -359,6 +360,17 @@ uint64_t perfs_first_block(struct perf_stream *ps)
             !(h.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)) {
             uint64_t t;
             memcpy(&t, record_at(ps, tail, h.size) + h.size - 8, sizeof(t));
+            /* Switched in again since? (The records after it stay unread: the batch ends.) */
+            for (uint64_t at = tail + h.size; at < head;) {
+                struct perf_event_header h2;
+                memcpy(&h2, data + (at & mask), sizeof(h2));
+                if (h2.size < sizeof(h2) || h2.size % 8 || h2.size > head - at ||
+                    h2.type != PERF_RECORD_SWITCH || !(h2.misc & PERF_RECORD_MISC_SWITCH_OUT)) {
+                    *back_in = true;
+                    break;
+                }
+                at += h2.size;
+            }
             return t;
         }
         tail += h.size;

@@ -124,10 +124,11 @@ size_t perfs_switches_bytes(void);
 int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool wake);
 size_t perfs_changes_bytes(void);
 /* A running thread's: when it first blocked (was switched out other than by preemption)
- * since the watch was opened, UINT64_MAX if it has not (the records read are then
+ * since the watch was opened, and in *back_in whether it was switched in since (or a record
+ * after it cannot be read); UINT64_MAX if it has not blocked (the records read are then
  * consumed: a preempted thread is still running), 0 if the records cannot be read or some
  * were lost. */
-uint64_t perfs_first_block(struct perf_stream *ps);
+uint64_t perfs_first_block(struct perf_stream *ps, bool *back_in);
 /* When the thread was first switched in or out since the watch was opened: UINT64_MAX if
  * it has not been, 0 if the record cannot be read (taken as "before anything"). */
 uint64_t perfs_first_change(const struct perf_stream *ps);

@@ -743,19 +743,79 @@ void sampler_defer_end(struct target *t)
     t->deferred = false;
 }
 
-uint64_t sampler_defer_changed(struct target *t)
+uint64_t sampler_defer_changed(struct target *t, bool *any)
 {
     uint64_t first = UINT64_MAX;
+    *any = false;
     for (size_t i = 0; i < t->nthreads; i++) {
         struct thread *th = t->threads[i];
-        /* A thread born since: from then on, unknown. */
-        uint64_t c = th->defer_kind == DEFER_NONE      ? th->added_ns
-                     : th->defer_kind == DEFER_BLOCKED ? perfs_first_change(&th->chg)
-                                                       : perfs_first_block(&th->chg);
+        uint64_t c;
+        if (th->defer_kind == DEFER_NONE) {
+            c = th->added_ns; /* a thread born since: from then on, unknown */
+        } else if (th->defer_kind == DEFER_BLOCKED) {
+            c = perfs_first_change(&th->chg);
+        } else {
+            /* A running thread that blocked and has stayed blocked: where it is now is where
+             * it was from then on (sampler_defer_ticks reads it). */
+            bool back_in;
+            c = perfs_first_block(&th->chg, &back_in);
+            th->defer_block_ns = 0;
+            if (c && c != UINT64_MAX && !back_in) {
+                th->defer_block_ns = c;
+                *any = true;
+                continue;
+            }
+        }
         if (c < first)
             first = c;
     }
+    if (first != UINT64_MAX)
+        *any = true;
     return first;
+}
+
+static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *pcount,
+                        uint32_t *id, enum unwind_end *end, uint64_t *sp);
+
+/* Ticks[0..n) of a running thread that blocked before them and has stayed blocked: its
+ * stack read now, as a blocked thread's (read_blocked), stands for each, if its change
+ * watch still shows no switch in after the read. */
+static void defer_fill_blocked(struct target *t, struct thread *th, const uint64_t *ticks,
+                               size_t n)
+{
+    uint64_t t0 = thread_cpu_ns();
+    uint64_t run, pcount, sp;
+    uint32_t id = STACK_NONE;
+    enum unwind_end end;
+    bool back_in = true;
+    int rb = proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0
+                 ? -1
+                 : read_blocked(t, th, &run, &pcount, &id, &end, &sp);
+    if (rb > 0)
+        perfs_first_block(&th->chg, &back_in);
+    if (rb <= 0 || id == STACK_NONE || back_in) {
+        if (id != STACK_NONE)
+            stacks_unref(&t->stacks, id);
+        t->stats.deferred_unsampled += n;
+        return;
+    }
+    for (size_t k = 0; k < n; k++) {
+        stacks_ref(&t->stacks, id);
+        push(t, th, ticks[k], id);
+    }
+    t->stats.samples_blocked++;
+    t->stats.samples_reused += n - 1;
+    t->stats.deferred += n;
+    t->stats.deferred_blocked += n;
+    t->stats.ns_blocked += thread_cpu_ns() - t0;
+    /* The next tick on time finds it blocked where it was, if it has not run since. */
+    th->ran_last_tick = false;
+    if (end == UNWIND_COMPLETE) {
+        set_last(th, id, run, pcount); /* (the reference moves) */
+        learn_perf_stack(th, sp);
+    } else {
+        stacks_unref(&t->stacks, id);
+    }
 }
 
 struct defer_ctx {
@@ -776,7 +836,11 @@ static void defer_assign(struct defer_ctx *c, uint32_t cur, uint64_t cur_ns)
     uint64_t tk = c->ticks[c->k];
     uint32_t id = STACK_NONE;
     uint64_t at = 0;
-    bool recent = th->dc_stack != STACK_NONE && tk - th->dc_ns < c->max_age;
+    /* Not blocked since (or the batch would have ended before this tick), and with less
+     * than an interval of CPU since its newest sample (or there would be a newer one): a
+     * thread kept off its CPU a while (a busy machine) is still where that sample has it,
+     * however old (lost samples, counted missed, aside). */
+    bool recent = th->dc_stack != STACK_NONE;
     if (recent && th->dc_ns > t->sliced_to_ns)
         id = th->dc_stack, at = th->dc_ns;
     else if (cur != STACK_NONE && cur_ns - tk < c->max_age && cur_ns > t->sliced_to_ns)
@@ -831,14 +895,20 @@ void sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
             t->stats.samples_reused += n;
             t->stats.deferred += n;
         } else if (th->defer_kind == DEFER_RUNNING) {
-            struct defer_ctx c = {t, th, ticks, n, 0, max_age};
+            /* The ticks before it blocked (if it did) from its clock. */
+            size_t nr = n;
+            while (th->defer_block_ns && nr > 0 && ticks[nr - 1] >= th->defer_block_ns)
+                nr--;
+            struct defer_ctx c = {t, th, ticks, nr, 0, max_age};
             uint64_t lost = 0;
             uint64_t t0 = thread_cpu_ns();
             perfs_drain(&th->ps, &snap, on_deferred_sample, &c, &lost);
-            for (; c.k < n; c.k++)
+            for (; c.k < nr; c.k++)
                 defer_assign(&c, STACK_NONE, 0);
             t->stats.perf_lost += lost;
             t->stats.ns_perf += thread_cpu_ns() - t0;
+            if (nr < n)
+                defer_fill_blocked(t, th, ticks + nr, n - nr);
         }
     }
 }
@@ -910,6 +980,58 @@ static void watch_quiet(struct thread *th, uint64_t head)
     } else if (!boundary) {
         th->sw_quiet++;
     }
+}
+
+/* A thread blocked in a system call, read without stopping it: where it is from /proc (sp,
+ * pc), a copy of its stack and its Python frames, unwound. run and pcount: its schedstat read
+ * before; the copy stands if a reading after it is the same (else it is looked at again,
+ * once). Returns 1 with *id (one reference; STACK_NONE if the unwind failed), *end and *sp;
+ * 0 if it is not blocked (running, or it ran during both copies); -1 if it vanished or its
+ * memory could not be copied (counted). */
+static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *pcount,
+                        uint32_t *id, enum unwind_end *end, uint64_t *sp)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        struct sysc_info si;
+        if (proc_read_syscall(th->syscall_fd, &si) < 0) {
+            t->stats.failed_vanished++;
+            return -1;
+        }
+        if (si.state != SYSC_IN_SYSCALL)
+            return 0;
+        perf_expire(t, th);
+        memset(&snap.regs, 0, sizeof(snap.regs));
+        snap.regs.rsp = si.sp;
+        snap.regs.rip = si.pc;
+        snap.full_regs = false;
+        if (snapshot_copy_stack(th->tid, si.sp, stack_limit(t, th, si.sp), &snap) < 0) {
+            t->stats.failed_copy++;
+            return -1;
+        }
+        /* Its Python frames too: the check below that it did not run covers them. */
+        npy = py_capture(&t->py, th->tid, &th->py_tstate, pyframes);
+        uint64_t run2, pcount2;
+        if (proc_read_schedstat(th->schedstat_fd, &run2, &pcount2) < 0) {
+            t->stats.failed_vanished++;
+            return -1;
+        }
+        if (pcount2 != *pcount || run2 != *run) {
+            /* It ran while we copied: the copy may be torn. Look again. */
+            t->stats.torn++;
+            npy = 0;
+            *run = run2;
+            *pcount = pcount2;
+            continue;
+        }
+        if (th->stop_eintr && *run - th->stop_eintr_run_ns >= PAST_STOP_EINTR_NS)
+            th->stop_eintr = false; /* blocked again since: past the job-control EINTR */
+        boundary_sample = boundary;
+        *id = unwind_and_intern(t, th, end);
+        boundary_sample = false;
+        *sp = si.sp;
+        return 1;
+    }
+    return 0;
 }
 
 /* A wall-clock tick's sample of a thread running now: its clock's newest sample, a one-shot,
@@ -1027,46 +1149,14 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         watch_quiet(th, head);
         return false;
     }
-    for (int attempt = 0; attempt < 2; attempt++) {
-        struct sysc_info si;
-        if (proc_read_syscall(th->syscall_fd, &si) < 0) {
-            t->stats.failed_vanished++;
-            return false;
-        }
-        if (si.state != SYSC_IN_SYSCALL)
-            break;
-        /* Blocked in a system call: sample from (sp, pc) without stopping it. */
-        perf_expire(t, th);
-        uint64_t t0 = thread_cpu_ns();
-        memset(&snap.regs, 0, sizeof(snap.regs));
-        snap.regs.rsp = si.sp;
-        snap.regs.rip = si.pc;
-        snap.full_regs = false;
-        if (snapshot_copy_stack(th->tid, si.sp, stack_limit(t, th, si.sp), &snap) < 0) {
-            t->stats.failed_copy++;
-            return false;
-        }
-        /* Its Python frames too: the check below that it did not run covers them. */
-        npy = py_capture(&t->py, th->tid, &th->py_tstate, pyframes);
-        uint64_t run2, pcount2;
-        if (proc_read_schedstat(th->schedstat_fd, &run2, &pcount2) < 0) {
-            t->stats.failed_vanished++;
-            return false;
-        }
-        if (pcount2 != pcount || run2 != run) {
-            /* It ran while we copied: the copy may be torn. Look again. */
-            t->stats.torn++;
-            npy = 0;
-            run = run2;
-            pcount = pcount2;
-            continue;
-        }
-        if (th->stop_eintr && run - th->stop_eintr_run_ns >= PAST_STOP_EINTR_NS)
-            th->stop_eintr = false; /* blocked again since: past the job-control EINTR */
-        enum unwind_end end;
-        boundary_sample = boundary;
-        uint32_t id = unwind_and_intern(t, th, &end);
-        boundary_sample = false;
+    uint64_t t0 = thread_cpu_ns();
+    uint32_t id;
+    enum unwind_end end;
+    uint64_t sp;
+    int rb = read_blocked(t, th, &run, &pcount, &id, &end, &sp);
+    if (rb < 0)
+        return false;
+    if (rb > 0) {
         if (id == STACK_NONE)
             return false;
         /* Only a complete stack is worth reusing while the thread stays blocked: a truncated
@@ -1075,7 +1165,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
          * out: the thread's next samples take their own.) */
         if (end == UNWIND_COMPLETE && !boundary) {
             set_last(th, id, run, pcount);
-            learn_perf_stack(th, si.sp);
+            learn_perf_stack(th, sp);
             if (th->sw.fd >= 0) {
                 th->sw_head = head; /* (read before schedstat was) */
                 th->sw_valid = true;

@@ -56,9 +56,11 @@ void sampler_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t
  * thread is switched in or out. */
 bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
                          unsigned *batch, int *epfd);
-/* When the first thread of t changed since: a blocked one switched in, a running one blocked
- * (not preempted), one born. UINT64_MAX if none. */
-uint64_t sampler_defer_changed(struct target *t);
+/* When the first thread of t changed since the batch began, so that its later ticks cannot
+ * be taken from the batch: a blocked one switched in, a running one blocked and switched in
+ * again, one born; UINT64_MAX if none. *any: whether any thread changed, including a running
+ * one that blocked and has stayed blocked (its ticks since are read from where it is now). */
+uint64_t sampler_defer_changed(struct target *t, bool *any);
 /* The samples of ticks[0..n) (in order, all before sampler_defer_changed's time). */
 void sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n);
 /* Close the watches and the batch's clocks; the next tick is taken on time. */

@@ -614,7 +614,8 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
 {
     struct target *t = s->t;
     uint64_t c0 = thread_cpu_ns();
-    uint64_t changed = t->state == T_ATTACHED ? sampler_defer_changed(t) : 0;
+    bool any = true;
+    uint64_t changed = t->state == T_ATTACHED ? sampler_defer_changed(t, &any) : 0;
     uint64_t limit = changed < now ? changed : now;
     uint64_t iv = s->eff_interval_ns;
     uint64_t ticks[DEFER_CAP];
@@ -634,13 +635,13 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
         s->win_cost_ns += c;
         s->win_ticks += n;
     }
-    if (how == DEFER_KEEP && changed == UINT64_MAX && s->due_ns >= now && s->running &&
+    if (how == DEFER_KEEP && !any && s->due_ns >= now && s->running &&
         t->state == T_ATTACHED) {
         defer_arm(s);
         return;
     }
     defer_leave(s);
-    if (changed != UINT64_MAX) {
+    if (any) {
         s->defer_changed++;
         s->defer_hold_ns = s->defer_hold_ns ? s->defer_hold_ns * 2 : DEFER_HOLD_MIN_NS;
         if (s->defer_hold_ns > DEFER_HOLD_MAX_NS)
@@ -1058,6 +1059,8 @@ struct cJSON *sched_describe(const struct sched *s)
         cJSON_AddNumberToObject(d, "wakeups", (double)s->defer_wakes);
         cJSON_AddNumberToObject(d, "cut_short_by_a_change", (double)s->defer_changed);
         cJSON_AddNumberToObject(d, "samples", (double)s->t->stats.deferred);
+        cJSON_AddNumberToObject(d, "samples_read_after_blocking",
+                                (double)s->t->stats.deferred_blocked);
         cJSON_AddNumberToObject(d, "running_unsampled", (double)s->t->stats.deferred_unsampled);
         cJSON_AddNumberToObject(d, "refused", (double)s->t->stats.defer_refused);
     }

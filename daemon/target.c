@@ -223,6 +223,7 @@ void target_thread_defer_close(struct thread *th)
         stacks_unref(&th->t->stacks, th->dc_stack);
     th->dc_stack = STACK_NONE;
     th->dc_ns = 0;
+    th->defer_block_ns = 0;
     if (th->defer_kind == DEFER_RUNNING)
         target_thread_stream_close(th); /* its clock */
     th->defer_kind = DEFER_NONE;

@@ -111,6 +111,7 @@ struct thread {
     uint8_t defer_kind;
     uint32_t dc_stack;
     uint64_t dc_ns;
+    uint64_t defer_block_ns;    /* running, it blocked then and has stayed blocked */
     uint64_t py_tstate;         /* its CPython thread state, as found last (python.h) */
     struct thread *hnext;       /* tid hash chain */
 };
@@ -153,6 +154,7 @@ struct target_stats {
     uint64_t watch_released;  /* closed for a sampling event that lacked room */
     uint64_t schedstat_spared; /* running at its last tick and now: its schedstat not read */
     uint64_t deferred;        /* samples taken for deferred ticks (alarm, sampler.c) */
+    uint64_t deferred_blocked; /* of those, a running thread's after it blocked (read then) */
     uint64_t defer_begun, defer_refused; /* batches of deferred ticks begun; begun and undone */
     uint64_t deferred_unsampled; /* a running thread's deferred tick without a clock sample
                                     near it */

@@ -181,6 +181,85 @@ with Daemon() as d, Program("busy", 2) as p:
           "sample lying in a window already sliced; differing: %s)"
           % (windows, n, pf["latest"], pf["latest_in_sliced_window"], differ[:4]))
 
+# 1d'. Deferred ticks cut short: a burner computing and a napper waking once a second. The
+# napper's wake-up ends the batch at its moment (its change watch wakes profd): the ticks
+# before it are taken from the batch, the next ones on time, and a batch begins again. Every
+# thread has its sample at nearly every tick throughout, each where it was: the napper
+# asleep in nap(), the burner in burn().
+def thread_stacks(prof):
+    out = {}
+    for stack, c in prof.items():
+        th = stack.split(";")[0]
+        out.setdefault(th, {})
+        out[th][stack] = out[th].get(stack, 0) + c
+    return out
+
+
+with Daemon() as d, Program("sleeper", 1, 1) as p:
+    d.ctl("attach", p.pid, "--hz", 101, "--mode", "alarm", "--sampler", "perf")
+    d.wait_samples(p.pid, 3 * 101, timeout=60)
+    a = d.target_status(p.pid)
+    t0 = time.monotonic_ns()
+    wait_until(lambda: d.target_status(p.pid)["sampling"]["deferred"]["cut_short_by_a_change"]
+               >= a["sampling"]["deferred"]["cut_short_by_a_change"] + 3, 30,
+               "three batches cut short by the napper")
+    t1 = time.monotonic_ns()
+    b = d.target_status(p.pid)
+    prof = d.slice(p.pid, "--from", t0, "--to", t1)
+    per = thread_stacks(prof)
+    ticks = b["ticks"] - a["ticks"]
+    dfr = b["sampling"]["deferred"]
+    counts = {th: sum(v.values()) for th, v in per.items()}
+    log("deferred, cut short: %s; %d ticks; samples per thread %s" % (dfr, ticks, counts))
+    nap = per.get("napper", {})
+    burn = per.get("burner-1", {})
+    in_nap = sum(c for st, c in nap.items() if ";nap;" in st + ";")
+    in_burn = sum(c for st, c in burn.items() if ";burn;" in st + ";")
+    check(dfr["ticks"] - a["sampling"]["deferred"]["ticks"] > 0 and
+          dfr["batches"] > a["sampling"]["deferred"]["batches"],
+          "deferred: batches begin again after one is cut short (%d batches, %d cut short)"
+          % (dfr["batches"], dfr["cut_short_by_a_change"]))
+    check(nap and in_nap >= 0.98 * sum(nap.values()) and burn and
+          in_burn >= 0.98 * sum(burn.values()),
+          "... each thread's samples where it was: the napper in nap() (%d of %d), the "
+          "burner in burn() (%d of %d)" % (in_nap, sum(nap.values()), in_burn,
+                                           sum(burn.values())))
+    # (Over the slice's window, the ticks counted between two status reads around it.)
+    check_timing(all(counts.get(th, 0) >= 0.9 * ticks for th in ("napper", "burner-1")),
+                 "... a sample of each thread at nearly every tick (%s for %d ticks)"
+                 % (counts, ticks))
+
+# And a thread that computes for 300 ms and sleeps for 300 ms: a batch it blocks in ends
+# there, its ticks after that from where it is blocked (read at the batch's end, as it has
+# stayed blocked); its waking ends a batch at once. About half its samples in each phase,
+# and one at nearly every tick.
+with Daemon() as d, Program("sleeper", 0, 0, 1) as p:
+    d.ctl("attach", p.pid, "--hz", 101, "--mode", "alarm", "--sampler", "perf")
+    d.wait_samples(p.pid, 2 * 101, timeout=60)
+    a = d.target_status(p.pid)
+    t0 = time.monotonic_ns()
+    time.sleep(3.0)
+    t1 = time.monotonic_ns()
+    b = d.target_status(p.pid)
+    per = thread_stacks(d.slice(p.pid, "--from", t0, "--to", t1))
+    ph = per.get("phaser", {})
+    work = sum(c for st, c in ph.items() if ";work_phase;" in st + ";")
+    rest = sum(c for st, c in ph.items() if ";rest_phase;" in st + ";")
+    tot = sum(ph.values())
+    ticks = b["ticks"] - a["ticks"]
+    dfr, dfa = b["sampling"]["deferred"], a["sampling"]["deferred"]
+    log("phaser: %d in work_phase, %d in rest_phase of %d; %d ticks; deferred %s"
+        % (work, rest, tot, ticks, dfr))
+    check(dfr["ticks"] > dfa["ticks"] and dfr["cut_short_by_a_change"] > dfa["cut_short_by_a_change"],
+          "deferred: batches cut short by a thread's phases (%d cut short; %d samples of a "
+          "running thread read where it blocked)"
+          % (dfr["cut_short_by_a_change"], dfr["samples_read_after_blocking"]))
+    check(tot and work + rest >= 0.98 * tot and 35 <= 100.0 * work / tot <= 65,
+          "... its samples in its two phases, about half in each (%d computing, %d asleep, "
+          "of %d)" % (work, rest, tot))
+    check_timing(tot >= 0.9 * ticks, "... a sample of the phaser at nearly every tick (%d for "
+                 "%d ticks)" % (tot, ticks))
+
 # 1c. Switch watches: a thread that had not run at 12 of 16 ticks is watched (a record in a
 # ring at each of its switches, which profd does not read: only the ring's head) instead of
 # having its schedstat read at every tick. A watched thread that starts computing is sampled
