@@ -322,18 +322,20 @@ static void cpu_credit_tick(struct sched *s)
 }
 
 /* How many samples the perf source's rings gather between two reads. profd reads them on a
- * timer of its own (cputime_read), every `batch` intervals and at most every 250 ms, while
- * some thread's ring carries stacks: a read costs profd a wake-up (17-34 us on this VM)
- * whatever it finds, and the target nothing. Rings are sized for the largest batch and 8
- * samples more whatever the rate, so that a change of rate (the budget) never leaves a ring
- * smaller than what gathers between two reads: 22 and 8 of 16 KiB copies fill the 512 KiB
- * that 24 took already (a ring is a power of two). A ring with stacks is not watched: the
+ * timer of its own (cputime_read), every `batch` intervals and at most every 500 ms, while
+ * some thread's ring carries stacks: a read costs profd a wake-up (100-200 us of its CPU on
+ * this VM when its vCPU was idle) whatever it finds, and the target nothing. At 101 Hz one
+ * busy thread: 4.6 reads a second and 11.8-14.0 us of profd's CPU per sample with reads
+ * every 250 ms, 2 reads and 9.1-11.5 us with 500 ms. Rings are sized for the largest batch
+ * and 8 samples more whatever the rate, so that a change of rate (the budget) never leaves
+ * a ring smaller than what gathers between two reads: 48 and 8 of 16 KiB copies fill 1 MiB
+ * (a ring is a power of two). A ring with stacks is not watched: the
  * kernel would wake its reader once per ring's worth of samples written (the most its
  * watermark allows), read or not, and pay for it in the target's sampling interrupt (a
  * cross-CPU wake-up, ~35 us here). Before a slice the rings are read anyway
  * (sampler_flush). */
-#define CPUTIME_READ_NS (250 * NS_PER_MS)
-#define CPUTIME_BATCH_MAX 22
+#define CPUTIME_READ_NS (500 * NS_PER_MS)
+#define CPUTIME_BATCH_MAX 48
 
 static unsigned batch_at(uint64_t interval_ns)
 {
