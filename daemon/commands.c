@@ -1086,7 +1086,7 @@ static cJSON *cmd_txn_start(struct request *r)
      * than the interval can have the two samples Sentry needs. */
     t = target_find(pid);
     if (t && t->state == T_ATTACHED && !sched_event(t->sched)) {
-        sched_catch_up(t->sched, false);
+        sched_catch_up(t->sched, true); /* (its stop of a running thread would end it) */
         sampler_sample_boundary(t, (pid_t)tid, now_ns(), 0);
     }
     if (noreply)
@@ -1170,7 +1170,7 @@ static cJSON *cmd_txn_finish(struct request *r)
     if (t && t->state == T_EXITED)
         t = NULL; /* a previous process of this pid (the caller lives): not its samples */
     if (t && t->state == T_ATTACHED && !sched_event(t->sched)) {
-        sched_catch_up(t->sched, false);
+        sched_catch_up(t->sched, true); /* (its stop of a running thread would end it) */
         sampler_sample_boundary(t, x->tid, now_ns(), x->start_ns); /* as at the start */
     }
     /* The profile names its thread: as it is called now. A thread that named itself just

@@ -350,12 +350,18 @@ uint64_t perfs_first_block(struct perf_stream *ps, bool *back_in)
     uint64_t tail = mp->data_tail;
     const uint8_t *data = ps->buf + page_size;
     uint64_t mask = ps->data_size - 1;
+    /* A ring that filled (the kernel drops records then, and says so only once there is
+     * room again) may have lost the block: known only up to its last record. */
+    bool full = head - tail + 64 > ps->data_size;
+    uint64_t last = 0;
     while (tail < head) {
         struct perf_event_header h;
         memcpy(&h, data + (tail & mask), sizeof(h));
         if (h.size < sizeof(h) + 16 || h.size % 8 || h.size > head - tail ||
-            h.type != PERF_RECORD_SWITCH)
-            return 0; /* (PERF_RECORD_LOST: the ring filled) */
+            h.type != PERF_RECORD_SWITCH) {
+            *back_in = true; /* (unknown after it) */
+            return last; /* (PERF_RECORD_LOST: records were dropped after this one) */
+        }
         if ((h.misc & PERF_RECORD_MISC_SWITCH_OUT) &&
             !(h.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)) {
             uint64_t t;
@@ -373,7 +379,12 @@ uint64_t perfs_first_block(struct perf_stream *ps, bool *back_in)
             }
             return t;
         }
+        memcpy(&last, record_at(ps, tail, h.size) + h.size - 8, sizeof(last));
         tail += h.size;
+    }
+    if (full) {
+        *back_in = true;
+        return last;
     }
     __atomic_store_n(&mp->data_tail, tail, __ATOMIC_RELEASE);
     return UINT64_MAX;

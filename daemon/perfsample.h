@@ -126,8 +126,9 @@ size_t perfs_changes_bytes(void);
 /* A running thread's: when it first blocked (was switched out other than by preemption)
  * since the watch was opened, and in *back_in whether it was switched in since (or a record
  * after it cannot be read); UINT64_MAX if it has not blocked (the records read are then
- * consumed: a preempted thread is still running), 0 if the records cannot be read or some
- * were lost. */
+ * consumed: a preempted thread is still running). Where records were lost, or the ring is
+ * full (they may be), known only up to the last one read: its time (0 if none), with
+ * *back_in set. */
 uint64_t perfs_first_block(struct perf_stream *ps, bool *back_in);
 /* When the thread was first switched in or out since the watch was opened: UINT64_MAX if
  * it has not been, 0 if the record cannot be read (taken as "before anything"). */

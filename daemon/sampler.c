@@ -653,7 +653,8 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
         const struct thread *th = t->threads[i];
         if (th->zombie || !th->born || th->state == TH_GROUP_STOP || th->interrupt_pending ||
             th->rescue_pending || th->stop_eintr || th->chain_valid || th->perf_deep_left ||
-            th->perf_refused || tick_ns - th->added_ns < YOUNG_NS)
+            th->perf_refused || tick_ns - th->added_ns < YOUNG_NS ||
+            (th->ps.fd >= 0 && th->ps.armed)) /* (a one-shot's sample still to read) */
             return false;
         if (th->ran_last_tick) {
             /* Running, its sample this tick its clock's (a stop or a one-shot: not yet). */
@@ -754,6 +755,9 @@ uint64_t sampler_defer_changed(struct target *t, bool *any)
             c = th->added_ns; /* a thread born since: from then on, unknown */
         } else if (th->defer_kind == DEFER_BLOCKED) {
             c = perfs_first_change(&th->chg);
+            /* Its stack forgotten (the maps changed, target_refresh_maps): to be read again. */
+            if (th->last_stack == STACK_NONE && t->maps_read_ns < c)
+                c = t->maps_read_ns;
         } else {
             /* A running thread that blocked and has stayed blocked: where it is now is where
              * it was from then on (sampler_defer_ticks reads it). */
@@ -777,11 +781,28 @@ uint64_t sampler_defer_changed(struct target *t, bool *any)
 static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *pcount,
                         uint32_t *id, enum unwind_end *end, uint64_t *sp);
 
+/* A deferred tick's sample of one thread, before it is pushed: the ticks' samples are
+ * gathered thread by thread, then pushed tick by tick (in time order: ring_push keeps the
+ * buffer sorted by walking back from its end). */
+struct dsample {
+    uint64_t at;
+    uint32_t id; /* one reference; STACK_NONE: none */
+    bool perf;   /* a sample of the thread's clock (the kernel's copy) */
+};
+
+static void dsample_set(struct target *t, struct dsample *d, uint64_t at, uint32_t id)
+{
+    stacks_ref(&t->stacks, id);
+    d->at = at;
+    d->id = id;
+    d->perf = false;
+}
+
 /* Ticks[0..n) of a running thread that blocked before them and has stayed blocked: its
  * stack read now, as a blocked thread's (read_blocked), stands for each, if its change
  * watch still shows no switch in after the read. */
 static void defer_fill_blocked(struct target *t, struct thread *th, const uint64_t *ticks,
-                               size_t n)
+                               struct dsample *row, size_t n)
 {
     uint64_t t0 = thread_cpu_ns();
     uint64_t run, pcount, sp;
@@ -799,35 +820,32 @@ static void defer_fill_blocked(struct target *t, struct thread *th, const uint64
         t->stats.deferred_unsampled += n;
         return;
     }
-    for (size_t k = 0; k < n; k++) {
-        stacks_ref(&t->stacks, id);
-        push(t, th, ticks[k], id);
-    }
+    for (size_t k = 0; k < n; k++)
+        dsample_set(t, &row[k], ticks[k], id);
     t->stats.samples_blocked++;
     t->stats.samples_reused += n - 1;
-    t->stats.deferred += n;
     t->stats.deferred_blocked += n;
     t->stats.ns_blocked += thread_cpu_ns() - t0;
     /* The next tick on time finds it blocked where it was, if it has not run since. */
     th->ran_last_tick = false;
     if (end == UNWIND_COMPLETE) {
-        set_last(th, id, run, pcount); /* (the reference moves) */
+        set_last(th, id, run, pcount);
         learn_perf_stack(th, sp);
-    } else {
-        stacks_unref(&t->stacks, id);
     }
+    stacks_unref(&t->stacks, id); /* (read_blocked's) */
 }
 
 struct defer_ctx {
     struct target *t;
     struct thread *th;
     const uint64_t *ticks;
+    struct dsample *row;
     size_t n, k;
     uint64_t max_age;
 };
 
-/* Tick k's sample of a running thread: its clock's newest sample before the tick if recent
- * enough, else the first one after it (cur, if any, as a one-shot's would be), both at the
+/* Tick k's sample of a running thread: its clock's newest sample before the tick, else the
+ * first one after it (cur, if any and recent, as a one-shot's would be), both at the
  * kernel's time, neither inside a window already sliced (as perf_latest). */
 static void defer_assign(struct defer_ctx *c, uint32_t cur, uint64_t cur_ns)
 {
@@ -851,10 +869,8 @@ static void defer_assign(struct defer_ctx *c, uint32_t cur, uint64_t cur_ns)
         t->stats.deferred_unsampled++;
         return;
     }
-    stacks_ref(&t->stacks, id);
-    push(t, th, at, id);
-    t->stats.samples_perf++;
-    t->stats.deferred++;
+    dsample_set(t, &c->row[c->k], at, id);
+    c->row[c->k].perf = true;
 }
 
 static void on_deferred_sample(void *arg, const struct perf_sample *ps, struct snapshot *s)
@@ -881,25 +897,36 @@ static void on_deferred_sample(void *arg, const struct perf_sample *ps, struct s
 
 void sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
 {
-    if (!t->deferred || !n)
+    static struct dsample *buf;
+    static size_t cap;
+    if (!t->deferred || !n || !t->nthreads)
         return;
+    size_t nth = t->nthreads; /* (an unwind re-reads maps, never the threads) */
+    if (nth * n > cap) {
+        cap = nth * n;
+        buf = xrealloc(buf, cap * sizeof(*buf));
+    }
+    for (size_t i = 0; i < nth * n; i++)
+        buf[i] = (struct dsample){0, STACK_NONE, false};
     t->stats.ticks += n;
     uint64_t max_age = t->interval_ns * LATEST_MAX_AGE_HALVES / 2;
-    for (size_t i = 0; i < t->nthreads; i++) {
+    for (size_t i = 0; i < nth; i++) {
         struct thread *th = t->threads[i];
+        struct dsample *row = buf + i * n;
         if (th->defer_kind == DEFER_BLOCKED) {
-            for (size_t k = 0; k < n; k++) {
-                stacks_ref(&t->stacks, th->last_stack);
-                push(t, th, ticks[k], th->last_stack);
+            if (th->last_stack == STACK_NONE) {
+                t->stats.deferred_unsampled += n; /* (forgotten by a new read of the maps) */
+                continue;
             }
+            for (size_t k = 0; k < n; k++)
+                dsample_set(t, &row[k], ticks[k], th->last_stack);
             t->stats.samples_reused += n;
-            t->stats.deferred += n;
         } else if (th->defer_kind == DEFER_RUNNING) {
             /* The ticks before it blocked (if it did) from its clock. */
             size_t nr = n;
             while (th->defer_block_ns && nr > 0 && ticks[nr - 1] >= th->defer_block_ns)
                 nr--;
-            struct defer_ctx c = {t, th, ticks, nr, 0, max_age};
+            struct defer_ctx c = {t, th, ticks, row, nr, 0, max_age};
             uint64_t lost = 0;
             uint64_t t0 = thread_cpu_ns();
             perfs_drain(&th->ps, &snap, on_deferred_sample, &c, &lost);
@@ -908,9 +935,19 @@ void sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
             t->stats.perf_lost += lost;
             t->stats.ns_perf += thread_cpu_ns() - t0;
             if (nr < n)
-                defer_fill_blocked(t, th, ticks + nr, n - nr);
+                defer_fill_blocked(t, th, ticks + nr, row + nr, n - nr);
         }
     }
+    for (size_t k = 0; k < n; k++)
+        for (size_t i = 0; i < nth; i++) {
+            struct dsample *d = &buf[i * n + k];
+            if (d->id == STACK_NONE)
+                continue;
+            struct thread *th = t->threads[i];
+            push(t, th, d->at, d->id); /* (the reference moves to the buffer) */
+            t->stats.deferred++;
+            t->stats.samples_perf += d->perf;
+        }
 }
 
 /* ---- switch watches (perfsample.h): a thread that seldom runs, checked without a read ---- */

@@ -643,8 +643,9 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
         return;
     }
     defer_leave(s);
-    if (any) {
-        s->defer_changed++;
+    /* (Left for a transaction's boundary, say: not at once again either.) */
+    if (any || how == DEFER_LEAVE_LATER) {
+        s->defer_changed += any;
         s->defer_hold_ns = s->defer_hold_ns ? s->defer_hold_ns * 2 : DEFER_HOLD_MIN_NS;
         if (s->defer_hold_ns > DEFER_HOLD_MAX_NS)
             s->defer_hold_ns = DEFER_HOLD_MAX_NS;

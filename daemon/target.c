@@ -321,6 +321,10 @@ static struct thread *thread_add(struct target *t, pid_t tid)
 static void thread_remove(struct thread *th)
 {
     struct target *t = th->t;
+    /* alarm's deferred ticks up to now, while its clock and watch are there (a leader's exit
+     * or an exec does not go through the hook). */
+    if (t->deferred && t->state == T_ATTACHED)
+        hooks.thread_exited(th);
     remember_name(t, th->tid, th->name, now_ns());
     target_thread_forget_stack(th);
     /* Its perf event, continuous (cputime) or one-shot (the wall-clock modes). (At a thread's
