@@ -630,7 +630,7 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
 
 /* A running thread's clock ring while deferred: at most this much locked memory, for the
  * batch's samples and DEFER_MARGIN more (profd late at the batch's end: a busy machine). */
-#define DEFER_RING_MAX (1024u * 1024u)
+#define DEFER_RING_MAX (1024u * 1024u + 4096u) /* (1 MiB of ring and its header page) */
 #define DEFER_MARGIN 4u
 #define DEFER_MIN_BATCH 4
 

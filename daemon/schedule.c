@@ -556,8 +556,8 @@ static void alarm_tick(struct sched *s, uint64_t now, uint64_t due, uint64_t *cp
 /* ---- alarm's deferred ticks (sampler.c: what makes them exact) ---- */
 
 /* A batch spans at most this long and this many ticks. */
-#define DEFER_MAX_NS (200 * NS_PER_MS)
-#define DEFER_MAX_TICKS 32
+#define DEFER_MAX_NS (500 * NS_PER_MS)
+#define DEFER_MAX_TICKS 64
 /* Ticks taken in one go at most (more are due only after profd was held up). */
 #define DEFER_CAP 64
 /* After a batch cut short by a change, none for this long, doubled each time up to the
