@@ -365,6 +365,8 @@ static cJSON *cmd_status(struct request *r)
     uint64_t samples = 0;
     for (struct target *t = targets_first(); t; t = t->next) {
         if (may_access(r->c, t, t->pid, why, sizeof(why)) == 0) {
+            if (t->state == T_ATTACHED)
+                sched_catch_up(t->sched, false); /* its counts include alarm's deferred ticks */
             visible++;
             samples += t->stats.samples;
         }
@@ -398,8 +400,9 @@ static cJSON *cmd_status(struct request *r)
     for (struct target *t = targets_first(); t; t = t->next) {
         if (r->pid && t->pid != r->pid)
             continue;
-        if (may_access(r->c, t, t->pid, why, sizeof(why)) == 0)
-            cJSON_AddItemToArray(arr, target_status(t, now));
+        if (may_access(r->c, t, t->pid, why, sizeof(why)) != 0)
+            continue;
+        cJSON_AddItemToArray(arr, target_status(t, now)); /* (caught up above) */
     }
     return result_reply(r->id, res);
 }

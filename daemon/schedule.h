@@ -99,13 +99,15 @@ struct sched {
     uint64_t timer_failures;
     /* alarm: ticks deferred (sampler.c, sampler_defer_begin): the batch's length in ticks,
      * when it ends, the watcher of the threads' change watches; after a batch cut short by
-     * a change, none begins before defer_hold_until_ns (the hold doubles while batches keep
+     * a change, none begins before defer_hold_until_ns (the hold doubles while deferrals keep
      * being cut short). */
     bool deferred;
     unsigned defer_batch;
     uint64_t defer_deadline_ns;
     ev_io dio;
     uint64_t defer_hold_until_ns, defer_hold_ns;
+    uint64_t defer_run_ticks; /* ticks taken since the deferral began */
+    uint64_t defer_span_ns;   /* a batch's span now (schedule.c: DEFER_MAX_NS at most) */
     uint64_t defer_batches, defer_ticks, defer_wakes, defer_changed;
 };
 
