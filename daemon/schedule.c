@@ -528,6 +528,7 @@ static void on_cpu_signal(struct ev_loop *loop, ev_io *w, int revents)
 
 static void defer_try(struct sched *s, uint64_t tick_ns);
 static void defer_arm(struct sched *s);
+static void defer_leave(struct sched *s);
 
 /* One alarm tick of s at `now` (due at `due`), and the next one armed. *cpu: the loop
  * thread's CPU clock read at the end of the tick before (0: none), updated. */
@@ -586,7 +587,12 @@ static void defer_arm(struct sched *s)
         span = 2;
     s->defer_deadline_ns = s->next_ns + (span - 1) * s->eff_interval_ns +
                            s->eff_interval_ns / ALARM_JITTER_DIV;
-    timer_result(s, arm_at(s, s->defer_deadline_ns));
+    int r = arm_at(s, s->defer_deadline_ns);
+    /* Without its timer the batch would end only when something read the buffer: no batch
+     * then (the ticks due so far are taken), and no tick, as with a schedule on time. */
+    if (r < 0)
+        defer_leave(s);
+    timer_result(s, r);
 }
 
 static void on_defer_io(struct ev_loop *loop, ev_io *w, int revents);
