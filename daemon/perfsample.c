@@ -270,18 +270,25 @@ size_t perfs_switches_bytes(void)
     return 2 * (size_t)page_size;
 }
 
+/* A dummy software event whose ring gets a PERF_RECORD_SWITCH at each switch in and out of
+ * its thread (8 bytes, and its sample_id if asked for). */
+static void switch_attr(struct perf_event_attr *pa)
+{
+    memset(pa, 0, sizeof(*pa));
+    pa->size = sizeof(*pa);
+    pa->type = PERF_TYPE_SOFTWARE;
+    pa->config = PERF_COUNT_SW_DUMMY;
+    pa->context_switch = 1;
+    pa->exclude_hv = 1;
+}
+
 int perfs_open_switches(struct perf_stream *ps, pid_t tid)
 {
     if (perfs_init() < 0)
         return -ENOMEM;
     perfs_stream_init(ps);
     struct perf_event_attr pa;
-    memset(&pa, 0, sizeof(pa));
-    pa.size = sizeof(pa);
-    pa.type = PERF_TYPE_SOFTWARE;
-    pa.config = PERF_COUNT_SW_DUMMY;
-    pa.context_switch = 1; /* a PERF_RECORD_SWITCH at each switch in and out (8 bytes) */
-    pa.exclude_hv = 1;
+    switch_attr(&pa);
     /* Nobody polls it: the kernel never has anybody to wake. */
     pa.watermark = 1;
     pa.wakeup_watermark = (uint32_t)page_size;
@@ -295,16 +302,11 @@ int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool wake)
         return -ENOMEM;
     perfs_stream_init(ps);
     struct perf_event_attr pa;
-    memset(&pa, 0, sizeof(pa));
-    pa.size = sizeof(pa);
-    pa.type = PERF_TYPE_SOFTWARE;
-    pa.config = PERF_COUNT_SW_DUMMY;
-    pa.context_switch = 1;
+    switch_attr(&pa);
     pa.sample_id_all = 1; /* each record ends with the thread's id and the kernel's time */
     pa.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME;
     pa.use_clockid = 1;
     pa.clockid = CLOCK_MONOTONIC;
-    pa.exclude_hv = 1;
     /* With wake, every record wakes the poller: the first one is what it waits for.
      * Without, none does before the ring is full. */
     pa.watermark = 1;

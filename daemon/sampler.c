@@ -322,6 +322,20 @@ struct drain_ctx {
     struct thread *th;
 };
 
+/* A sample of th's continuous event (its copy in snap) unwound and interned: a stack id with
+ * one reference, or STACK_NONE (none: no registers, another thread's, or no unwind). */
+static uint32_t unwind_kernel_sample(struct target *t, struct thread *th,
+                                     const struct perf_sample *ps)
+{
+    if (!ps->user || ps->tid != th->tid) {
+        t->stats.perf_no_regs++;
+        return STACK_NONE;
+    }
+    uint32_t id = unwind_copy(t, th, th->ps.stack_size);
+    th->perf_last_ns = ps->time_ns;
+    return id;
+}
+
 /* One sample the kernel took: unwind its copy and record it at the kernel's time. */
 static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snapshot *s)
 {
@@ -329,12 +343,7 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
     struct target *t = c->t;
     struct thread *th = c->th;
     (void)s;
-    if (!ps->user || ps->tid != th->tid) {
-        t->stats.perf_no_regs++;
-        return;
-    }
-    uint32_t id = unwind_copy(t, th, th->ps.stack_size);
-    th->perf_last_ns = ps->time_ns;
+    uint32_t id = unwind_kernel_sample(t, th, ps);
     if (id != STACK_NONE) {
         push(t, th, ps->time_ns, id);
         t->stats.samples_perf++;
@@ -879,12 +888,7 @@ static void on_deferred_sample(void *arg, const struct perf_sample *ps, struct s
     struct target *t = c->t;
     struct thread *th = c->th;
     (void)s;
-    if (!ps->user || ps->tid != th->tid) {
-        t->stats.perf_no_regs++;
-        return;
-    }
-    uint32_t id = unwind_copy(t, th, th->ps.stack_size);
-    th->perf_last_ns = ps->time_ns;
+    uint32_t id = unwind_kernel_sample(t, th, ps);
     if (id == STACK_NONE)
         return;
     for (; c->k < c->n && c->ticks[c->k] < ps->time_ns; c->k++)
