@@ -2,6 +2,7 @@
 #include "perfsample.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -95,15 +96,21 @@ static void task_clock_attr(struct perf_event_attr *pa, uint64_t period_ns, uint
 }
 
 /* Open pa on tid and map its ring of data bytes (prot: PROT_READ alone makes it one the
- * kernel overwrites). Returns 0 or -errno, counted. */
-static int open_event(struct perf_stream *ps, pid_t tid, struct perf_event_attr *pa, size_t data,
-                      int prot)
+ * kernel overwrites). An event that counts in the kernel (in_kernel: a context switch) is
+ * refused where only user-space events are allowed: excluding the kernel, it would never
+ * sample. Returns 0 or -errno, counted. */
+static int open_event_ex(struct perf_stream *ps, pid_t tid, struct perf_event_attr *pa,
+                         size_t data, int prot, bool in_kernel)
 {
     int fd = -1;
     for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+        if (in_kernel && need_exclude_kernel) {
+            errno = EACCES;
+            break;
+        }
         pa->exclude_kernel = need_exclude_kernel;
         fd = (int)syscall(SYS_perf_event_open, pa, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-        if (fd < 0 && (errno == EACCES || errno == EPERM) && !need_exclude_kernel)
+        if (fd < 0 && (errno == EACCES || errno == EPERM) && !need_exclude_kernel && !in_kernel)
             need_exclude_kernel = true;
         else
             break;
@@ -130,6 +137,12 @@ static int open_event(struct perf_stream *ps, pid_t tid, struct perf_event_attr 
     totals.opened++;
     totals.ring_bytes += (size_t)page_size + data;
     return 0;
+}
+
+static int open_event(struct perf_stream *ps, pid_t tid, struct perf_event_attr *pa, size_t data,
+                      int prot)
+{
+    return open_event_ex(ps, tid, pa, data, prot, false);
 }
 
 int perfs_open(struct perf_stream *ps, pid_t tid, uint64_t period_ns, uint32_t stack_size,
@@ -296,7 +309,49 @@ int perfs_open_switches(struct perf_stream *ps, pid_t tid)
     return open_event(ps, tid, &pa, (size_t)page_size, PROT_READ);
 }
 
-int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool wake)
+/* The sched_switch tracepoint's id (tracefs; CAP_DAC_READ_SEARCH reads it as the service's
+ * user), once: > 0, or 0 where it cannot be read (tracefs not mounted, say). PROFD_BLOCK_WATCH=
+ * switches takes it as unreadable (the fallback, for tests). */
+static long sched_switch_id(void)
+{
+    static long id = -1;
+    if (id >= 0)
+        return id;
+    id = 0;
+    const char *force = getenv("PROFD_BLOCK_WATCH");
+    if (force && !strcmp(force, "switches"))
+        return id;
+    static const char *const paths[] = {
+        "/sys/kernel/tracing/events/sched/sched_switch/id",
+        "/sys/kernel/debug/tracing/events/sched/sched_switch/id",
+    };
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) && !id; i++) {
+        int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        char buf[24];
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        buf[n] = 0;
+        char *end;
+        errno = 0;
+        long v = strtol(buf, &end, 10);
+        if (!errno && end != buf && (*end == '\n' || !*end) && v > 0 && v < INT32_MAX)
+            id = v;
+    }
+    return id;
+}
+
+static enum perfs_block_watch block_watch = PERFS_BLOCKS_UNKNOWN;
+
+enum perfs_block_watch perfs_block_watch(void)
+{
+    return block_watch;
+}
+
+int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool running)
 {
     if (perfs_init() < 0)
         return -ENOMEM;
@@ -307,11 +362,40 @@ int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool wake)
     pa.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME;
     pa.use_clockid = 1;
     pa.clockid = CLOCK_MONOTONIC;
-    /* With wake, every record wakes the poller: the first one is what it waits for.
-     * Without, none does before the ring is full. */
-    pa.watermark = 1;
-    pa.wakeup_watermark = wake ? 1 : (uint32_t)page_size;
-    return open_event(ps, tid, &pa, (size_t)page_size, PROT_READ | PROT_WRITE);
+    if (!running) {
+        /* Every record wakes the poller: the first one is what it waits for. */
+        pa.watermark = 1;
+        pa.wakeup_watermark = 1;
+        return open_event(ps, tid, &pa, (size_t)page_size, PROT_READ | PROT_WRITE);
+    }
+    /* A sample (TID and TIME alone, 24 bytes) wakes the poller at each switch out that is a
+     * block; the switch records beside it (not waking it before the ring is half full)
+     * say when it was switched in again. Its preemptions wake nobody: the sched_switch
+     * tracepoint, filtered in the kernel on the state it leaves in (none of the states of
+     * a blocked task: a preemption's is TASK_REPORT_MAX, 0x100 since 4.14, 2048 before). */
+    pa.sample_period = 1;
+    pa.wakeup_events = 1;
+    long id = block_watch == PERFS_BLOCKS_SWITCHES ? 0 : sched_switch_id();
+    if (id > 0) {
+        pa.type = PERF_TYPE_TRACEPOINT;
+        pa.config = (uint64_t)id;
+        int r = open_event_ex(ps, tid, &pa, (size_t)page_size, PROT_READ | PROT_WRITE, true);
+        /* (Refused for want of room or rights: so would the other be.) */
+        if (r == -EMFILE || r == -ENFILE || r == -ENOMEM || r == -EACCES || r == -EPERM ||
+            r == -ESRCH)
+            return r;
+        if (r == 0 && ioctl(ps->fd, PERF_EVENT_IOC_SET_FILTER, "prev_state & 255") == 0) {
+            block_watch = PERFS_BLOCKS_SCHED_SWITCH;
+            return 0;
+        }
+        perfs_close(ps);
+    }
+    /* Without it, the context-switch event: it samples every switch out, preemptions too,
+     * each of which wakes the poller (who reads the record beside it and finds it one). */
+    block_watch = PERFS_BLOCKS_SWITCHES;
+    pa.type = PERF_TYPE_SOFTWARE;
+    pa.config = PERF_COUNT_SW_CONTEXT_SWITCHES;
+    return open_event_ex(ps, tid, &pa, (size_t)page_size, PROT_READ | PROT_WRITE, true);
 }
 
 size_t perfs_changes_bytes(void)
@@ -360,11 +444,11 @@ uint64_t perfs_first_block(struct perf_stream *ps, bool *back_in)
         struct perf_event_header h;
         memcpy(&h, data + (tail & mask), sizeof(h));
         if (h.size < sizeof(h) + 16 || h.size % 8 || h.size > head - tail ||
-            h.type != PERF_RECORD_SWITCH) {
+            (h.type != PERF_RECORD_SWITCH && h.type != PERF_RECORD_SAMPLE)) {
             *back_in = true; /* (unknown after it) */
             return last; /* (PERF_RECORD_LOST: records were dropped after this one) */
         }
-        if ((h.misc & PERF_RECORD_MISC_SWITCH_OUT) &&
+        if (h.type == PERF_RECORD_SWITCH && (h.misc & PERF_RECORD_MISC_SWITCH_OUT) &&
             !(h.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)) {
             uint64_t t;
             memcpy(&t, record_at(ps, tail, h.size) + h.size - 8, sizeof(t));
@@ -373,7 +457,8 @@ uint64_t perfs_first_block(struct perf_stream *ps, bool *back_in)
                 struct perf_event_header h2;
                 memcpy(&h2, data + (at & mask), sizeof(h2));
                 if (h2.size < sizeof(h2) || h2.size % 8 || h2.size > head - at ||
-                    h2.type != PERF_RECORD_SWITCH || !(h2.misc & PERF_RECORD_MISC_SWITCH_OUT)) {
+                    (h2.type != PERF_RECORD_SWITCH && h2.type != PERF_RECORD_SAMPLE) ||
+                    (h2.type == PERF_RECORD_SWITCH && !(h2.misc & PERF_RECORD_MISC_SWITCH_OUT))) {
                     *back_in = true;
                     break;
                 }

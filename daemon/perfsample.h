@@ -117,11 +117,22 @@ int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_samp
 int perfs_open_switches(struct perf_stream *ps, pid_t tid);
 /* The bytes perfs_open_switches maps (a header page and a page of ring). */
 size_t perfs_switches_bytes(void);
-/* A thread's change watch (the deferred ticks of alarm, sampler.c): a dummy event whose
- * ring gets a record each time the thread is switched in or out, stamped on
- * CLOCK_MONOTONIC; with wake, every record wakes a poller of its descriptor. Returns as
- * perfs_open. */
-int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool wake);
+/* A thread's change watch (the deferred ticks of alarm, sampler.c): an event whose ring
+ * gets a record each time the thread is switched in or out, stamped on CLOCK_MONOTONIC. A
+ * blocked thread's (running false): every record wakes a poller of its descriptor. A
+ * running thread's: each block wakes it (a sample of the sched_switch tracepoint, filtered
+ * in the kernel: PERFS_BLOCKS_SCHED_SWITCH), or, without tracefs, each switch out
+ * (the context-switch event: PERFS_BLOCKS_SWITCHES; the record beside it says whether it
+ * was a preemption); its switches in do not. A running thread's is refused (-EACCES) where
+ * perf allows user-space events only (it counts in the kernel). Returns as perfs_open. */
+int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool running);
+enum perfs_block_watch {
+    PERFS_BLOCKS_UNKNOWN,      /* none opened yet */
+    PERFS_BLOCKS_SCHED_SWITCH, /* blocks alone wake profd */
+    PERFS_BLOCKS_SWITCHES,     /* every switch out does */
+};
+/* Which event the running threads' change watches are. */
+enum perfs_block_watch perfs_block_watch(void);
 size_t perfs_changes_bytes(void);
 /* A running thread's: when it first blocked (was switched out other than by preemption)
  * since the watch was opened, and in *back_in whether it was switched in since (or a record

@@ -632,8 +632,11 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
  * says, or running), the ticks that follow need no wake-up: a blocked thread's sample is
  * its last stack; a running thread's is its clock's newest sample at the tick, as at a
  * tick taken on time (perf_latest), read from a ring that holds a batch of them. Each
- * thread's change watch wakes profd at its first switch in or out; the ticks before that
- * moment are exact and are taken then, the later ones on time again. Otherwise the
+ * thread's change watch wakes profd when the thread may have changed: a blocked thread's
+ * at its first switch in, a running thread's at each switch out (a preemption, read and
+ * found to be one, changes nothing; a block ends the batch, the thread read where it
+ * blocked). The ticks before that moment are exact and are taken then, the later ones on
+ * time again. Otherwise the
  * schedule takes the batch at its end, or before anything reads or adds to the buffer (a
  * slice, a transaction's boundary, a thread's birth or exit). */
 
@@ -690,18 +693,17 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
         struct thread *th = t->threads[i];
         if (!fds_take(1))
             goto undo;
-        /* A blocked thread's first switch wakes profd. A running one's are read at the end
-         * of the batch (sampler_defer_changed): it may be preempted (which changes nothing
-         * here), and a wake-up of profd on its CPU would preempt it again. */
-        if (perfs_open_changes(&th->chg, th->tid, !th->ran_last_tick) < 0) {
+        /* A blocked thread's first switch wakes profd; a running one's switches out do (a
+         * preemption changes nothing: sampler_defer_changed reads it and defers on). */
+        if (perfs_open_changes(&th->chg, th->tid, th->ran_last_tick) < 0) {
             fds_give(1);
             goto undo;
         }
         memacct_add(memory_samples(), perfs_bytes(&th->chg));
+        struct epoll_event ev = {.events = EPOLLIN};
+        if (epoll_ctl(t->defer_epfd, EPOLL_CTL_ADD, th->chg.fd, &ev) < 0)
+            goto undo;
         if (!th->ran_last_tick) {
-            struct epoll_event ev = {.events = EPOLLIN};
-            if (epoll_ctl(t->defer_epfd, EPOLL_CTL_ADD, th->chg.fd, &ev) < 0)
-                goto undo;
             th->defer_kind = DEFER_BLOCKED;
             continue;
         }

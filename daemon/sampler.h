@@ -52,8 +52,9 @@ void sampler_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t
 /* alarm's deferred ticks (sampler.c). Begin: after a tick at tick_ns, if every thread of t
  * is blocked at its last stack or running with its clock's sample of that tick, open their
  * change watches and give running threads a clock that holds a batch of at most max_batch
- * ticks: true, the batch in *batch, and in *epfd a descriptor that polls readable once any
- * thread is switched in or out. */
+ * ticks: true, the batch in *batch, and in *epfd a descriptor that polls readable once a
+ * blocked thread is switched in or a running one switched out (sampler_defer_changed says
+ * whether that changed anything: a preemption does not). */
 bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
                          unsigned *batch, int *epfd);
 /* When the first thread of t changed since the batch began, so that its later ticks cannot

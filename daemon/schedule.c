@@ -556,10 +556,10 @@ static void alarm_tick(struct sched *s, uint64_t now, uint64_t due, uint64_t *cp
 
 /* ---- alarm's deferred ticks (sampler.c: what makes them exact) ---- */
 
-/* A batch spans at most this long and this many ticks. A running thread's blocking is seen
- * only at the end of its batch; one that blocked and ran again within the batch leaves its
- * ticks since unknown (counted missed): a batch that ends so halves the span of the next
- * ones (down to DEFER_MIN_SPAN_NS), one that runs to its end doubles it again. */
+/* A batch spans at most this long and this many ticks. A change seen more than an interval
+ * after it (profd held up: a busy machine) leaves the ticks since unknown (counted missed):
+ * a batch that ends so halves the span of the next ones (down to DEFER_MIN_SPAN_NS), one
+ * that runs to its end doubles it again. */
 #define DEFER_MAX_NS (500 * NS_PER_MS)
 #define DEFER_MIN_SPAN_NS (50 * NS_PER_MS)
 #define DEFER_MAX_TICKS 64
@@ -573,8 +573,13 @@ static void alarm_tick(struct sched *s, uint64_t now, uint64_t due, uint64_t *cp
 #define DEFER_HOLD_MIN_NS (100 * NS_PER_MS)
 #define DEFER_HOLD_MAX_NS (10 * NS_PER_SEC)
 #define DEFER_PAYS_TICKS 16
+/* A running thread's switch out wakes profd (a block ends the batch at once); a preemption
+ * changes nothing, but its wake-up costs as much as a tick on time. A deferral that saw
+ * more than 2 of them, and more than one for DEFER_TICKS_PER_PREEMPT of its ticks, is left
+ * (and held off as after a change): its threads share their CPUs (a busy machine). */
+#define DEFER_TICKS_PER_PREEMPT 4
 
-enum defer_how { DEFER_KEEP, DEFER_LEAVE_TICK, DEFER_LEAVE_LATER };
+enum defer_how { DEFER_KEEP, DEFER_LEAVE_TICK, DEFER_LEAVE_LATER, DEFER_LEAVE_PREEMPTED };
 
 static bool defer_off;
 
@@ -615,6 +620,8 @@ static void defer_try(struct sched *s, uint64_t tick_ns)
     if (!s->defer_span_ns)
         s->defer_span_ns = DEFER_MAX_NS;
     s->defer_run_ticks = 0;
+    s->defer_run_preempts = 0;
+    s->defer_begin_ns = tick_ns;
     s->defer_batches++;
     ev_io_init(&s->dio, on_defer_io, fd, EV_READ);
     s->dio.data = s;
@@ -674,8 +681,9 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
     }
     defer_leave(s);
     /* (Left for a transaction's boundary, say: not at once again either.) */
-    if (any || how == DEFER_LEAVE_LATER) {
+    if (any || how == DEFER_LEAVE_LATER || how == DEFER_LEAVE_PREEMPTED) {
         s->defer_changed += any;
+        s->defer_left_preempted += !any && how == DEFER_LEAVE_PREEMPTED;
         s->defer_hold_ns = s->defer_hold_ns && s->defer_run_ticks < DEFER_PAYS_TICKS
                                ? s->defer_hold_ns * 2
                                : DEFER_HOLD_MIN_NS;
@@ -685,7 +693,7 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
     }
     if (!s->running)
         return;
-    if (how == DEFER_LEAVE_TICK && s->due_ns <= now) {
+    if ((how == DEFER_LEAVE_TICK || how == DEFER_LEAVE_PREEMPTED) && s->due_ns <= now) {
         uint64_t cpu = 0;
         alarm_tick(s, now, s->due_ns, &cpu);
     } else {
@@ -693,14 +701,27 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
     }
 }
 
-/* A thread of a deferred target was switched in or out. */
+/* A blocked thread of a deferred target was switched in, or a running one out. */
 static void on_defer_io(struct ev_loop *loop, ev_io *w, int revents)
 {
     (void)loop;
     (void)revents;
     struct sched *s = w->data;
     s->defer_wakes++;
-    defer_take(s, now_ns(), DEFER_LEAVE_TICK);
+    bool any = true;
+    uint64_t now = now_ns();
+    if (s->t->state == T_ATTACHED)
+        sampler_defer_changed(s->t, &any);
+    if (any) {
+        defer_take(s, now, DEFER_LEAVE_TICK);
+        return;
+    }
+    /* Preempted: still running where its clock has it. */
+    s->defer_preempts++;
+    s->defer_run_preempts++;
+    uint64_t ticks = (now - s->defer_begin_ns) / s->eff_interval_ns;
+    if (s->defer_run_preempts > 2 && s->defer_run_preempts * DEFER_TICKS_PER_PREEMPT > ticks)
+        defer_take(s, now, DEFER_LEAVE_PREEMPTED);
 }
 
 void sched_catch_up(struct sched *s, bool leave)
@@ -1095,6 +1116,13 @@ struct cJSON *sched_describe(const struct sched *s)
         cJSON_AddNumberToObject(d, "ticks", (double)s->defer_ticks);
         cJSON_AddNumberToObject(d, "wakeups", (double)s->defer_wakes);
         cJSON_AddNumberToObject(d, "cut_short_by_a_change", (double)s->defer_changed);
+        cJSON_AddNumberToObject(d, "wakeups_for_a_preemption", (double)s->defer_preempts);
+        cJSON_AddNumberToObject(d, "left_for_preemptions", (double)s->defer_left_preempted);
+        enum perfs_block_watch bw = perfs_block_watch();
+        cJSON_AddStringToObject(d, "running_blocks_from",
+                                bw == PERFS_BLOCKS_SCHED_SWITCH ? "sched_switch"
+                                : bw == PERFS_BLOCKS_SWITCHES   ? "context_switches"
+                                                                : "none yet");
         cJSON_AddNumberToObject(d, "samples", (double)s->t->stats.deferred);
         cJSON_AddNumberToObject(d, "samples_read_after_blocking",
                                 (double)s->t->stats.deferred_blocked);

@@ -108,7 +108,10 @@ struct sched {
     uint64_t defer_hold_until_ns, defer_hold_ns;
     uint64_t defer_run_ticks; /* ticks taken since the deferral began */
     uint64_t defer_span_ns;   /* a batch's span now (schedule.c: DEFER_MAX_NS at most) */
+    uint64_t defer_begin_ns;  /* when the deferral began */
+    uint64_t defer_run_preempts; /* wake-ups for a running thread's preemption since then */
     uint64_t defer_batches, defer_ticks, defer_wakes, defer_changed;
+    uint64_t defer_preempts, defer_left_preempted;
 };
 
 /* Set the daemon-wide state: the loop, the cputime source to use (CPU_SRC_AUTO: the best

@@ -180,8 +180,12 @@ with Daemon() as d, Program("busy", 1) as other:
             p.proc.wait(timeout=30 * SLOW)
     out = fe.proc.stdout.readline()
     fe.proc.wait(timeout=30 * SLOW)
-    check(fe.proc.returncode == 0 and out.startswith("done ") and int(out.split()[1]) > 100,
-          "fork+exec storm: every child exited 0 (%s)" % out.strip())
+    # As many as the machine allows in 4 s (over 100 here when idle, 33 beside a CPU hog
+    # and a build): each one followed by profd through fork and exec.
+    w = out.split()
+    check(fe.proc.returncode == 0 and len(w) == 4 and w[0] == "done" and w[1] == w[3] and
+          int(w[3]) >= 10,
+          "fork+exec storm: every child exited 0, at least 10 of them (%s)" % out.strip())
     out = ch.proc.stdout.readline()
     ch.proc.wait(timeout=30 * SLOW)
     check(ch.proc.returncode == 0 and out.startswith("created"),

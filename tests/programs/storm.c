@@ -2,7 +2,8 @@
  * frame pointers. Prints "ready PID", then:
  *
  *   storm forkexec SECONDS  forks a child that execs /bin/true, waits for it, and again, for
- *                           SECONDS; then prints "done N" (children that exited 0) and exits 0
+ *                           SECONDS; then prints "done OK of N" (OK of the N children
+ *                           exited 0) and exits 0
  *   storm selfexec N        waits for a line on stdin, then execs itself N times; each
  *                           generation starts a thread, computes ~5 ms on both, and execs
  *                           from the main thread or (every other time) from the new one;
@@ -92,8 +93,9 @@ int main(int argc, char **argv)
     fflush(stdout);
     if (!strcmp(argv[1], "forkexec")) {
         uint64_t end = mono_ns() + (uint64_t)atoi(argv[2]) * 1000000000ull;
-        int ok = 0;
+        int ok = 0, n = 0;
         while (mono_ns() < end) {
+            n++;
             pid_t c = fork();
             if (c == 0) {
                 execl("/bin/true", "true", (char *)NULL);
@@ -103,7 +105,7 @@ int main(int argc, char **argv)
             if (c > 0 && waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0)
                 ok++;
         }
-        printf("done %d\n", ok);
+        printf("done %d of %d\n", ok, n);
         fflush(stdout);
         return 0;
     }
