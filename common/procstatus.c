@@ -26,6 +26,9 @@ static const char *const field_names[PS_NFIELDS] = {
     [PS_CAPEFF] = "CapEff",
     [PS_VCSW] = "voluntary_ctxt_switches",
     [PS_NVCSW] = "nonvoluntary_ctxt_switches",
+    [PS_VMSIZE] = "VmSize",
+    [PS_VMEXE] = "VmExe",
+    [PS_VMLIB] = "VmLib",
 };
 
 const char *procstatus_field_name(enum procstatus_field f)
@@ -98,6 +101,18 @@ static bool take_hex(struct cur *c, uint64_t *v)
 static bool one_dec(struct cur *c, uint64_t max, uint64_t *v)
 {
     return take_dec(c, max, v) && at_end(c);
+}
+
+/* A size: one number, then " kB", and nothing else. */
+static bool one_kb(struct cur *c, uint64_t *v)
+{
+    if (!take_dec(c, UINT64_MAX / 1024, v))
+        return false;
+    skip_blanks(c);
+    if (c->end - c->p < 2 || c->p[0] != 'k' || c->p[1] != 'B')
+        return false;
+    c->p += 2;
+    return at_end(c);
 }
 
 static bool one_hex(struct cur *c, uint64_t *v)
@@ -203,6 +218,12 @@ static bool parse_value(enum procstatus_field f, struct cur *c, struct procstatu
         return one_dec(c, UINT64_MAX, &st->vcsw);
     case PS_NVCSW:
         return one_dec(c, UINT64_MAX, &st->nvcsw);
+    case PS_VMSIZE:
+        return one_kb(c, &st->vm_size_kb);
+    case PS_VMEXE:
+        return one_kb(c, &st->vm_exe_kb);
+    case PS_VMLIB:
+        return one_kb(c, &st->vm_lib_kb);
     case PS_NFIELDS:
         break;
     }

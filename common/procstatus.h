@@ -39,6 +39,9 @@ enum procstatus_field {
     PS_CAPEFF,
     PS_VCSW,
     PS_NVCSW,
+    PS_VMSIZE, /* VmSize, VmExe, VmLib: in kB */
+    PS_VMEXE,
+    PS_VMLIB,
     PS_NFIELDS
 };
 
@@ -56,6 +59,7 @@ struct procstatus {
     uint64_t sig_shd, sig_ign, sig_cgt;
     uint64_t cap_prm, cap_eff;
     uint64_t vcsw, nvcsw; /* voluntary_ctxt_switches, nonvoluntary_ctxt_switches */
+    uint64_t vm_size_kb, vm_exe_kb, vm_lib_kb;
 };
 
 static inline bool procstatus_has(const struct procstatus *st, enum procstatus_field f)

@@ -208,6 +208,8 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     uint64_t unw = s->unwind_complete + s->unwind_truncated + s->unwind_too_deep;
     cJSON_AddNumberToObject(u, "complete_pct", unw ? 100.0 * (double)s->unwind_complete / (double)unw : 0);
     cJSON_AddNumberToObject(u, "signal_masks_spared", (double)t->unw.masks_spared);
+    /* The housekeeping's looks at the maps that found VmSize, VmExe and VmLib unchanged. */
+    cJSON_AddNumberToObject(u, "maps_rereads_spared", (double)t->maps_unchanged);
     cJSON *sk = cJSON_AddObjectToObject(o, "skipped");
     cJSON_AddNumberToObject(sk, "still_stopping", (double)s->skipped_pending);
     cJSON_AddNumberToObject(sk, "job_control_stopped", (double)s->skipped_stopped);

@@ -133,7 +133,8 @@ enum perfs_block_watch {
 };
 /* Which event the running threads' change watches are. */
 enum perfs_block_watch perfs_block_watch(void);
-size_t perfs_changes_bytes(void);
+/* The bytes perfs_open_changes maps. */
+size_t perfs_changes_bytes(bool running);
 /* A running thread's: when it first blocked (was switched out other than by preemption)
  * since the watch was opened, and in *back_in whether it was switched in since (or a record
  * after it cannot be read); UINT64_MAX if it has not blocked (the records read are then

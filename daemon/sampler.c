@@ -679,7 +679,7 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
         } else if (th->last_stack == STACK_NONE || !th->have_sched) {
             return false;
         }
-        rings += perfs_changes_bytes();
+        rings += perfs_changes_bytes(th->ran_last_tick);
     }
     if (b < DEFER_MIN_BATCH || !ring_room(rings) || !fds_take(1))
         return false;

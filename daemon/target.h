@@ -221,6 +221,14 @@ struct target {
     struct maps maps;       /* current maps */
     bool maps_dirty;
     uint64_t maps_read_ns;  /* when the maps were last read */
+    /* The process's VmSize, VmExe and VmLib as its status file said at the last look (each
+     * second, with its signal dispositions), and as it said before the maps were last read
+     * (VmSize 0: unknown, its status without them): read again when these differ
+     * (housekeeping). */
+    struct vm_sizes {
+        uint64_t size_kb, exe_kb, lib_kb;
+    } vm_now, vm_at_maps;
+    uint64_t maps_unchanged; /* the housekeeping's re-reads spared by an unchanged VmSize */
     int maps_err;           /* -errno of the last read of the maps that failed, 0 after one
                              * that worked (a failure is logged once) */
     bool warned_task_files; /* a thread's /proc files could not be opened (logged once) */

@@ -199,7 +199,7 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
           set(ts[p.pid]["paths"]) == {"perf", "proc", "ptrace"} and
           ts[p.pid]["perf"]["sampler"] == "auto" and
           set(ts[p.pid]["unwind"]) == {"complete", "truncated", "too_deep", "complete_pct",
-                                     "signal_masks_spared"} and
+                                     "signal_masks_spared", "maps_rereads_spared"} and
           set(ts[p.pid]["skipped"]) == {"still_stopping", "job_control_stopped",
                                         "resuming_from_job_control", "off_cpu_when_due"} and
           set(ts[p.pid]["failed"]) == {"thread_exited", "registers", "stack_copy",

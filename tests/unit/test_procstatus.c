@@ -37,6 +37,9 @@ static const char sample[] = "Name:\tbusy worker\n"
                              "NSsid:\t4242\t12\n"
                              "Kthread:\t0\n"
                              "VmPeak:\t    3060 kB\n"
+                             "VmSize:\t    3004 kB\n"
+                             "VmExe:\t      16 kB\n"
+                             "VmLib:\t    1700 kB\n"
                              "Threads:\t2\n"
                              "SigQ:\t0/7823\n"
                              "SigPnd:\t0000000000000000\n"
@@ -96,6 +99,9 @@ static void test_parse_kernel_format(void)
     CHECK_U64(st.cap_eff, 0x3000);
     CHECK_U64(st.vcsw, 150);
     CHECK_U64(st.nvcsw, 545);
+    CHECK_U64(st.vm_size_kb, 3004);
+    CHECK_U64(st.vm_exe_kb, 16);
+    CHECK_U64(st.vm_lib_kb, 1700);
     CHECK_STR(procstatus_field_name(PS_CAPPRM), "CapPrm");
     CHECK_STR(procstatus_field_name(PS_NFIELDS), "?");
 }
@@ -186,6 +192,8 @@ static void test_every_prefix(void)
             CHECK_U64(st.sig_cgt, whole.sig_cgt);
         if (procstatus_has(&st, PS_NVCSW))
             CHECK_U64(st.nvcsw, whole.nvcsw);
+        if (procstatus_has(&st, PS_VMSIZE))
+            CHECK_U64(st.vm_size_kb, whole.vm_size_kb);
     }
     free(text);
 }
@@ -231,6 +239,14 @@ static void test_malformed(void)
     expect_line("PPid:\t99999999999999999999999\n", PS_PPID, -1);
     expect_line("voluntary_ctxt_switches:\t18446744073709551615\n", PS_VCSW, 1);
     expect_line("voluntary_ctxt_switches:\t18446744073709551616\n", PS_VCSW, -1);
+    expect_line("VmSize:\t    3004 kB\n", PS_VMSIZE, 1);
+    expect_line("VmSize:\t3004 kB\n", PS_VMSIZE, 1);
+    expect_line("VmSize:\t    3004\n", PS_VMSIZE, -1);   /* no unit */
+    expect_line("VmSize:\t    3004 MB\n", PS_VMSIZE, -1); /* another */
+    expect_line("VmSize:\t    3004 kBx\n", PS_VMSIZE, -1);
+    expect_line("VmSize:\t 18014398509481983 kB\n", PS_VMSIZE, 1);
+    expect_line("VmSize:\t 18014398509481984 kB\n", PS_VMSIZE, -1); /* past 64 bits in bytes */
+    expect_line("VmLib:\t kB\n", PS_VMLIB, -1);
     expect_line("NSpid:\t\n", PS_NSPID, -1);
     expect_line("NSpid:\t5\t-6\n", PS_NSPID, -1);
     expect_line("Groups:\t\n", PS_NGROUPS, 1); /* no supplementary groups */
