@@ -156,6 +156,8 @@ static void notify_status(void)
 {
     static char last[256];
     char now[256];
+    if (!notify_wanted())
+        return; /* (nobody to tell: the once-a-second status line is not even formatted) */
     unsigned n = 0, attached = 0;
     double rate = 0;
     for (struct target *t = targets_first(); t; t = t->next) {

@@ -12,6 +12,12 @@
 
 #include "util.h"
 
+bool notify_wanted(void)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    return path && *path;
+}
+
 int notify_send(const char *fmt, ...)
 {
     const char *path = getenv("NOTIFY_SOCKET");

@@ -598,15 +598,17 @@ static void target_destroy(struct target *t)
     free(t);
 }
 
-/* Read the process's signal dispositions, and the signals pending for the whole process
- * (shd, may be NULL). The dispositions are kept: guard_shared_signals looks at them first. */
 /* The maps are read again at least this often, changed or not (targets_housekeeping). */
 #define MAPS_LOOK_NS (10 * NS_PER_SEC)
 
-static int read_sigstate(struct target *t, uint64_t *shd)
+/* Read the process's signal dispositions, and the signals pending for the whole process
+ * (shd, may be NULL). The dispositions are kept: guard_shared_signals looks at them first.
+ * The whole status in *stp (the leader thread's: its name and state). */
+static int read_sigstate_st(struct target *t, uint64_t *shd, struct procstatus *stp)
 {
     struct procstatus st;
     int r = procstatus_read_fd(t->status_fd, &status_buf, &st);
+    *stp = st;
     if (r < 0)
         return r;
     if (!procstatus_has(&st, PS_SHDPND) || !procstatus_has(&st, PS_SIGIGN) ||
@@ -623,6 +625,12 @@ static int read_sigstate(struct target *t, uint64_t *shd)
         procstatus_has(&st, PS_VMLIB))
         t->vm_now = (struct vm_sizes){st.vm_size_kb, st.vm_exe_kb, st.vm_lib_kb};
     return 0;
+}
+
+static int read_sigstate(struct target *t, uint64_t *shd)
+{
+    struct procstatus st;
+    return read_sigstate_st(t, shd, &st);
 }
 
 /* Seize every thread, rescanning /proc/PID/task until a pass finds none new: threads
@@ -1626,6 +1634,18 @@ static void unescape_name(const char *in, char name[16])
     name[n] = '\0';
 }
 
+/* th's name and state from a status file of it, read already: whether it had both. */
+static bool name_from_status(struct thread *th, const struct procstatus *st)
+{
+    if (!procstatus_has(st, PS_NAME) || !procstatus_has(st, PS_STATE))
+        return false;
+    unescape_name(st->name, th->name);
+    th->zombie = st->state == 'Z' || st->state == 'X';
+    if (th->zombie)
+        th->interrupt_pending = false; /* a zombie never stops */
+    return true;
+}
+
 void target_thread_refresh_name(struct thread *th)
 {
     bool zombie = false;
@@ -1635,13 +1655,8 @@ void target_thread_refresh_name(struct thread *th)
      * largest part of a second's housekeeping); from its stat file without it. */
     struct procstatus st;
     if (th->status_fd >= 0 && procstatus_read_fd(th->status_fd, &status_buf, &st) == 0 &&
-        procstatus_has(&st, PS_NAME) && procstatus_has(&st, PS_STATE)) {
-        unescape_name(st.name, th->name);
-        th->zombie = st.state == 'Z' || st.state == 'X';
-        if (th->zombie)
-            th->interrupt_pending = false; /* a zombie never stops */
+        name_from_status(th, &st))
         return;
-    }
     if (read_thread_stat(th->t->pid, th->tid, th->name, &zombie) == 0) {
         th->zombie = zombie;
         if (zombie)
@@ -1659,15 +1674,26 @@ void target_refresh_name(struct target *t, pid_t tid)
 /* Catch threads that escaped attach (should not happen) and refresh names and zombies. */
 static void refresh_threads(struct target *t, uint64_t now)
 {
-    for (size_t i = 0; i < t->nthreads; i++)
-        target_thread_refresh_name(t->threads[i]);
+    /* The process's status file is its leader thread's (its name, its state) with the
+     * process's signal dispositions: one read for both. */
+    struct procstatus pst;
+    bool have_pst = read_sigstate_st(t, NULL, &pst) == 0; /* (dispositions may have changed
+                                                           * with no signal since) */
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        if (th->tid == t->pid && have_pst && name_from_status(th, &pst)) {
+            if (th->name_checks < UINT8_MAX)
+                th->name_checks++;
+            continue;
+        }
+        target_thread_refresh_name(th);
+    }
     /* The process's name is its leader's. */
     struct thread *leader = thread_find(t->pid);
     if (leader && leader->t == t)
         snprintf(t->comm, sizeof(t->comm), "%s", leader->name);
     else
         read_thread_stat(t->pid, t->pid, t->comm, NULL);
-    read_sigstate(t, NULL); /* dispositions may have changed with no signal since */
     /* Forget names of threads gone for longer than the buffer holds samples (order kept:
      * the newest entry for a tid wins). */
     size_t keep = 0;

@@ -60,6 +60,12 @@ static void reprint(const struct procstatus *st, struct strbuf *sb)
         strbuf_printf(sb, "voluntary_ctxt_switches:\t%" PRIu64 "\n", st->vcsw);
     if (procstatus_has(st, PS_NVCSW))
         strbuf_printf(sb, "nonvoluntary_ctxt_switches:\t%" PRIu64 "\n", st->nvcsw);
+    if (procstatus_has(st, PS_VMSIZE))
+        strbuf_printf(sb, "VmSize:\t%8" PRIu64 " kB\n", st->vm_size_kb);
+    if (procstatus_has(st, PS_VMEXE))
+        strbuf_printf(sb, "VmExe:\t%8" PRIu64 " kB\n", st->vm_exe_kb);
+    if (procstatus_has(st, PS_VMLIB))
+        strbuf_printf(sb, "VmLib:\t%8" PRIu64 " kB\n", st->vm_lib_kb);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -123,6 +129,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_ASSERT(again.cap_prm == (procstatus_has(&st, PS_CAPPRM) ? st.cap_prm : 0));
     FUZZ_ASSERT(again.cap_eff == (procstatus_has(&st, PS_CAPEFF) ? st.cap_eff : 0));
     FUZZ_ASSERT(again.vcsw == (procstatus_has(&st, PS_VCSW) ? st.vcsw : 0));
+    FUZZ_ASSERT(again.vm_size_kb == (procstatus_has(&st, PS_VMSIZE) ? st.vm_size_kb : 0));
+    FUZZ_ASSERT(again.vm_lib_kb == (procstatus_has(&st, PS_VMLIB) ? st.vm_lib_kb : 0));
     strbuf_finish(&sb);
     return 0;
 }

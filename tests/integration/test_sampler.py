@@ -48,6 +48,21 @@ def split_ok(shares):
     return shares and all(abs(shares[f] - want[f]) <= 5 for f in want)
 
 
+def busy_cpu_ns(pid):
+    """CPU time of pid's threads named busy-*, from their schedstat (ns)."""
+    tot = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if not f.read().startswith("busy-"):
+                    continue
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                tot += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return tot
+
+
 def complete_pct(st):
     return st["unwind"]["complete_pct"]
 
@@ -72,9 +87,13 @@ def libunwind_blocks_signals(pid):
 # running is sampled in batches, sampler.c), and each tick on time (PROFD_DEFER=0).
 for defer in (True, False):
     with Daemon(env=None if defer else {"PROFD_DEFER": "0"}) as d, Program("busy", 2) as p:
+        c0, w0 = busy_cpu_ns(p.pid), time.monotonic_ns()
         d.ctl("attach", p.pid, "--hz", HZ, "--mode", "alarm", "--sampler", "perf")
         st = d.wait_samples(p.pid, 3 * 700, timeout=60)
         st = d.target_status(p.pid)
+        # (How much of their two CPUs the busy threads had meanwhile: near 1, unless the
+        # machine is busy with other work.)
+        cpu_share = (busy_cpu_ns(p.pid) - c0) / (2.0 * (time.monotonic_ns() - w0))
         prof = d.slice(p.pid, "--last", 60)
         shares, n = split(prof)
         log("perf/alarm%s: %s; split %s of %d"
@@ -94,13 +113,19 @@ for defer in (True, False):
             # out): on this two-thread program, on a machine of two CPUs, anything else that
             # runs preempts them, and a deferral that saw more preemptions than a quarter of
             # its ticks is left.
-            if dfr["running_blocks_from"] == "sched_switch":
+            # A batch begins at a tick where each busy thread has a clock sample of the last
+            # interval: one kept off its CPU by other work has none, and its ticks are taken
+            # on time until it has (CI, beside a CPU hog and other tests: 482 of 821).
+            msg = ("deferred: most ticks in batches, a wake-up for several (%d of %d ticks; %d "
+                   "wake-ups for them, batches of %d; the busy threads had %.0f%% of their "
+                   "CPUs; %s)" % (dfr["ticks"], st["ticks"], dfr["wakeups"], dfr["batch_ticks"],
+                                  100 * cpu_share, dfr))
+            # (Here with other tests beside it: 698 of 702 with 48% of their CPUs.)
+            if cpu_share < 0.4:
+                log("not checked, the machine busy with other work:", msg)
+            elif dfr["running_blocks_from"] == "sched_switch":
                 check_timing(dfr["ticks"] >= 0.8 * st["ticks"] and
-                             dfr["wakeups"] <= st["ticks"] / 5,
-                             "deferred: most ticks in batches, a wake-up for several (%d of %d "
-                             "ticks; %d wake-ups for them, batches of %d)"
-                             % (dfr["ticks"], st["ticks"], dfr["wakeups"], dfr["batch_ticks"]),
-                             daemon=d)
+                             dfr["wakeups"] <= st["ticks"] / 5, msg, daemon=d)
             else:
                 check(dfr["running_blocks_from"] == "context_switches" and
                       (dfr["ticks"] >= 0.8 * st["ticks"] or dfr["left_for_preemptions"] > 0),
