@@ -310,14 +310,19 @@ int perfs_open_switches(struct perf_stream *ps, pid_t tid)
 }
 
 /* The sched_switch tracepoint's id (tracefs; CAP_DAC_READ_SEARCH reads it as the service's
- * user), once: > 0, or 0 where it cannot be read (tracefs not mounted, say). PROFD_BLOCK_WATCH=
- * switches takes it as unreadable (the fallback, for tests). */
+ * user): > 0, or 0 where it cannot be read (tracefs not mounted, say: looked for again a
+ * minute later). PROFD_BLOCK_WATCH=switches takes it as unreadable (the fallback, for
+ * tests). */
 static long sched_switch_id(void)
 {
-    static long id = -1;
-    if (id >= 0)
+    static long id;
+    static uint64_t next_look_ns;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    if (id > 0 || now < next_look_ns)
         return id;
-    id = 0;
+    next_look_ns = now + 60 * 1000000000ull;
     const char *force = getenv("PROFD_BLOCK_WATCH");
     if (force && !strcmp(force, "switches"))
         return id;
@@ -345,13 +350,34 @@ static long sched_switch_id(void)
 }
 
 static enum perfs_block_watch block_watch = PERFS_BLOCKS_UNKNOWN;
-
-/* A running thread's change watch's ring (perfs_changes_bytes). */
-#define RUNNING_CHANGES_DATA (32u * 1024u)
+/* The tracepoint cannot be used (its event or filter refused as unknown): for good. */
+static bool sched_switch_unusable;
 
 enum perfs_block_watch perfs_block_watch(void)
 {
     return block_watch;
+}
+
+/* A running thread's change watch's ring: 32 KiB, at least a page. Its switch records (24
+ * bytes each, two per preemption) wake its poller only once half of it is full: 340
+ * preemptions, more than a busy thread gets in a batch's 500 ms on a loaded machine (about
+ * 250 a second here beside a CPU hog). */
+static size_t running_changes_data(void)
+{
+    return (size_t)page_size > 32768 ? (size_t)page_size : 32768;
+}
+
+size_t perfs_changes_bytes(bool running)
+{
+    if (perfs_init() < 0)
+        return 0;
+    return (size_t)page_size + (running ? running_changes_data() : (size_t)page_size);
+}
+
+/* An error that says the event itself is unknown here (not a lack of room or rights). */
+static bool event_unknown(int err)
+{
+    return err == ENOENT || err == EINVAL || err == EOPNOTSUPP || err == ENODEV;
 }
 
 int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool running)
@@ -371,6 +397,16 @@ int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool running)
         pa.wakeup_watermark = 1;
         return open_event(ps, tid, &pa, (size_t)page_size, PROT_READ | PROT_WRITE);
     }
+    if (need_exclude_kernel) {
+        /* Only user-space events allowed (perf_event_paranoid 2 without CAP_PERFMON): no
+         * event that counts in the scheduler. The switch records alone, waking nobody,
+         * read at the batch's end. */
+        block_watch = PERFS_BLOCKS_AT_BATCH_END;
+        pa.watermark = 1;
+        pa.wakeup_watermark = (uint32_t)running_changes_data();
+        int r = open_event(ps, tid, &pa, running_changes_data(), PROT_READ | PROT_WRITE);
+        return r < 0 ? r : 1;
+    }
     /* A sample (TID and TIME alone, 24 bytes) wakes the poller at each switch out that is a
      * block; the switch records beside it (not waking it before the ring is half full)
      * say when it was switched in again. Its preemptions wake nobody: the sched_switch
@@ -378,37 +414,32 @@ int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool running)
      * a blocked task: a preemption's is TASK_REPORT_MAX, 0x100 since 4.14, 2048 before). */
     pa.sample_period = 1;
     pa.wakeup_events = 1;
-    long id = block_watch == PERFS_BLOCKS_SWITCHES ? 0 : sched_switch_id();
+    long id = sched_switch_unusable ? 0 : sched_switch_id();
     if (id > 0) {
         pa.type = PERF_TYPE_TRACEPOINT;
         pa.config = (uint64_t)id;
-        int r = open_event_ex(ps, tid, &pa, RUNNING_CHANGES_DATA, PROT_READ | PROT_WRITE, true);
-        /* (Refused for want of room or rights: so would the other be.) */
-        if (r == -EMFILE || r == -ENFILE || r == -ENOMEM || r == -EACCES || r == -EPERM ||
-            r == -ESRCH)
-            return r;
-        if (r == 0 && ioctl(ps->fd, PERF_EVENT_IOC_SET_FILTER, "prev_state & 255") == 0) {
-            block_watch = PERFS_BLOCKS_SCHED_SWITCH;
-            return 0;
+        int r = open_event_ex(ps, tid, &pa, running_changes_data(), PROT_READ | PROT_WRITE,
+                              true);
+        if (r < 0 && !event_unknown(-r))
+            return r; /* (refused for want of room or rights, or for now: so would the other) */
+        if (r == 0) {
+            if (ioctl(ps->fd, PERF_EVENT_IOC_SET_FILTER, "prev_state & 255") == 0) {
+                block_watch = PERFS_BLOCKS_SCHED_SWITCH;
+                return 0;
+            }
+            int e = errno;
+            perfs_close(ps);
+            if (!event_unknown(e))
+                return -e;
         }
-        perfs_close(ps);
+        sched_switch_unusable = true;
     }
     /* Without it, the context-switch event: it samples every switch out, preemptions too,
      * each of which wakes the poller (who reads the record beside it and finds it one). */
     block_watch = PERFS_BLOCKS_SWITCHES;
     pa.type = PERF_TYPE_SOFTWARE;
     pa.config = PERF_COUNT_SW_CONTEXT_SWITCHES;
-    return open_event_ex(ps, tid, &pa, RUNNING_CHANGES_DATA, PROT_READ | PROT_WRITE, true);
-}
-
-/* A running thread's change watch: its switch records (24 bytes each, two per preemption)
- * wake its poller only once half of it is full: 340 preemptions, more than a busy thread
- * gets in a batch's 500 ms on a loaded machine (about 250 a second here beside a CPU hog). */
-size_t perfs_changes_bytes(bool running)
-{
-    if (perfs_init() < 0)
-        return 0;
-    return (size_t)page_size + (running ? RUNNING_CHANGES_DATA : (size_t)page_size);
+    return open_event_ex(ps, tid, &pa, running_changes_data(), PROT_READ | PROT_WRITE, true);
 }
 
 uint64_t perfs_first_change(const struct perf_stream *ps)

@@ -123,13 +123,16 @@ size_t perfs_switches_bytes(void);
  * running thread's: each block wakes it (a sample of the sched_switch tracepoint, filtered
  * in the kernel: PERFS_BLOCKS_SCHED_SWITCH), or, without tracefs, each switch out
  * (the context-switch event: PERFS_BLOCKS_SWITCHES; the record beside it says whether it
- * was a preemption); its switches in do not. A running thread's is refused (-EACCES) where
- * perf allows user-space events only (it counts in the kernel). Returns as perfs_open. */
+ * was a preemption); its switches in do not. A running thread's, where perf allows user-space
+ * events only (it would count in the kernel), is the switch records alone, waking nobody
+ * (PERFS_BLOCKS_AT_BATCH_END): read at the batch's end, returning 1. Returns 0, 1, or
+ * -errno as perfs_open. */
 int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool running);
 enum perfs_block_watch {
     PERFS_BLOCKS_UNKNOWN,      /* none opened yet */
     PERFS_BLOCKS_SCHED_SWITCH, /* blocks alone wake profd */
     PERFS_BLOCKS_SWITCHES,     /* every switch out does */
+    PERFS_BLOCKS_AT_BATCH_END, /* none does: read at the batch's end */
 };
 /* Which event the running threads' change watches are. */
 enum perfs_block_watch perfs_block_watch(void);

@@ -695,13 +695,15 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
             goto undo;
         /* A blocked thread's first switch wakes profd; a running one's switches out do (a
          * preemption changes nothing: sampler_defer_changed reads it and defers on). */
-        if (perfs_open_changes(&th->chg, th->tid, th->ran_last_tick) < 0) {
+        int w = perfs_open_changes(&th->chg, th->tid, th->ran_last_tick);
+        if (w < 0) {
             fds_give(1);
             goto undo;
         }
         memacct_add(memory_samples(), perfs_bytes(&th->chg));
+        /* (w == 1: a running thread's watch that wakes nobody, read at the batch's end.) */
         struct epoll_event ev = {.events = EPOLLIN};
-        if (epoll_ctl(t->defer_epfd, EPOLL_CTL_ADD, th->chg.fd, &ev) < 0)
+        if (w == 0 && epoll_ctl(t->defer_epfd, EPOLL_CTL_ADD, th->chg.fd, &ev) < 0)
             goto undo;
         if (!th->ran_last_tick) {
             th->defer_kind = DEFER_BLOCKED;
@@ -787,6 +789,18 @@ uint64_t sampler_defer_changed(struct target *t, bool *any)
     if (first != UINT64_MAX)
         *any = true;
     return first;
+}
+
+bool sampler_defer_hung_up(struct target *t)
+{
+    if (!t->deferred)
+        return false;
+    struct epoll_event ev[16];
+    int n = epoll_wait(t->defer_epfd, ev, 16, 0);
+    for (int i = 0; i < n; i++)
+        if (ev[i].events & (EPOLLHUP | EPOLLERR))
+            return true;
+    return false;
 }
 
 static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *pcount,

@@ -62,6 +62,8 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
  * again, one born; UINT64_MAX if none. *any: whether any thread changed, including a running
  * one that blocked and has stayed blocked (its ticks since are read from where it is now). */
 uint64_t sampler_defer_changed(struct target *t, bool *any);
+/* Whether a change watch of t hung up (its thread exited). */
+bool sampler_defer_hung_up(struct target *t);
 /* The samples of ticks[0..n) (in order, all before sampler_defer_changed's time). */
 void sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n);
 /* Close the watches and the batch's clocks; the next tick is taken on time. */

@@ -592,6 +592,9 @@ static void defer_arm(struct sched *s)
         span = 2;
     s->defer_deadline_ns = s->next_ns + (span - 1) * s->eff_interval_ns +
                            s->eff_interval_ns / ALARM_JITTER_DIV;
+    /* Preemptions are counted batch by batch (on_defer_io). */
+    s->defer_begin_ns = s->next_ns - s->eff_interval_ns;
+    s->defer_run_preempts = 0;
     int r = arm_at(s, s->defer_deadline_ns);
     /* Without its timer the batch would end only when something read the buffer: no batch
      * then (the ticks due so far are taken), and no tick, as with a schedule on time. */
@@ -601,6 +604,18 @@ static void defer_arm(struct sched *s)
 }
 
 static void on_defer_io(struct ev_loop *loop, ev_io *w, int revents);
+
+/* No deferral before a while from now: doubled while deferrals keep ending before they
+ * took DEFER_PAYS_TICKS ticks. */
+static void defer_hold(struct sched *s, uint64_t now)
+{
+    s->defer_hold_ns = s->defer_hold_ns && s->defer_run_ticks < DEFER_PAYS_TICKS
+                           ? s->defer_hold_ns * 2
+                           : DEFER_HOLD_MIN_NS;
+    if (s->defer_hold_ns > DEFER_HOLD_MAX_NS)
+        s->defer_hold_ns = DEFER_HOLD_MAX_NS;
+    s->defer_hold_until_ns = now + s->defer_hold_ns;
+}
 
 /* After a tick on time (at tick_ns): defer the next ones if the target allows it. */
 static void defer_try(struct sched *s, uint64_t tick_ns)
@@ -613,15 +628,18 @@ static void defer_try(struct sched *s, uint64_t tick_ns)
         b = DEFER_MAX_TICKS;
     unsigned batch;
     int fd;
-    if (b < 2 || !sampler_defer_begin(s->t, tick_ns, (unsigned)b, &batch, &fd))
+    uint64_t refused = s->t->stats.defer_refused;
+    if (b < 2 || !sampler_defer_begin(s->t, tick_ns, (unsigned)b, &batch, &fd)) {
+        /* Begun and undone (a watch or a ring refused): not again at the next tick. */
+        if (s->t->stats.defer_refused != refused)
+            defer_hold(s, tick_ns);
         return;
+    }
     s->deferred = true;
     s->defer_batch = batch;
     if (!s->defer_span_ns)
         s->defer_span_ns = DEFER_MAX_NS;
     s->defer_run_ticks = 0;
-    s->defer_run_preempts = 0;
-    s->defer_begin_ns = tick_ns;
     s->defer_batches++;
     ev_io_init(&s->dio, on_defer_io, fd, EV_READ);
     s->dio.data = s;
@@ -684,12 +702,7 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
     if (any || how == DEFER_LEAVE_LATER || how == DEFER_LEAVE_PREEMPTED) {
         s->defer_changed += any;
         s->defer_left_preempted += !any && how == DEFER_LEAVE_PREEMPTED;
-        s->defer_hold_ns = s->defer_hold_ns && s->defer_run_ticks < DEFER_PAYS_TICKS
-                               ? s->defer_hold_ns * 2
-                               : DEFER_HOLD_MIN_NS;
-        if (s->defer_hold_ns > DEFER_HOLD_MAX_NS)
-            s->defer_hold_ns = DEFER_HOLD_MAX_NS;
-        s->defer_hold_until_ns = now + s->defer_hold_ns;
+        defer_hold(s, now);
     }
     if (!s->running)
         return;
@@ -712,7 +725,9 @@ static void on_defer_io(struct ev_loop *loop, ev_io *w, int revents)
     uint64_t now = now_ns();
     if (s->t->state == T_ATTACHED)
         sampler_defer_changed(s->t, &any);
-    if (any) {
+    /* (A watch whose thread exited polls hung up, at once and for good: no record says so
+     * where the thread's exit is not reported yet, a leader's that called pthread_exit.) */
+    if (any || sampler_defer_hung_up(s->t)) {
         defer_take(s, now, DEFER_LEAVE_TICK);
         return;
     }
@@ -1120,9 +1135,10 @@ struct cJSON *sched_describe(const struct sched *s)
         cJSON_AddNumberToObject(d, "left_for_preemptions", (double)s->defer_left_preempted);
         enum perfs_block_watch bw = perfs_block_watch();
         cJSON_AddStringToObject(d, "running_blocks_from",
-                                bw == PERFS_BLOCKS_SCHED_SWITCH ? "sched_switch"
-                                : bw == PERFS_BLOCKS_SWITCHES   ? "context_switches"
-                                                                : "none yet");
+                                bw == PERFS_BLOCKS_SCHED_SWITCH   ? "sched_switch"
+                                : bw == PERFS_BLOCKS_SWITCHES     ? "context_switches"
+                                : bw == PERFS_BLOCKS_AT_BATCH_END ? "batch_end"
+                                                                  : "none yet");
         cJSON_AddNumberToObject(d, "samples", (double)s->t->stats.deferred);
         cJSON_AddNumberToObject(d, "samples_read_after_blocking",
                                 (double)s->t->stats.deferred_blocked);

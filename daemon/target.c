@@ -433,7 +433,7 @@ int target_refresh_maps(struct target *t)
     struct maps nm;
     t->maps_read_ns = now_ns();
     /* (The status was read before: these maps are at least as new as what it said.) */
-    t->vm_at_maps = t->vm_now;
+    struct vm_sizes vm = t->vm_now;
     pid_t tid = mm_tid(t);
     unwinder_set_tid(&t->unw, tid);
     int r = maps_read(tid, true, &t->maps, &nm);
@@ -449,6 +449,7 @@ int target_refresh_maps(struct target *t)
     if (t->maps_err && t->maps_err != -ESRCH)
         log_info("pid %d: its maps read again", t->pid);
     t->maps_err = 0;
+    t->vm_at_maps = vm; /* (a read that failed is tried again at the next look) */
     bool changed = nm.n != t->maps.n;
     bool code_gone = false;
     /* Both lists are sorted by start: a merge walk finds removed code mappings. */
@@ -607,6 +608,7 @@ static void target_destroy(struct target *t)
 static int read_sigstate_st(struct target *t, uint64_t *shd, struct procstatus *stp)
 {
     struct procstatus st;
+    memset(&t->vm_now, 0, sizeof(t->vm_now)); /* (unknown unless read below) */
     int r = procstatus_read_fd(t->status_fd, &status_buf, &st);
     *stp = st;
     if (r < 0)
@@ -620,7 +622,6 @@ static int read_sigstate_st(struct target *t, uint64_t *shd, struct procstatus *
         *shd = st.sig_shd;
     /* What a change of its mappings changes (a mapping replaced by one of the very same
      * sizes aside): its address space's size, and its code's. */
-    memset(&t->vm_now, 0, sizeof(t->vm_now));
     if (procstatus_has(&st, PS_VMSIZE) && procstatus_has(&st, PS_VMEXE) &&
         procstatus_has(&st, PS_VMLIB))
         t->vm_now = (struct vm_sizes){st.vm_size_kb, st.vm_exe_kb, st.vm_lib_kb};

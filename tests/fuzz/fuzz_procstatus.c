@@ -130,6 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_ASSERT(again.cap_eff == (procstatus_has(&st, PS_CAPEFF) ? st.cap_eff : 0));
     FUZZ_ASSERT(again.vcsw == (procstatus_has(&st, PS_VCSW) ? st.vcsw : 0));
     FUZZ_ASSERT(again.vm_size_kb == (procstatus_has(&st, PS_VMSIZE) ? st.vm_size_kb : 0));
+    FUZZ_ASSERT(again.vm_exe_kb == (procstatus_has(&st, PS_VMEXE) ? st.vm_exe_kb : 0));
     FUZZ_ASSERT(again.vm_lib_kb == (procstatus_has(&st, PS_VMLIB) ? st.vm_lib_kb : 0));
     strbuf_finish(&sb);
     return 0;
