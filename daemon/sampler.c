@@ -645,6 +645,8 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
 #define DEFER_RING_MAX (1024u * 1024u + 4096u) /* (1 MiB of ring and its header page) */
 #define DEFER_MARGIN 4u
 #define DEFER_MIN_BATCH 4
+/* Ticks of a running thread taken at once before its share of the CPU is judged. */
+#define DEFER_STARVED_MIN_TICKS 16
 
 /* perfs_open's batch (its ring holds 8 samples more) for a ring of b + DEFER_MARGIN. */
 static unsigned defer_ring_batch(unsigned b)
@@ -716,6 +718,7 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
         target_thread_latest_close(th);
         target_thread_stream_close(th); /* a one-shot */
         th->defer_kind = DEFER_RUNNING;
+        th->defer_ticks = th->defer_clock = 0;
         if (perf_open_once(th, STREAM_CONTINUOUS, t->interval_ns, want_stack(th),
                            defer_ring_batch(b)) < 0)
             goto undo;
@@ -915,12 +918,13 @@ static void on_deferred_sample(void *arg, const struct perf_sample *ps, struct s
     th->dc_ns = ps->time_ns;
 }
 
-void sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
+bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
 {
     static struct dsample *buf;
     static size_t cap;
+    bool starved = false;
     if (!t->deferred || !n || !t->nthreads)
-        return;
+        return false;
     size_t nth = t->nthreads; /* (an unwind re-reads maps, never the threads) */
     if (nth * n > cap) {
         cap = nth * n;
@@ -949,7 +953,15 @@ void sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
             struct defer_ctx c = {t, th, ticks, row, nr, 0, max_age};
             uint64_t lost = 0;
             uint64_t t0 = thread_cpu_ns();
-            perfs_drain(&th->ps, &snap, on_deferred_sample, &c, &lost);
+            th->defer_clock += perfs_drain(&th->ps, &snap, on_deferred_sample, &c, &lost);
+            th->defer_ticks += (uint32_t)nr;
+            /* Fewer clock samples than half its ticks: it had less than half a CPU, and each
+             * sample stood for several ticks, the last one before a long wait for a CPU for
+             * all of them; on time, a one-shot after the wait has where it waited. */
+            if (th->defer_ticks >= DEFER_STARVED_MIN_TICKS) {
+                starved |= 2 * th->defer_clock < th->defer_ticks;
+                th->defer_ticks = th->defer_clock = 0;
+            }
             for (; c.k < nr; c.k++)
                 defer_assign(&c, STACK_NONE, 0);
             t->stats.perf_lost += lost;
@@ -968,6 +980,7 @@ void sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
             t->stats.deferred++;
             t->stats.samples_perf += d->perf;
         }
+    return starved;
 }
 
 /* ---- switch watches (perfsample.h): a thread that seldom runs, checked without a read ---- */

@@ -65,7 +65,7 @@ uint64_t sampler_defer_changed(struct target *t, bool *any);
 /* Whether a change watch of t hung up (its thread exited). */
 bool sampler_defer_hung_up(struct target *t);
 /* The samples of ticks[0..n) (in order, all before sampler_defer_changed's time). */
-void sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n);
+bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n);
 /* Close the watches and the batch's clocks; the next tick is taken on time. */
 void sampler_defer_end(struct target *t);
 /* Handle every pending ptrace event and child exit (targets_wait_event until none), taking

@@ -674,8 +674,9 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
         s->next_ns += iv;
         s->due_ns = s->next_ns + jitter(iv / ALARM_JITTER_DIV);
     }
+    bool starved = false;
     if (n) {
-        sampler_defer_ticks(t, ticks, n);
+        starved = sampler_defer_ticks(t, ticks, n);
         uint64_t c = thread_cpu_ns() - c0;
         s->last_tick_ns = ticks[n - 1];
         s->defer_ticks += n;
@@ -692,6 +693,12 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
         if (s->defer_span_ns < DEFER_MIN_SPAN_NS)
             s->defer_span_ns = DEFER_MIN_SPAN_NS;
     }
+    /* A running thread that had less than half a CPU: on time again (sampler.c). */
+    if (starved) {
+        s->defer_left_starved++;
+        if (how == DEFER_KEEP)
+            how = DEFER_LEAVE_PREEMPTED;
+    }
     if (how == DEFER_KEEP && !any && s->due_ns >= now && s->running &&
         t->state == T_ATTACHED) {
         defer_arm(s);
@@ -699,9 +706,9 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
     }
     defer_leave(s);
     /* (Left for a transaction's boundary, say: not at once again either.) */
-    if (any || how == DEFER_LEAVE_LATER || how == DEFER_LEAVE_PREEMPTED) {
+    if (any || starved || how == DEFER_LEAVE_LATER || how == DEFER_LEAVE_PREEMPTED) {
         s->defer_changed += any;
-        s->defer_left_preempted += !any && how == DEFER_LEAVE_PREEMPTED;
+        s->defer_left_preempted += !any && !starved && how == DEFER_LEAVE_PREEMPTED;
         defer_hold(s, now);
     }
     if (!s->running)
@@ -1133,6 +1140,8 @@ struct cJSON *sched_describe(const struct sched *s)
         cJSON_AddNumberToObject(d, "cut_short_by_a_change", (double)s->defer_changed);
         cJSON_AddNumberToObject(d, "wakeups_for_a_preemption", (double)s->defer_preempts);
         cJSON_AddNumberToObject(d, "left_for_preemptions", (double)s->defer_left_preempted);
+        cJSON_AddNumberToObject(d, "left_for_threads_without_a_cpu",
+                                (double)s->defer_left_starved);
         enum perfs_block_watch bw = perfs_block_watch();
         cJSON_AddStringToObject(d, "running_blocks_from",
                                 bw == PERFS_BLOCKS_SCHED_SWITCH   ? "sched_switch"

@@ -111,7 +111,7 @@ struct sched {
     uint64_t defer_begin_ns;  /* when the deferral began */
     uint64_t defer_run_preempts; /* wake-ups for a running thread's preemption since then */
     uint64_t defer_batches, defer_ticks, defer_wakes, defer_changed;
-    uint64_t defer_preempts, defer_left_preempted;
+    uint64_t defer_preempts, defer_left_preempted, defer_left_starved;
 };
 
 /* Set the daemon-wide state: the loop, the cputime source to use (CPU_SRC_AUTO: the best

@@ -112,6 +112,8 @@ struct thread {
     uint32_t dc_stack;
     uint64_t dc_ns;
     uint64_t defer_block_ns;    /* running, it blocked then and has stayed blocked */
+    uint32_t defer_ticks, defer_clock; /* running: ticks taken, clock samples read, since
+                                        * its share of the CPU was last judged */
     uint64_t py_tstate;         /* its CPython thread state, as found last (python.h) */
     struct thread *hnext;       /* tid hash chain */
 };

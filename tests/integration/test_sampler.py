@@ -115,13 +115,14 @@ for defer in (True, False):
             # its ticks is left.
             # A batch begins at a tick where each busy thread has a clock sample of the last
             # interval: one kept off its CPU by other work has none, and its ticks are taken
-            # on time until it has (CI, beside a CPU hog and other tests: 482 of 821).
+            # on time until it has (CI, beside a CPU hog and other tests: 482 of 821); and a
+            # deferral whose running threads had less than half a CPU each is left (their
+            # ticks are better taken on time: a one-shot after a wait has where they waited).
             msg = ("deferred: most ticks in batches, a wake-up for several (%d of %d ticks; %d "
                    "wake-ups for them, batches of %d; the busy threads had %.0f%% of their "
                    "CPUs; %s)" % (dfr["ticks"], st["ticks"], dfr["wakeups"], dfr["batch_ticks"],
                                   100 * cpu_share, dfr))
-            # (Here with other tests beside it: 698 of 702 with 48% of their CPUs.)
-            if cpu_share < 0.4:
+            if cpu_share < 0.6:
                 log("not checked, the machine busy with other work:", msg)
             elif dfr["running_blocks_from"] == "sched_switch":
                 check_timing(dfr["ticks"] >= 0.8 * st["ticks"] and
@@ -271,9 +272,12 @@ with Daemon() as d, Program("sleeper", 1, 1) as p:
 # once (the sched_switch tracepoint, filtered in the kernel to blocks; without tracefs, the
 # context-switch event, each switch out) and ends the batch there, its ticks after that
 # from where it is blocked; its waking ends a batch at once. About half its samples in each
-# phase, and one at nearly every tick. Twice: with either watch.
-for watch in ("sched_switch", "context_switches"):
-    env = {"PROFD_BLOCK_WATCH": "switches"} if watch == "context_switches" else None
+# phase, and one at nearly every tick. With either watch; then where perf allows user-space
+# events only (perf_event_paranoid 2 without CAP_PERFMON, made so by a preloaded library):
+# no event that counts in the scheduler, the switch records alone read at the batch's end.
+for watch in ("sched_switch", "context_switches", "batch_end"):
+    env = {"PROFD_BLOCK_WATCH": "switches"} if watch == "context_switches" else \
+        fault_env("perf_kernel") if watch == "batch_end" else None
     with Daemon(env=env) as d, Program("sleeper", 0, 0, 1) as p:
         d.ctl("attach", p.pid, "--hz", 101, "--mode", "alarm", "--sampler", "perf")
         d.wait_samples(p.pid, 2 * 101, timeout=60)
@@ -308,6 +312,12 @@ for watch in ("sched_switch", "context_switches"):
         check(tot and work + rest >= 0.98 * tot and 35 <= 100.0 * work / tot <= 65,
               "... its samples in its two phases, about half in each (%d computing, %d "
               "asleep, of %d)" % (work, rest, tot))
+        if watch == "batch_end":
+            # A block seen only at the batch's end: one it woke from within the batch
+            # leaves its ticks since unknown (counted missed; the next batches shorter).
+            log("... a sample of the phaser at %d of %d ticks (%d deferred ticks missed)"
+                % (tot, ticks, dfr["running_unsampled"] - dfa["running_unsampled"]))
+            continue
         # A thread's block seen late (a busy machine: profd woken late) loses its ticks
         # until then; here, almost none.
         check_timing(tot >= 0.9 * ticks, "... a sample of the phaser at nearly every tick (%d "

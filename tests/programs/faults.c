@@ -8,6 +8,8 @@
  *                    signal; libev's own signalfd is left alone) fails with EMFILE
  *   perf             perf_event_open() fails with EACCES (as under perf_event_paranoid 3,
  *                    or a seccomp filter without it)
+ *   perf_kernel      perf_event_open() of an event that does not exclude the kernel fails
+ *                    with EACCES (as under perf_event_paranoid 2 without CAP_PERFMON)
  *   perf_mmap        mmap() of a perf event's ring fails with EPERM (as past the
  *                    locked-memory limits)
  * With PROFD_FAULTS_WHILE=PATH, the faults apply only while PATH exists.
@@ -28,6 +30,7 @@
  * Only in profd itself (not in a program it starts). */
 #undef _FILE_OFFSET_BITS /* open and open64 both defined below, each as itself */
 #include <dlfcn.h>
+#include <linux/perf_event.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -252,7 +255,9 @@ long syscall(long nr, ...)
     for (int i = 0; i < 6; i++)
         a[i] = va_arg(ap, long);
     va_end(ap);
-    if (nr == SYS_perf_event_open && active("perf")) {
+    if (nr == SYS_perf_event_open &&
+        (active("perf") ||
+         (active("perf_kernel") && !((const struct perf_event_attr *)a[0])->exclude_kernel))) {
         errno = EACCES;
         return -1;
     }
