@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 
 #include "unwind.h"
+#include "util.h"
 
 /* perf's x86-64 user register mask: AX BX CX DX SI DI BP SP IP FLAGS CS SS (bits 0-11) and
  * R8-R15 (bits 16-23), 20 values in bit order. */
@@ -317,12 +318,10 @@ static long sched_switch_id(void)
 {
     static long id;
     static uint64_t next_look_ns;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint64_t now = now_ns();
     if (id > 0 || now < next_look_ns)
         return id;
-    next_look_ns = now + 60 * 1000000000ull;
+    next_look_ns = now + 60 * NS_PER_SEC;
     const char *force = getenv("PROFD_BLOCK_WATCH");
     if (force && !strcmp(force, "switches"))
         return id;

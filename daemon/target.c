@@ -1647,13 +1647,16 @@ static bool name_from_status(struct thread *th, const struct procstatus *st)
     return true;
 }
 
-void target_thread_refresh_name(struct thread *th)
+/* th's name and state: from pre if given (a status file of it read already), else from its
+ * status file, open already (an open of a /proc file costs 10-40 us here, the largest part
+ * of a second's housekeeping); from its stat file without either. */
+static void refresh_name(struct thread *th, const struct procstatus *pre)
 {
     bool zombie = false;
     if (th->name_checks < UINT8_MAX)
         th->name_checks++;
-    /* From its status file, open already (an open of a /proc file costs 10-40 us here, the
-     * largest part of a second's housekeeping); from its stat file without it. */
+    if (pre && name_from_status(th, pre))
+        return;
     struct procstatus st;
     if (th->status_fd >= 0 && procstatus_read_fd(th->status_fd, &status_buf, &st) == 0 &&
         name_from_status(th, &st))
@@ -1663,6 +1666,11 @@ void target_thread_refresh_name(struct thread *th)
         if (zombie)
             th->interrupt_pending = false; /* a zombie never stops */
     }
+}
+
+void target_thread_refresh_name(struct thread *th)
+{
+    refresh_name(th, NULL);
 }
 
 void target_refresh_name(struct target *t, pid_t tid)
@@ -1682,12 +1690,7 @@ static void refresh_threads(struct target *t, uint64_t now)
                                                            * with no signal since) */
     for (size_t i = 0; i < t->nthreads; i++) {
         struct thread *th = t->threads[i];
-        if (th->tid == t->pid && have_pst && name_from_status(th, &pst)) {
-            if (th->name_checks < UINT8_MAX)
-                th->name_checks++;
-            continue;
-        }
-        target_thread_refresh_name(th);
+        refresh_name(th, th->tid == t->pid && have_pst ? &pst : NULL);
     }
     /* The process's name is its leader's. */
     struct thread *leader = thread_find(t->pid);
