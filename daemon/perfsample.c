@@ -515,6 +515,14 @@ uint64_t perfs_first_block(struct perf_stream *ps, bool *back_in)
     return UINT64_MAX;
 }
 
+bool perfs_has_records(const struct perf_stream *ps)
+{
+    if (ps->fd < 0)
+        return false;
+    const struct perf_event_mmap_page *mp = (const struct perf_event_mmap_page *)ps->buf;
+    return __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE) != mp->data_tail;
+}
+
 uint64_t perfs_switches_head(const struct perf_stream *ps)
 {
     const struct perf_event_mmap_page *mp = (const struct perf_event_mmap_page *)ps->buf;

@@ -150,6 +150,8 @@ uint64_t perfs_first_block(struct perf_stream *ps, bool *back_in);
 uint64_t perfs_first_change(const struct perf_stream *ps);
 /* Its head: moves by each record the kernel writes. */
 uint64_t perfs_switches_head(const struct perf_stream *ps);
+/* Whether ps's ring holds records not drained yet (a memory read, no system call). */
+bool perfs_has_records(const struct perf_stream *ps);
 /* Bytes of ring mapped for ps. */
 size_t perfs_bytes(const struct perf_stream *ps);
 void perfs_get_totals(struct perfs_totals *t);

@@ -355,6 +355,10 @@ void sampler_drain_thread(struct target *t, struct thread *th)
     /* (A deferred tick's clock is read by sampler_defer_ticks only.) */
     if (th->ps.fd < 0 || th->defer_kind != DEFER_NONE)
         return;
+    /* An empty ring (most ticks of a thread whose event is kept for its bursts) is not worth
+     * the two readings of the CPU clock: each is a system call (3 us here). */
+    if (!perfs_has_records(&th->ps))
+        return;
     struct drain_ctx c = {t, th};
     uint64_t lost = 0;
     uint64_t t0 = thread_cpu_ns();

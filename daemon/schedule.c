@@ -55,7 +55,15 @@ static struct {
     bool over_before;         /* the demands exceeded the budget at the last look, none
                                  throttled: the next look over it throttles */
     int sig_err;              /* why there is no sigfd (-errno) */
-} g = {.sigfd = -1, .overhead = 1.0, .mult = 1.0, .sig_err = -ENOSYS};
+    /* The alarm schedules' ticks on time share one timerfd, set for the soonest of them
+     * (alarm_queue): each tick re-armed a timerfd of its own, a system call per tick
+     * (13% of profd's CPU with 100 idle services at 101 Hz), where one wake-up takes the
+     * ticks of several targets (alarm_run). */
+    int atfd;
+    ev_io atio;
+    uint64_t alarm_armed_ns; /* when atfd fires; 0: not set */
+    bool alarm_batch;        /* in alarm_run: atfd is set at its end */
+} g = {.sigfd = -1, .overhead = 1.0, .mult = 1.0, .sig_err = -ENOSYS, .atfd = -1};
 
 /* The running schedules. */
 static LIST_HEAD(, sched) live_scheds = LIST_HEAD_INITIALIZER(live_scheds);
@@ -141,7 +149,7 @@ double sched_effective_hz(const struct sched *s)
 /* Run the sampler for s's target and account what it cost. */
 /* One tick of s, its cost (profd's CPU from c0, a reading of the loop thread's CPU clock)
  * counted; returns the clock's reading at its end, from which ticks run back to back count
- * the next one (alarm_coalesce: a reading of that clock is a system call, 6% of profd's CPU
+ * the next one (alarm_run: a reading of that clock is a system call, 6% of profd's CPU
  * with 20 idle targets at 101 Hz). */
 static uint64_t run_tick_from(struct sched *s, uint64_t tick_ns, bool cpu_only, uint64_t c0)
 {
@@ -238,10 +246,68 @@ static uint64_t jitter(uint64_t span)
  * 52/35/13); the offset keeps the rate exact and the grid anchored. */
 #define ALARM_JITTER_DIV 4
 
+static void on_alarm_timer(struct ev_loop *loop, ev_io *w, int revents);
+
+/* Set the alarm schedules' timer to fire at `at` (0: not at all). 0 or -errno. */
+static int alarm_timer_set(uint64_t at)
+{
+    if (at == g.alarm_armed_ns)
+        return 0;
+    if (g.atfd < 0) {
+        g.atfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (g.atfd < 0)
+            return -errno;
+        ev_io_init(&g.atio, on_alarm_timer, g.atfd, EV_READ);
+        ev_io_start(g.loop, &g.atio);
+    }
+    struct itimerspec it = {.it_value = ts_of(at)};
+    if (timerfd_settime(g.atfd, TFD_TIMER_ABSTIME, &it, NULL) < 0) {
+        int e = -errno;
+        g.alarm_armed_ns = 0; /* (unknown: set again at the next chance) */
+        return e;
+    }
+    g.alarm_armed_ns = at;
+    return 0;
+}
+
+/* An alarm schedule waiting on the shared timer for its tick. */
+static bool alarm_waits(const struct sched *s)
+{
+    return s->mode == SCHED_ALARM && s->queued && s->running && !s->deferred;
+}
+
+/* After alarm_run: the shared timer set for the soonest tick left. Where it cannot be set,
+ * every schedule waiting on it says so (status, log) and is set again with the budget's
+ * retries (rearm). */
+static void alarm_timer_update(void)
+{
+    uint64_t soonest = UINT64_MAX;
+    struct sched *s;
+    LIST_FOREACH(s, &live_scheds, link)
+        if (alarm_waits(s) && s->due_ns < soonest)
+            soonest = s->due_ns;
+    int r = alarm_timer_set(soonest == UINT64_MAX ? 0 : soonest ? soonest : 1);
+    if (r < 0) {
+        LIST_FOREACH(s, &live_scheds, link)
+            if (alarm_waits(s))
+                timer_failed(s, r);
+    }
+}
+
+/* s's next tick (due_ns) waits on the shared timer: set sooner if it is due first (inside
+ * alarm_run, once at its end). 0 or -errno. */
+static int alarm_queue(struct sched *s)
+{
+    s->queued = true;
+    if (g.alarm_batch || (g.alarm_armed_ns && g.alarm_armed_ns <= s->due_ns))
+        return 0;
+    return alarm_timer_set(s->due_ns ? s->due_ns : 1);
+}
+
 static int arm_alarm(struct sched *s)
 {
     s->due_ns = s->next_ns + jitter(s->eff_interval_ns / ALARM_JITTER_DIV);
-    return arm_at(s, s->due_ns);
+    return alarm_queue(s);
 }
 
 /* Stop the timerfd; one that cannot be stopped is closed by sched_stop or re-set by the next
@@ -534,6 +600,7 @@ static void defer_leave(struct sched *s);
  * thread's CPU clock read at the end of the tick before (0: none), updated. */
 static void alarm_tick(struct sched *s, uint64_t now, uint64_t due, uint64_t *cpu)
 {
+    s->queued = false;
     lateness_record(&s->lateness, due, now);
     /* Ticks whose interval has passed entirely are missed, not made up in a burst. */
     if (now >= s->next_ns + s->eff_interval_ns) {
@@ -596,6 +663,7 @@ static void defer_arm(struct sched *s)
     s->defer_begin_ns = s->next_ns - s->eff_interval_ns;
     s->defer_run_preempts = 0;
     int r = arm_at(s, s->defer_deadline_ns);
+    s->own_armed = r == 0;
     /* Without its timer the batch would end only when something read the buffer: no batch
      * then (the ticks due so far are taken), and no tick, as with a schedule on time. */
     if (r < 0)
@@ -651,6 +719,11 @@ static void defer_leave(struct sched *s)
     ev_io_stop(s->loop, &s->dio);
     sampler_defer_end(s->t);
     s->deferred = false;
+    /* Its deadline, not reached: the ticks from now on wait on the shared timer. */
+    if (s->own_armed) {
+        disarm(s);
+        s->own_armed = false;
+    }
 }
 
 static void alarm_tick(struct sched *s, uint64_t now, uint64_t due, uint64_t *cpu);
@@ -717,7 +790,7 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
         uint64_t cpu = 0;
         alarm_tick(s, now, s->due_ns, &cpu);
     } else {
-        timer_result(s, arm_at(s, s->due_ns));
+        timer_result(s, alarm_queue(s));
     }
 }
 
@@ -752,33 +825,51 @@ void sched_catch_up(struct sched *s, bool leave)
         defer_take(s, now_ns(), leave ? DEFER_LEAVE_LATER : DEFER_KEEP);
 }
 
-/* profd is awake for one alarm tick: every other alarm schedule whose tick window (the
- * first quarter of its interval on its grid, where arm_alarm puts its tick at random) has
- * begun ticks now too, instead of waking profd again a moment later. A wake-up costs profd
- * 17-34 us on this VM, more than the tick of an idle target; with 100 targets at 101 Hz
- * their ticks share a few wake-ups per interval instead of taking one each. Each tick stays
- * in its own window on its own grid (on the schedule's clock, its rate exact), at a point
- * set by other targets' random ones. Their timers, re-armed, do not fire for these. */
-static void alarm_coalesce(uint64_t *cpu)
+/* One wake-up's alarm ticks: every alarm schedule whose tick is due ticks, and so does every
+ * other whose tick window (the first quarter of its interval on its grid, where arm_alarm
+ * puts its tick at random) has begun, instead of waking profd again a moment later. A
+ * wake-up costs profd 17-34 us on this VM, more than the tick of an idle target; with 100
+ * targets at 101 Hz their ticks share a few wake-ups per interval instead of taking one
+ * each. Each tick stays in its own window on its own grid (on the schedule's clock, its rate
+ * exact), at a point set by other targets' random ones. Then the shared timer is set for
+ * the soonest tick left. *cpu: as alarm_tick's. */
+static void alarm_run(uint64_t *cpu)
 {
     /* A tick can end schedules (its own target's, or another's whose exit it reaped): the
-     * walk starts again from the head when the list changed. A schedule that ticked has
-     * left its window (next_ns moved on). */
+     * walk starts again from the head when the list changed. A schedule that ticked waits
+     * for a later tick (due_ns and next_ns moved on). */
+    g.alarm_batch = true;
     struct sched *o = LIST_FIRST(&live_scheds);
     uint64_t now = now_ns(); /* read again after each tick: a tick takes time */
     while (o) {
         struct sched *next = LIST_NEXT(o, link);
-        if (o->mode == SCHED_ALARM && o->running && !o->deferred && o->t->state == T_ATTACHED &&
-            now >= o->next_ns && now < o->next_ns + o->eff_interval_ns / ALARM_JITTER_DIV) {
+        bool due = alarm_waits(o) && now >= o->due_ns;
+        if (due || (alarm_waits(o) && o->t->state == T_ATTACHED && now >= o->next_ns &&
+                    now < o->next_ns + o->eff_interval_ns / ALARM_JITTER_DIV)) {
             uint64_t gen = live_gen;
-            o->coalesced++;
-            alarm_tick(o, now, now < o->due_ns ? now : o->due_ns, cpu);
+            o->coalesced += !due;
+            alarm_tick(o, now, due ? o->due_ns : now, cpu);
             if (gen != live_gen)
                 next = LIST_FIRST(&live_scheds);
             now = now_ns();
         }
         o = next;
     }
+    g.alarm_batch = false;
+    alarm_timer_update();
+}
+
+static void on_alarm_timer(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+    uint64_t expirations;
+    if (read(g.atfd, &expirations, sizeof(expirations)) != sizeof(expirations))
+        return; /* EAGAIN: re-armed meanwhile */
+    g.alarm_armed_ns = 0;
+    uint64_t cpu = 0;
+    alarm_run(&cpu);
 }
 
 static void on_timer(struct ev_loop *loop, ev_io *w, int revents)
@@ -793,19 +884,20 @@ static void on_timer(struct ev_loop *loop, ev_io *w, int revents)
     switch (s->mode) {
     case SCHED_ALARM:
     {
+        /* (Its own timer is set only for a deferral's deadline: its ticks on time wait on
+         * the shared one, on_alarm_timer.) */
+        s->own_armed = false;
+        if (!s->deferred)
+            break;
         uint64_t cpu = 0;
-        if (s->deferred) {
-            lateness_record(&s->lateness, s->defer_deadline_ns, now);
-            s->defer_wakes++;
-            defer_take(s, now, DEFER_KEEP);
-            /* (Ran to its end, nothing changed: a longer span from the next batch on.) */
-            if (s->deferred)
-                s->defer_span_ns = s->defer_span_ns * 2 > DEFER_MAX_NS ? DEFER_MAX_NS
-                                                                     : s->defer_span_ns * 2;
-        } else {
-            alarm_tick(s, now, s->due_ns, &cpu);
-        }
-        alarm_coalesce(&cpu);
+        lateness_record(&s->lateness, s->defer_deadline_ns, now);
+        s->defer_wakes++;
+        defer_take(s, now, DEFER_KEEP);
+        /* (Ran to its end, nothing changed: a longer span from the next batch on.) */
+        if (s->deferred)
+            s->defer_span_ns = s->defer_span_ns * 2 > DEFER_MAX_NS ? DEFER_MAX_NS
+                                                                 : s->defer_span_ns * 2;
+        alarm_run(&cpu);
         break;
     }
     case SCHED_SLEEP:
@@ -900,6 +992,8 @@ static void stop_sources(struct sched *s)
         defer_take(s, now_ns(), DEFER_LEAVE_LATER); /* (disarmed below) */
     sampler_flush(s->t); /* what the kernel sampled before the change is kept */
     disarm(s);
+    s->own_armed = false;
+    s->queued = false; /* (the shared timer, if set for it, fires for nothing once) */
     s->reading = false;
     if (s->have_cpu_timer) {
         timer_delete(s->cpu_timer);
@@ -1240,10 +1334,9 @@ static void set_scale(struct sched *s, double scale, uint64_t now)
     if (s->mode == SCHED_ALARM) {
         /* A new grid from now; a tick of the old one due now is missed (re-arming forgets
          * it). */
-        uint64_t due;
-        if (read(s->tfd, &due, sizeof(due)) == sizeof(due)) {
-            s->missed += due;
-            s->win_missed += due; /* the budget's doing: not a sign of a starved loop */
+        if (alarm_waits(s) && s->due_ns <= now) {
+            s->missed++;
+            s->win_missed++; /* the budget's doing: not a sign of a starved loop */
         }
     }
     timer_result(s, rearm(s, now));
@@ -1453,6 +1546,12 @@ void sched_global_finish(void)
 {
     if (!g.loop)
         return;
+    if (g.atfd >= 0) {
+        ev_io_stop(g.loop, &g.atio);
+        close(g.atfd);
+        g.atfd = -1;
+        g.alarm_armed_ns = 0;
+    }
     ev_timer_stop(g.loop, &g.budget_w);
     if (g.sigfd >= 0) {
         ev_io_stop(g.loop, &g.sig_w);
