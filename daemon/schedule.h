@@ -74,6 +74,10 @@ struct sched {
      * its own timerfd is set only for a deferral's deadline (own_armed). */
     bool queued;
     bool own_armed;
+    /* alarm: in a wake-up's batch of ticks (alarm_run), the wall time of its own, and the
+     * next schedule that ticked in it. */
+    uint64_t batch_wall_ns;
+    struct sched *batch_next;
     struct lateness lateness; /* alarm: how late ticks ran */
     timer_t cpu_timer;      /* cputime's timer source */
     bool have_cpu_timer;
