@@ -182,7 +182,9 @@ with Daemon() as d, Program("fanout", THREADS) as big, Program("sleeper", 1) as 
                  "ticks of the other target during the slices at most %.0f us late (without "
                  "a slice: %.0f us; the loop waited %.0f us for a CPU meanwhile)"
                  % (dmax, bmax, w1 - w0), d)
-    check_timing(dmiss <= 3 * bmiss + 0.2 * (dn + dmiss) + 20,
+    # Ticks are missed, not made up, when the loop waited a whole interval or more for a CPU:
+    # as many as the intervals in its wait (seen: 67 of 172 while it waited 102 ms).
+    check_timing(dmiss <= 3 * bmiss + 0.2 * (dn + dmiss) + 20 + (w1 - w0) * HZ / 1e6,
                  "the other target missed %d of %d ticks during the slices (%d of %d without)"
                  % (dmiss, dn + dmiss, bmiss, bn + bmiss), d)
 
