@@ -1113,7 +1113,8 @@ void target_detach(struct target *t, void (*done)(struct target *, void *, int),
         detach_finished(t);
 }
 
-/* The process is gone: keep its samples for slicing until they expire. */
+/* The process is gone: keep its samples for slicing until they expire. status: the
+ * leader's wait status, or -1 where it went to the parent alone. */
 static void target_exited(struct target *t, int status)
 {
     t->exit_status = status;
@@ -1133,7 +1134,10 @@ static void target_exited(struct target *t, int status)
         return;
     }
     t->state = T_EXITED;
-    if (WIFEXITED(status))
+    if (status == -1)
+        log_info("process %d (%s) ended: its last thread exited (its main thread had ended "
+                 "before the attach; its exit status went to its parent alone)", t->pid, t->comm);
+    else if (WIFEXITED(status))
         log_info("process %d (%s) exited with status %d", t->pid, t->comm, WEXITSTATUS(status));
     else
         log_info("process %d (%s) killed by signal %d", t->pid, t->comm, WTERMSIG(status));
@@ -1404,6 +1408,11 @@ static void targets_handle_wait(pid_t tid, int status)
             target_exited(t, status);
         else if (t->state == T_DETACHING && t->nthreads == 0)
             detach_finished(t);
+        else if (t->state == T_ATTACHED && t->nthreads == 0)
+            /* A leader that had exited before the attach (a zombie: pthread_exit, or the
+             * process exiting as it was attached) was not traced (seize_all), so its exit
+             * goes to its parent alone: the last traced thread's is the process's end. */
+            target_exited(t, -1);
         return;
     }
     if (!WIFSTOPPED(status))

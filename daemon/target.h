@@ -209,7 +209,7 @@ struct target {
     uid_t owner_uid;        /* uid of the client that attached it */
     bool explicit_attach;   /* attached by an attach request (not only for transactions) */
     uint64_t exit_ns;
-    int exit_status;        /* wait status of the leader */
+    int exit_status;        /* wait status of the leader; -1: unknown (an untraced leader) */
     /* The end of the newest window sliced (at most the time of its request): no sample
      * of a thread's clock from before it is taken since (sampler.c perf_latest). */
     uint64_t sliced_to_ns;

@@ -542,17 +542,20 @@ class Bench:
                 prof_pid = None
             target.send("go")
             t0 = int(target.expect("measuring")[1])
+            # profd's CPU is measured between its two statuses, which it answers outside
+            # the window (a status, some hundreds of microseconds, is not a sample's cost;
+            # its samples are counted between them: a millisecond more).
+            st0 = daemon.status(target.pid) if daemon else None
             c0 = proc_tree_cpu_ns(prof_pid) if prof_pid else None
             s0 = proc_stat_cpu_ns(prof_pid) if prof_pid else None
             w0 = now_ns()
             lm = LoadMeter(target.pid, prof_pid)
-            st0 = daemon.status(target.pid) if daemon else None
             done = target.expect("done")
-            st1 = daemon.status(target.pid) if daemon else None
             res["other_load"], res["steal"] = lm.done()
             w1 = now_ns()
             c1 = proc_tree_cpu_ns(prof_pid) if prof_pid else None
             s1 = proc_stat_cpu_ns(prof_pid) if prof_pid else None
+            st1 = daemon.status(target.pid) if daemon else None
             t1, ngaps = int(done[1]), int(done[2])
             times = None
             if daemon:
@@ -727,16 +730,17 @@ class Bench:
                 daemon.attach(pid, 101, "alarm", sampler)
             res["attach_s"] = (now_ns() - ta) / 1e9
             time.sleep(SCALE_SETTLE_S)
+            # (profd's CPU between its two statuses, as in run_busy.)
+            d0, st0 = daemon.status_all()
             tc0 = sum(proc_cpu_ns(p) or 0 for p in pids)
             c0 = proc_tree_cpu_ns(daemon.pid)
             lm = LoadMeter(daemon.pid, *pids)
-            d0, st0 = daemon.status_all()
             w0 = now_ns()
             time.sleep(secs)
-            d1, st1 = daemon.status_all()
             w1 = now_ns()
             c1 = proc_tree_cpu_ns(daemon.pid)
             tc1 = sum(proc_cpu_ns(p) or 0 for p in pids)
+            d1, st1 = daemon.status_all()
             res["other_load"], res["steal"] = lm.done()
             res["rss_kib"], res["hwm_kib"] = proc_tree_rss_kib(daemon.pid)
             res["accounted_bytes"] = d1["memory"]["total_bytes"]
@@ -807,16 +811,16 @@ class Bench:
             for pid in pids:
                 daemon.attach(pid, hz, mode, sampler)
             time.sleep(WARM_MS / 1000)
+            d0, st0 = daemon.status_all()
             c0 = proc_tree_cpu_ns(daemon.pid)
             b0 = {tid: thread_cpu_ns(pid, tid) for tid, pid in busy.items()}
             lm = LoadMeter(daemon.pid, *pids)
-            d0, st0 = daemon.status_all()
             w0 = now_ns()
             time.sleep(secs)
             w1 = now_ns()
-            d1, st1 = daemon.status_all()
             c1 = proc_tree_cpu_ns(daemon.pid)
             b1 = {tid: thread_cpu_ns(pid, tid) for tid, pid in busy.items()}
+            d1, st1 = daemon.status_all()
             res["other_load"], res["steal"] = lm.done()
             res["rss_kib"], res["hwm_kib"] = proc_tree_rss_kib(daemon.pid)
             res["accounted_bytes"] = d1["memory"]["total_bytes"]

@@ -7,7 +7,7 @@
   attaches to the tracer and reports as clones; each execs /bin/true: they are processes,
   not threads of the target, must be released, and the program must finish;
 - zleader: the main thread called pthread_exit (a zombie leader): attach, sample the
-  workers, and detach at once;
+  workers, and detach at once; or the process killed: its end is seen;
 - dlopener: a thread blocks for good in a library loaded after attach: its stack comes out
   whole once profd has read the new maps."""
 import re
@@ -62,6 +62,22 @@ with Daemon() as d, Program("zleader", stdin=False) as p:
     check(time.monotonic() - t0 < 2 * SLOW, "detach does not wait for the zombie leader "
           "(%.2f s)" % (time.monotonic() - t0))
     check(all(v == 0 for v in tracer_pids(p.pid).values()), "every thread released")
+
+# The same process, attached, then killed: the leader, never traced, reports its exit to its
+# parent alone; profd sees the process end when the last thread it traces exits (it used to
+# keep such a target "attached", with no threads, until the daemon exited).
+with Daemon() as d, Program("zleader", stdin=False) as p:
+    wait_until(lambda: thread_states(p.pid).get(p.pid) == "Z", 10,
+               "the leader to exit (a zombie)")
+    d.ctl("attach", p.pid, "--hz", 499)
+    d.wait_samples(p.pid, 100)
+    p.kill()
+    wait_until(lambda: (d.target_status(p.pid) or {}).get("state") == "exited", 10,
+               "profd to see the process end")
+    check(re.search(r"process %d \(zleader\) ended: its last thread exited" % p.pid, d.log()),
+          "a process whose leader exited before the attach: its end seen when its workers "
+          "exit, and said")
+    check(d.slice(p.pid, "--last", 5), "its samples are still there to slice")
 
 # A library loaded after attach, blocked in for good.
 with Daemon() as d, Program("dlopener") as p:
