@@ -218,9 +218,13 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
           "status --json: tick_lateness counts every alarm tick in its histogram (%d ticks, "
           "p50 %.0f us, p99 %.0f us, max %.0f us)"
           % (lat["ticks"], lat["p50_us"], lat["p99_us"], lat["max_us"]))
-    check_timing(ts[p.pid]["achieved_hz"] > 200,
-                 "status --json: achieved_hz near the 499 asked (%.1f)" % ts[p.pid]["achieved_hz"],
-                 d)
+    # A machine busy enough that the loop waits for a CPU longer than an interval misses
+    # ticks (not made up later): those are counted (CI beside other tests: 168.6 Hz).
+    x = ts[p.pid]
+    with_missed = x["achieved_hz"] + x["sampling"]["missed"] / x["attached_s"]
+    check_timing(x["achieved_hz"] > 200 or with_missed > 400,
+                 "status --json: achieved_hz near the 499 asked, or the ticks not taken counted "
+                 "as missed (%.1f Hz; %.1f with the missed)" % (x["achieved_hz"], with_missed), d)
     st1 = d.status(q.pid)
     check([x["pid"] for x in st1["targets"]] == [q.pid], "status PID --json: only that target")
     r = d.ctl("status")

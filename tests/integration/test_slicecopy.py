@@ -183,8 +183,14 @@ with Daemon() as d, Program("fanout", THREADS) as big, Program("sleeper", 1) as 
                  "a slice: %.0f us; the loop waited %.0f us for a CPU meanwhile)"
                  % (dmax, bmax, w1 - w0), d)
     # Ticks are missed, not made up, when the loop waited a whole interval or more for a CPU:
-    # as many as the intervals in its wait (seen: 67 of 172 while it waited 102 ms).
-    check_timing(dmiss <= 3 * bmiss + 0.2 * (dn + dmiss) + 20 + (w1 - w0) * HZ / 1e6,
+    # as many as the intervals in its wait (seen: 67 of 172 while it waited 102 ms). And on
+    # a machine busy enough that the window without a slice missed ticks too (the other
+    # programs' threads wait for CPUs, and a stop of one waits with them), by the same share
+    # (seen with three CPU hogs: 369 of 524 against 28 of 41, with and without profd's
+    # sampling change of 2026-12-02).
+    share_without = bmiss / max(1, bn + bmiss)
+    check_timing(dmiss <= 3 * share_without * (dn + dmiss) + 0.2 * (dn + dmiss) + 20 +
+                 (w1 - w0) * HZ / 1e6,
                  "the other target missed %d of %d ticks during the slices (%d of %d without)"
                  % (dmiss, dn + dmiss, bmiss, bn + bmiss), d)
 
