@@ -86,6 +86,11 @@ int proto_connect(const char *path);
 cJSON *proto_error_reply(const cJSON *id, enum proto_error code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* item as compact JSON text (malloc'd; NULL out of memory), as cJSON_PrintUnformatted
+ * gives it but with numbers printed cheaply: integral values exactly, others in 15
+ * significant digits. Its numbers become raw items (their text): print it, then delete it. */
+char *json_print(cJSON *item);
+
 /* Read an integer field that may be a JSON number or a decimal string (for exact 64-bit
  * values). Returns 1 if present and valid, 0 if absent, -EINVAL if present but invalid. */
 int json_get_u64(const cJSON *obj, const char *key, uint64_t *out);

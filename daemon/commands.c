@@ -627,7 +627,7 @@ static void slice_reply(struct slice_job *job)
         cJSON_AddItemToObject(reply, "id", job->reply_id);
         job->reply_id = NULL;
     }
-    char *text = cJSON_PrintUnformatted(reply);
+    char *text = json_print(reply);
     cJSON_Delete(reply);
     if (!text || frame_encode(&job->reply_frame, text, strlen(text)) < 0)
         strbuf_finish(&job->reply_frame); /* the loop thread answers with an error */

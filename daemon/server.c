@@ -95,7 +95,7 @@ static void refuse(int fd, const char *fmt, ...)
     va_end(ap);
     nrefused++;
     cJSON *r = proto_error_reply(NULL, PE_LIMIT, "%s", msg);
-    char *s = r ? cJSON_PrintUnformatted(r) : NULL;
+    char *s = r ? json_print(r) : NULL;
     struct strbuf out = {0};
     if (s && frame_encode(&out, s, strlen(s)) == 0)
         (void)!send(fd, out.buf, out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -202,7 +202,7 @@ static void flush(struct client *c)
 
 void client_send(struct client *c, cJSON *reply)
 {
-    char *s = cJSON_PrintUnformatted(reply);
+    char *s = json_print(reply);
     cJSON_Delete(reply);
     if (!s || frame_encode(&c->out, s, strlen(s)) < 0) {
         log_err("client %" PRIu64 ": reply could not be encoded", c->id);

@@ -65,6 +65,8 @@ PROFD_WINDOW_NS = 300_000
 PROFD_BEFORE_NS = 100_000
 WARM_MS = 1000
 RATES = (101, 999)
+# The CPU window of a busy run ends this long before the target's end (run_busy).
+CPU_END_MARGIN_S = 0.3
 # profd's configurations in the busy runs: (tool, mode). cputime is the closest to perf
 # record's own cpu-clock sampling; alarm is profd's default (a wall-clock tick).
 PROFD_TOOLS = ("profd", "profd-ptrace")
@@ -542,20 +544,26 @@ class Bench:
                 prof_pid = None
             target.send("go")
             t0 = int(target.expect("measuring")[1])
-            # profd's CPU is measured between its two statuses, which it answers outside
-            # the window (a status, some hundreds of microseconds, is not a sample's cost;
-            # its samples are counted between them: a millisecond more).
+            # The CPU window: from profd's first status (its samples so far taken: alarm
+            # defers a running thread's ticks and takes them in batches, or at a status) to
+            # just after its second, which takes the samples of the window, their unwinds
+            # counted in it (and the status itself, ~150 us). It ends CPU_END_MARGIN_S
+            # before the target's end: then its thread blocks writing its gaps out, and the
+            # ticks of a blocking thread (the deferral's end, the first /proc sample) are
+            # not the cost of the busy thread's samples (they were 1-1.5 ms of a 4 s window
+            # at 101 Hz, 3 us per sample).
             st0 = daemon.status(target.pid) if daemon else None
             c0 = proc_tree_cpu_ns(prof_pid) if prof_pid else None
             s0 = proc_stat_cpu_ns(prof_pid) if prof_pid else None
             w0 = now_ns()
             lm = LoadMeter(target.pid, prof_pid)
-            done = target.expect("done")
-            res["other_load"], res["steal"] = lm.done()
-            w1 = now_ns()
+            time.sleep(max(0.5, (t0 + secs * 1_000_000_000 - now_ns()) / 1e9 - CPU_END_MARGIN_S))
+            st1 = daemon.status(target.pid) if daemon else None
             c1 = proc_tree_cpu_ns(prof_pid) if prof_pid else None
             s1 = proc_stat_cpu_ns(prof_pid) if prof_pid else None
-            st1 = daemon.status(target.pid) if daemon else None
+            w1 = now_ns()
+            res["other_load"], res["steal"] = lm.done()
+            done = target.expect("done")
             t1, ngaps = int(done[1]), int(done[2])
             times = None
             if daemon:
@@ -730,8 +738,12 @@ class Bench:
                 daemon.attach(pid, 101, "alarm", sampler)
             res["attach_s"] = (now_ns() - ta) / 1e9
             time.sleep(SCALE_SETTLE_S)
-            # (profd's CPU between its two statuses, as in run_busy.)
+            # profd's CPU between its two statuses (a status of 100 targets is 15-50 ms of
+            # its CPU, not the ticks'); their counts over the span between the statuses'
+            # midpoints, scaled to the CPU window.
+            a0 = now_ns()
             d0, st0 = daemon.status_all()
+            mid0 = (a0 + now_ns()) / 2
             tc0 = sum(proc_cpu_ns(p) or 0 for p in pids)
             c0 = proc_tree_cpu_ns(daemon.pid)
             lm = LoadMeter(daemon.pid, *pids)
@@ -740,7 +752,9 @@ class Bench:
             w1 = now_ns()
             c1 = proc_tree_cpu_ns(daemon.pid)
             tc1 = sum(proc_cpu_ns(p) or 0 for p in pids)
+            a1 = now_ns()
             d1, st1 = daemon.status_all()
+            mid1 = (a1 + now_ns()) / 2
             res["other_load"], res["steal"] = lm.done()
             res["rss_kib"], res["hwm_kib"] = proc_tree_rss_kib(daemon.pid)
             res["accounted_bytes"] = d1["memory"]["total_bytes"]
@@ -750,6 +764,7 @@ class Bench:
             if daemon:
                 daemon.stop()
         dur = w1 - w0
+        span = max(1, mid1 - mid0)
         ticks = samples = 0
         sampled = {}
         paths = {"perf": [0, 0], "proc": [0, 0], "ptrace": [0, 0]}
@@ -765,7 +780,7 @@ class Bench:
             for k, (n, ns) in paths_delta(x0, x1).items():
                 paths[k][0] += n
                 paths[k][1] += ns
-            rates.append((x1["ticks"] - x0["ticks"]) * 1e9 / dur)
+            rates.append((x1["ticks"] - x0["ticks"]) * 1e9 / span)
             effs.append(x1["sampling"]["effective_hz"])
             thr_end += bool(x1["sampling"]["throttled"])
             thr_win += x1["sampling"]["throttled_s"] > x0["sampling"]["throttled_s"]
@@ -773,6 +788,8 @@ class Bench:
             missed += x1["sampling"]["missed"] - x0["sampling"]["missed"]
             ring += x1["perf"]["ring_bytes"]
         cpu = c1 - c0
+        # (The counts over the CPU window.)
+        ticks, samples, missed = (round(x * dur / span) for x in (ticks, samples, missed))
         res.update(dur_ns=dur, targets=len(rates), ticks=ticks, samples=samples,
                    sampled=sampled, paths=paths, throttled_end=thr_end,
                    throttled_window=thr_win, throttled_s=thr_s, ring_bytes=ring,
@@ -820,7 +837,9 @@ class Bench:
             w1 = now_ns()
             c1 = proc_tree_cpu_ns(daemon.pid)
             b1 = {tid: thread_cpu_ns(pid, tid) for tid, pid in busy.items()}
+            a1 = now_ns()
             d1, st1 = daemon.status_all()
+            mid1 = (a1 + now_ns()) / 2
             res["other_load"], res["steal"] = lm.done()
             res["rss_kib"], res["hwm_kib"] = proc_tree_rss_kib(daemon.pid)
             res["accounted_bytes"] = d1["memory"]["total_bytes"]
@@ -1357,10 +1376,12 @@ class Bench:
         w("CPU of every thread of the profiler process and of its child processes (profd's "
           "symbolizer helpers; `/proc/PID/task/*/schedstat` run time; `/proc/PID/stat` "
           "utime+stime of the profiler process count 10 ms ticks, too coarse for these "
-          "windows, and are shown as a cross-check) over the %g s measurement window, which "
-          "starts after the target has spun %d ms under the profiler, divided by the samples "
-          "taken in that window (profd: `status` samples delta; perf: samples in `perf "
-          "script` with times in the window). perf's figure is only the `perf record` "
+          "windows, and are shown as a cross-check) over the measurement window, which "
+          "starts after the target has spun %d ms under the profiler and ends %g s before "
+          "the target's %g s do (when it stops spinning to write its gaps out), divided by "
+          "the samples taken in that window (profd: `status` samples delta, the window "
+          "from just after one status to just after the next, which takes the deferred "
+          "ticks up to it; perf: samples in `perf script` with times in the window). perf's figure is only the `perf record` "
           "process: the kernel's copy of registers and 8 KiB of stack happens in the "
           "target's interrupt and shows up in the pause above instead (so does profd "
           "(perf)'s, of 16 KiB). gperftools runs in the target: its cost is its pause. "
@@ -1369,7 +1390,7 @@ class Bench:
           "around the stop, copy and unwind): the rest of profd's CPU is the tick itself "
           "(timer wake-up, the event loop, the thread's schedstat, arming the one-shot "
           "event). *lost*: samples the kernel dropped for want of room in the ring "
-          "(PERF_RECORD_LOST) over the window." % (a.secs, WARM_MS))
+          "(PERF_RECORD_LOST) over the window." % (WARM_MS, CPU_END_MARGIN_S, a.secs))
         w("")
         w("| rate | profiler | runs | CPU/sample (us) | same from /proc/PID/stat (us) | vs perf | "
           "CPU % of one core | in the sample path (us) | unwinds complete | lost |")

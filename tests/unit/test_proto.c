@@ -6,6 +6,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -902,8 +903,56 @@ static void test_json_u64_above_int64(void)
     cJSON_Delete(j);
 }
 
+/* json_print: the text cJSON would print, numbers cheaper: integral values exactly (also
+ * past int's range, where cJSON goes through printf's floating point), others in 15
+ * significant digits that read back as the same number where they are that precise; NaN and
+ * infinities as null. Nested numbers too; the siblings of the item printed untouched. */
+static void test_json_print_numbers(void)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "zero", 0);
+    cJSON_AddNumberToObject(o, "neg", -42);
+    cJSON_AddNumberToObject(o, "ns", 1733212345678901.0); /* ns: integral, past int */
+    cJSON_AddNumberToObject(o, "t", 1733212345.678901);  /* s: past 10^9, 17 digits */
+    cJSON_AddNumberToObject(o, "big", 4611686018427387904.0);       /* 2^62 */
+    cJSON_AddNumberToObject(o, "frac", 0.25);
+    cJSON_AddNumberToObject(o, "hz", 101.00000101);
+    cJSON_AddNumberToObject(o, "nan", NAN);
+    cJSON_AddNumberToObject(o, "inf", -INFINITY);
+    cJSON *a = cJSON_AddArrayToObject(o, "h");
+    cJSON *b = cJSON_CreateArray();
+    cJSON_AddItemToArray(b, cJSON_CreateNumber(1.5));
+    cJSON_AddItemToArray(b, cJSON_CreateNumber(7));
+    cJSON_AddItemToArray(a, b);
+    cJSON_AddStringToObject(o, "s", "12");
+    char *text = json_print(o);
+    CHECK_STR(text, "{\"zero\":0,\"neg\":-42,\"ns\":1733212345678901,"
+                    "\"t\":1733212345.678901,\"big\":4611686018427387904,\"frac\":0.25,\"hz\":101.00000101,"
+                    "\"nan\":null,\"inf\":null,\"h\":[[1.5,7]],\"s\":\"12\"}");
+    /* It parses back to the same values. */
+    cJSON *back = cJSON_Parse(text);
+    REQUIRE(back);
+    CHECK(cJSON_GetObjectItem(back, "ns")->valuedouble == 1733212345678901.0);
+    CHECK(cJSON_GetObjectItem(back, "hz")->valuedouble == 101.00000101);
+    CHECK(cJSON_GetObjectItem(back, "t")->valuedouble == 1733212345.678901);
+    cJSON_Delete(back);
+    free(text);
+    cJSON_Delete(o);
+    /* An item among siblings: only it is printed and converted. */
+    cJSON *arr = cJSON_CreateArray();
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(3));
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(4));
+    text = json_print(arr->child);
+    CHECK_STR(text, "3");
+    CHECK(cJSON_IsNumber(arr->child->next));
+    free(text);
+    cJSON_Delete(arr);
+    CHECK(json_print(NULL) == NULL);
+}
+
 int main(void)
 {
+    RUN(test_json_print_numbers);
     RUN(test_encode_writes_big_endian_length);
     RUN(test_json_u64_above_int64);
     RUN(test_frames_split_one_byte_at_a_time);
