@@ -790,6 +790,7 @@ class Bench:
         cpu = c1 - c0
         # (The counts over the CPU window.)
         ticks, samples, missed = (round(x * dur / span) for x in (ticks, samples, missed))
+        sampled = {k: round(v * dur / span) for k, v in sampled.items()}
         res.update(dur_ns=dur, targets=len(rates), ticks=ticks, samples=samples,
                    sampled=sampled, paths=paths, throttled_end=thr_end,
                    throttled_window=thr_win, throttled_s=thr_s, ring_bytes=ring,
