@@ -88,7 +88,8 @@ cJSON *proto_error_reply(const cJSON *id, enum proto_error code, const char *fmt
 
 /* item as compact JSON text (malloc'd; NULL out of memory), as cJSON_PrintUnformatted
  * gives it but with numbers printed cheaply: integral values exactly, others in 15
- * significant digits. Its numbers become raw items (their text): print it, then delete it. */
+ * significant digits (17 past 10^9). Its numbers become raw items (their text): print it,
+ * then delete it. */
 char *json_print(cJSON *item);
 
 /* Read an integer field that may be a JSON number or a decimal string (for exact 64-bit

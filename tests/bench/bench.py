@@ -310,6 +310,13 @@ class Daemon:
         res = self._call({"cmd": "status"})
         return res["daemon"], {t["pid"]: t for t in res["targets"]}
 
+    def status_all_at(self):
+        """status_all, and the midpoint of its request and reply (CLOCK_MONOTONIC ns): the
+        moment its counts stand for."""
+        a = now_ns()
+        d, st = self.status_all()
+        return d, st, (a + now_ns()) / 2
+
     @staticmethod
     def _renice():
         # Nice values only order processes within one autogroup: a session of its own whose
@@ -741,9 +748,7 @@ class Bench:
             # profd's CPU between its two statuses (a status of 100 targets is 15-50 ms of
             # its CPU, not the ticks'); their counts over the span between the statuses'
             # midpoints, scaled to the CPU window.
-            a0 = now_ns()
-            d0, st0 = daemon.status_all()
-            mid0 = (a0 + now_ns()) / 2
+            d0, st0, mid0 = daemon.status_all_at()
             tc0 = sum(proc_cpu_ns(p) or 0 for p in pids)
             c0 = proc_tree_cpu_ns(daemon.pid)
             lm = LoadMeter(daemon.pid, *pids)
@@ -752,9 +757,7 @@ class Bench:
             w1 = now_ns()
             c1 = proc_tree_cpu_ns(daemon.pid)
             tc1 = sum(proc_cpu_ns(p) or 0 for p in pids)
-            a1 = now_ns()
-            d1, st1 = daemon.status_all()
-            mid1 = (a1 + now_ns()) / 2
+            d1, st1, mid1 = daemon.status_all_at()
             res["other_load"], res["steal"] = lm.done()
             res["rss_kib"], res["hwm_kib"] = proc_tree_rss_kib(daemon.pid)
             res["accounted_bytes"] = d1["memory"]["total_bytes"]
@@ -838,9 +841,7 @@ class Bench:
             w1 = now_ns()
             c1 = proc_tree_cpu_ns(daemon.pid)
             b1 = {tid: thread_cpu_ns(pid, tid) for tid, pid in busy.items()}
-            a1 = now_ns()
             d1, st1 = daemon.status_all()
-            mid1 = (a1 + now_ns()) / 2
             res["other_load"], res["steal"] = lm.done()
             res["rss_kib"], res["hwm_kib"] = proc_tree_rss_kib(daemon.pid)
             res["accounted_bytes"] = d1["memory"]["total_bytes"]
@@ -1382,9 +1383,9 @@ class Bench:
           "the target's %g s do (when it stops spinning to write its gaps out), divided by "
           "the samples taken in that window (profd: `status` samples delta, the window "
           "from just after one status to just after the next, which takes the deferred "
-          "ticks up to it; perf: samples in `perf script` with times in the window). perf's figure is only the `perf record` "
-          "process: the kernel's copy of registers and 8 KiB of stack happens in the "
-          "target's interrupt and shows up in the pause above instead (so does profd "
+          "ticks up to it; perf: samples in `perf script` with times in the window). "
+          "perf's figure is only the `perf record` process: the kernel's copy of "
+          "registers and 8 KiB of stack happens in the target's interrupt and shows up in the pause above instead (so does profd "
           "(perf)'s, of 16 KiB). gperftools runs in the target: its cost is its pause. "
           "*In the sample path* is profd's own accounting (`status` `paths`, "
           "CLOCK_THREAD_CPUTIME_ID around the read of the kernel's copy and its unwind, or "

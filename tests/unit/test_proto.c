@@ -6,8 +6,8 @@
 #include "check.h"
 
 #include <errno.h>
-#include <math.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
@@ -912,9 +912,9 @@ static void test_json_print_numbers(void)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "zero", 0);
     cJSON_AddNumberToObject(o, "neg", -42);
-    cJSON_AddNumberToObject(o, "ns", 1733212345678901.0); /* ns: integral, past int */
-    cJSON_AddNumberToObject(o, "t", 1733212345.678901);  /* s: past 10^9, 17 digits */
-    cJSON_AddNumberToObject(o, "big", 4611686018427387904.0);       /* 2^62 */
+    cJSON_AddNumberToObject(o, "ns", 1733212345678901.0);  /* ns: integral, past int */
+    cJSON_AddNumberToObject(o, "t", 1733212345.678901);    /* s: past 10^9, 17 digits */
+    cJSON_AddNumberToObject(o, "big", 4611686018427387904.0); /* 2^62 */
     cJSON_AddNumberToObject(o, "frac", 0.25);
     cJSON_AddNumberToObject(o, "hz", 101.00000101);
     cJSON_AddNumberToObject(o, "nan", NAN);
@@ -927,7 +927,8 @@ static void test_json_print_numbers(void)
     cJSON_AddStringToObject(o, "s", "12");
     char *text = json_print(o);
     CHECK_STR(text, "{\"zero\":0,\"neg\":-42,\"ns\":1733212345678901,"
-                    "\"t\":1733212345.678901,\"big\":4611686018427387904,\"frac\":0.25,\"hz\":101.00000101,"
+                    "\"t\":1733212345.678901,\"big\":4611686018427387904,\"frac\":0.25,"
+                    "\"hz\":101.00000101,"
                     "\"nan\":null,\"inf\":null,\"h\":[[1.5,7]],\"s\":\"12\"}");
     /* It parses back to the same values. */
     cJSON *back = cJSON_Parse(text);
