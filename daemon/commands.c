@@ -151,8 +151,18 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     /* The sampling events, and apart from them the switch watches of threads that seldom
      * run (read at each tick instead of their schedstat). */
     size_t streams = 0, ring = 0, watches = 0, watch_bytes = 0;
+    uint32_t copy_min = 0, copy_max = 0; /* stack bytes per sample of the events open */
     for (size_t i = 0; i < t->nthreads; i++) {
         const struct thread *th = t->threads[i];
+        const struct perf_stream *ev[2] = {&th->ps, &th->pl};
+        for (size_t k = 0; k < 2; k++) {
+            if (ev[k]->fd < 0 || !ev[k]->stack_size)
+                continue;
+            if (!copy_min || ev[k]->stack_size < copy_min)
+                copy_min = ev[k]->stack_size;
+            if (ev[k]->stack_size > copy_max)
+                copy_max = ev[k]->stack_size;
+        }
         streams += (th->ps.fd >= 0) + (th->pl.fd >= 0);
         ring += perfs_bytes(&th->ps) + perfs_bytes(&th->pl);
         watches += th->sw.fd >= 0;
@@ -169,6 +179,10 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(pf, "lost", (double)s->perf_lost);
     cJSON_AddNumberToObject(pf, "without_registers", (double)s->perf_no_regs);
     cJSON_AddNumberToObject(pf, "copy_too_short", (double)s->perf_short);
+    cJSON_AddNumberToObject(pf, "copy_shrunk", (double)s->perf_shrunk);
+    cJSON *cb = cJSON_AddObjectToObject(pf, "copy_bytes");
+    cJSON_AddNumberToObject(cb, "min", copy_min);
+    cJSON_AddNumberToObject(cb, "max", copy_max);
     cJSON_AddNumberToObject(pf, "stopped_stack_too_deep", (double)s->fallback_deep);
     cJSON_AddNumberToObject(pf, "stopped_no_event", (double)s->fallback_refused);
     cJSON_AddNumberToObject(pf, "stopped_for_python", (double)s->fallback_python);

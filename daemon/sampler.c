@@ -269,9 +269,17 @@ int sampler_kind_parse(const char *s, enum sampler_kind *out)
     return -EINVAL;
 }
 
-/* A thread's first copy size: what its earlier unwinds needed (plus room), at least 16 KiB
- * (the kernel reserves the whole size in each record, so more costs ring memory). */
+/* A thread's first copy size (the kernel reserves the whole size in each record, so more
+ * costs ring memory, and copying it lengthens the thread's pause): then what its complete
+ * unwinds need, learn_perf_stack. */
 #define PERF_FIRST_STACK (16 * 1024)
+/* The least a copy holds: a page. */
+#define PERF_LEAST_STACK 4096u
+/* Complete unwinds over which a thread's copy is judged too large, at first; each copy found
+ * too short doubles it (up to STACK_LOOK_MAX), so a thread whose stack is deeper only now
+ * and then is seldom shrunk below it. */
+#define STACK_LOOK_FIRST 32u
+#define STACK_LOOK_MAX 65536u
 /* Running samples taken by a stop once a thread's stack proved deeper than the kernel
  * copies; then the kernel's copy is tried again. */
 #define DEEP_STOPS 100
@@ -282,8 +290,19 @@ static uint32_t want_stack(const struct thread *th)
     return n > PERFS_MAX_STACK ? PERFS_MAX_STACK : n;
 }
 
-/* After a complete unwind of a copy starting at sp: the stack it needed, for the kernel's
- * copies of the thread. */
+static void stack_look_restart(struct thread *th)
+{
+    th->stack_look_n = 0;
+    th->stack_look_need = 0;
+}
+
+/* After a complete unwind of a copy starting at sp: the stack it needed (up to the highest
+ * byte the unwind read, a KiB more, in pages), for the size of the thread's kernel copies.
+ * A deeper need enlarges them at once; once stack_look complete unwinds in a row needed
+ * less than they hold, they shrink to the most those needed (a copy takes the kernel time
+ * in the thread's interrupt: 4 KiB instead of 16 for a shallow stack). Where the copies'
+ * size changes, their event is opened again (read_stacks, perf_latest, perf_oneshot,
+ * sampler_defer_resize). */
 static void learn_perf_stack(struct thread *th, uint64_t sp)
 {
     if (!snap.max_read || snap.max_read <= sp)
@@ -292,8 +311,26 @@ static void learn_perf_stack(struct thread *th, uint64_t sp)
     need = (need + 4095) & ~4095ull;
     if (need > PERFS_MAX_STACK)
         need = PERFS_MAX_STACK;
-    if (need > want_stack(th))
+    if (need > th->stack_deepest)
+        th->stack_deepest = (uint32_t)need;
+    if (need > want_stack(th)) {
         th->perf_stack = (uint32_t)need;
+        stack_look_restart(th);
+        return;
+    }
+    if (need > th->stack_look_need)
+        th->stack_look_need = (uint32_t)need;
+    if (!th->stack_look)
+        th->stack_look = STACK_LOOK_FIRST;
+    if (++th->stack_look_n < th->stack_look)
+        return;
+    uint32_t least = th->stack_look_need > PERF_LEAST_STACK ? th->stack_look_need
+                                                             : PERF_LEAST_STACK;
+    if (least < want_stack(th)) {
+        th->perf_stack = least;
+        th->t->stats.perf_shrunk++;
+    }
+    stack_look_restart(th);
 }
 
 /* Unwind a kernel's copy of stack_size bytes (in snap) and intern it; learn from it how
@@ -305,14 +342,21 @@ static uint32_t unwind_copy(struct target *t, struct thread *th, uint32_t stack_
     if (end == UNWIND_COMPLETE) {
         learn_perf_stack(th, snap.regs.rsp);
     } else if (snap.short_copy) {
-        /* The copy ended before the unwind did: copy more from now on, up to the kernel's
-         * limit; past it, stop the thread for its running samples for a while. */
+        /* The copy ended before the unwind did: copy more from now on (the most an unwind
+         * of the thread needed, if that is more: it was shrunk below it), up to the
+         * kernel's limit; past it, stop the thread for its running samples for a while.
+         * Shrunk again only after twice as many complete unwinds. */
         t->stats.perf_short++;
-        if (stack_size >= PERFS_MAX_STACK)
+        th->stack_look = th->stack_look ? th->stack_look * 2 : STACK_LOOK_FIRST * 2;
+        if (th->stack_look > STACK_LOOK_MAX)
+            th->stack_look = STACK_LOOK_MAX;
+        stack_look_restart(th);
+        if (stack_size >= PERFS_MAX_STACK) {
             th->perf_deep_left = DEEP_STOPS;
-        else
-            th->perf_stack = stack_size * 2 > PERFS_MAX_STACK ? PERFS_MAX_STACK
-                                                              : stack_size * 2;
+        } else {
+            uint32_t more = stack_size * 2 > PERFS_MAX_STACK ? PERFS_MAX_STACK : stack_size * 2;
+            th->perf_stack = th->stack_deepest > more ? th->stack_deepest : more;
+        }
     }
     return id;
 }
@@ -377,6 +421,11 @@ void sampler_flush(struct target *t)
 bool sampler_perf_has_stacks(const struct thread *th)
 {
     return th->ps.fd >= 0 && th->ps.stack_size;
+}
+
+bool sampler_perf_copy_resized(const struct thread *th)
+{
+    return sampler_perf_has_stacks(th) && th->ps.stack_size != want_stack(th);
 }
 
 /* Open th's perf event: continuous (cputime) or one-shot. Fails (and the thread is then
@@ -509,7 +558,7 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
         t->stats.fallback_deep++;
         return false;
     }
-    if (th->ps.fd >= 0 && th->ps.stack_size < want_stack(th))
+    if (th->ps.fd >= 0 && th->ps.stack_size != want_stack(th))
         target_thread_stream_close(th); /* (its clock has its own size check) */
     if (th->ps.fd < 0) {
         int r = perf_open(t, th, STREAM_ONESHOT, ONESHOT_PERIOD_NS, want_stack(th), 1);
@@ -571,8 +620,8 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
         return false; /* (perf_oneshot counts why) */
     uint64_t max_age = t->interval_ns * LATEST_MAX_AGE_HALVES / 2;
     uint32_t want = want_stack(th);
-    if (th->pl.fd >= 0 && th->pl.stack_size < want)
-        target_thread_latest_close(th); /* a deeper stack */
+    if (th->pl.fd >= 0 && th->pl.stack_size != want)
+        target_thread_latest_close(th); /* a deeper stack, or a shallower one */
     /* A new rate (the budget's, which moves a little at each look: followed when it moved
      * by a tenth). */
     if (th->pl.fd >= 0 && (th->pl.period_ns > t->interval_ns + t->interval_ns / 10 ||
@@ -750,6 +799,25 @@ undo:
     t->stats.defer_refused++;
     sampler_defer_end(t);
     return false;
+}
+
+bool sampler_defer_resize(struct target *t, unsigned batch)
+{
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        if (th->defer_kind != DEFER_RUNNING || !sampler_perf_copy_resized(th))
+            continue;
+        uint32_t want = want_stack(th);
+        /* (A larger copy must fit the ring room of the batch as begun.) */
+        if (want > th->ps.stack_size &&
+            perfs_ring_bytes(want, true, defer_ring_batch(batch)) > DEFER_RING_MAX)
+            return false;
+        target_thread_stream_close(th);
+        if (perf_open_once(th, STREAM_CONTINUOUS, t->interval_ns, want,
+                           defer_ring_batch(batch)) < 0)
+            return false;
+    }
+    return true;
 }
 
 void sampler_defer_end(struct target *t)

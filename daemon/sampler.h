@@ -26,6 +26,9 @@ int sampler_perf_open_continuous(struct target *t, struct thread *th, uint64_t p
                                  unsigned batch, bool stacks);
 /* Does th's continuous event carry stacks (no stop needed)? */
 bool sampler_perf_has_stacks(const struct thread *th);
+/* Does th's continuous event carry stacks of another size than its unwinds now want (open
+ * it again)? */
+bool sampler_perf_copy_resized(const struct thread *th);
 
 /* The signal of the timer that bounds the wait for stops, on the loop thread only. */
 #define SAMPLER_TIMER_SIGNAL (SIGRTMIN)
@@ -66,6 +69,11 @@ uint64_t sampler_defer_changed(struct target *t, bool *any);
 bool sampler_defer_hung_up(struct target *t);
 /* The samples of ticks[0..n) (in order, all before sampler_defer_changed's time). */
 bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n);
+/* Open again, with the copy size their unwinds now want, the batch's clocks of the running
+ * threads whose size changed (after sampler_defer_ticks: their rings are read), for a
+ * batch of the size sampler_defer_begin gave. Returns false where one could not be opened
+ * (end the deferral). */
+bool sampler_defer_resize(struct target *t, unsigned batch);
 /* Close the watches and the batch's clocks; the next tick is taken on time. */
 void sampler_defer_end(struct target *t);
 /* Handle every pending ptrace event and child exit (targets_wait_event until none), taking

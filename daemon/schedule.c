@@ -474,12 +474,13 @@ static uint64_t read_stacks(struct sched *s, struct thread *th)
     s->win_ticks += n;
     if (n)
         s->last_tick_ns = now_ns();
-    /* An unwind found the copy too short: a larger one from now on. */
-    if (th->ps.stack_size && th->perf_stack > th->ps.stack_size && s->running) {
+    /* An unwind found the copy too short, or the unwinds need less than it holds: a copy
+     * of the size they need from now on. */
+    if (sampler_perf_copy_resized(th) && s->running) {
         int r = perf_open_as(s, th, true);
         if (r < 0 && r != -ESRCH)
-            log_debug("pid %d: thread %d: no larger perf event: %s", s->t->pid, th->tid,
-                      strerror(-r));
+            log_debug("pid %d: thread %d: no perf event of the new copy size: %s", s->t->pid,
+                      th->tid, strerror(-r));
     }
     return n;
 }
@@ -788,7 +789,7 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
             how = DEFER_LEAVE_PREEMPTED;
     }
     if (how == DEFER_KEEP && !any && s->due_ns >= now && s->running &&
-        t->state == T_ATTACHED) {
+        t->state == T_ATTACHED && sampler_defer_resize(t, s->defer_batch)) {
         defer_arm(s);
         return;
     }

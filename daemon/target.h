@@ -82,7 +82,13 @@ struct thread {
      * wall-clock modes (opened the first time it is seen running). */
     struct perf_stream ps;
     ev_io perf_io;              /* cputime: the ring's wake-ups */
-    uint32_t perf_stack;        /* stack bytes its samples should copy (grows, never shrinks) */
+    uint32_t perf_stack;        /* stack bytes its samples should copy (sampler.c
+                                   learn_perf_stack): 0, the first size */
+    uint32_t stack_deepest;     /* the most stack any of its complete unwinds needed */
+    uint32_t stack_look_need;   /* the most needed by the complete unwinds since the copy's
+                                   size was last judged, stack_look_n of them */
+    uint32_t stack_look_n;
+    uint32_t stack_look;        /* complete unwinds after which the size is judged again */
     uint16_t perf_deep_left;    /* running samples still to take by a stop: its stack is
                                    deeper than the kernel copies */
     bool perf_refused;          /* its event could not be opened: sampled by stopping */
@@ -165,6 +171,7 @@ struct target_stats {
     uint64_t perf_lost;       /* samples the kernel dropped (PERF_RECORD_LOST) */
     uint64_t perf_no_regs;    /* samples without user registers */
     uint64_t perf_short;      /* copies too short for a complete unwind (copy enlarged) */
+    uint64_t perf_shrunk;     /* copies made smaller: the complete unwinds needed less */
     uint64_t fallback_deep;   /* running threads stopped: stack deeper than the kernel copies */
     uint64_t fallback_refused; /* running threads stopped: no perf event for them */
     uint64_t fallback_python;  /* running threads stopped: their Python frames are read in

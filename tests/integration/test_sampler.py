@@ -8,8 +8,10 @@
 - sampler ptrace: the same program by stops only; no perf event open.
 - cputime with perf: the task-clock events carry the copies; only each thread's first sample
   is a stop.
+- Each thread's copy holds what its unwinds need: less than the first 16 KiB for the busy
+  threads (their stacks need 12 KiB).
 - A stack deeper than the first copy: the copy grows (copy_too_short counted) and later
-  samples unwind completely; deeper than the kernel copies at all (65 528 bytes): those
+  samples unwind completely, the copy then shrunk to what they need; deeper than the kernel copies at all (65 528 bytes): those
   threads' running samples are taken by a stop, complete too.
 - perf events refused (perf_event_open fails, a preloaded library): --sampler perf refuses
   the attach naming why; auto samples by stopping, and status says why.
@@ -61,6 +63,16 @@ def busy_cpu_ns(pid):
         except (FileNotFoundError, ProcessLookupError):
             pass
     return tot
+
+
+def check_copy_shrunk(st):
+    """The kernel's copies hold what the unwinds need: 16 KiB at first, then (the busy
+    threads' stacks hold the 8 KiB array frame) 12 KiB, less only for a while if their last
+    unwinds needed less."""
+    pf = st["perf"]
+    check(pf["copy_shrunk"] >= 1 and pf["copy_bytes"]["max"] < 16384,
+          "... the kernel's copies shrunk to what the unwinds need (%d times; now %s bytes; "
+          "%d copies too short)" % (pf["copy_shrunk"], pf["copy_bytes"], pf["copy_too_short"]))
 
 
 def complete_pct(st):
@@ -145,6 +157,7 @@ for defer in (True, False):
         check(complete_pct(st) >= 99.5,
               "... their stacks unwind completely (%.2f%%, through the 8 KiB array frame)"
               % complete_pct(st))
+        check_copy_shrunk(st)
         check(defer or st["running_again"] >= 0.8 * st["paths"]["perf"]["samples"],
               "... a thread running at its previous tick too is known to run from its syscall file "
               "alone, without its schedstat (%d of %d kernel copies)"
@@ -431,6 +444,7 @@ with Daemon() as d, Program("busy", 2) as p:
           "threads' first), complete (%.2f%%), 60/30/10 (%s)"
           % (st["paths"]["perf"]["samples"], st["samples"], st["threads_stopped"],
              complete_pct(st), {k: round(v, 1) for k, v in shares.items()}))
+    check_copy_shrunk(st)
 
 # 3b. cputime: a thread's ring is read when it exits. Threads of 200 ms of CPU each, one after
 # another, at 101 Hz: profd reads the rings every 22 samples (218 ms), so without the read at
@@ -477,6 +491,9 @@ check(st["perf"]["copy_too_short"] > 0 and st["threads_stopped"] == 0 and n > 0 
       "a 48 KiB stack: the first copies were too short (%d), the copy grew, and the last "
       "second's samples unwind to start_thread (%d of %d), without a stop"
       % (st["perf"]["copy_too_short"], ok, n))
+check(st["perf"]["copy_shrunk"] >= 1 and 49152 <= st["perf"]["copy_bytes"]["max"] < 65528,
+      "... then shrunk from the kernel's limit to what the unwinds need (%d times; now %s "
+      "bytes)" % (st["perf"]["copy_shrunk"], st["perf"]["copy_bytes"]))
 st, n, ok = deep(4)
 check(st["perf"]["stopped_stack_too_deep"] > 0 and st["paths"]["ptrace"]["samples"] > 0 and
       n > 0 and ok >= 0.95 * n,
