@@ -23,6 +23,9 @@ how it was measured):
              CLOCK_MONOTONIC recording every gap above a threshold with its start), p50/p99,
              and the mean excess stolen time per sample, at 101 and 999 Hz;
           2. profiler CPU per sample once warm, and profd's unwind completeness;
+  pair    1b. the pause per sample of profd (perf) and of perf record sampling the same
+             pausemeter at once (perf at 1 Hz more): the two compared under the same
+             conditions, at 101 and 999 Hz, cputime and alarm;
   idlers  3. a process with 50 idle threads and 1 busy one (tests/programs/idlers): threads
              stopped per tick, daemon CPU per tick and per sample, at 101 and 999 Hz;
   floor   4. the floor: tests/bench/ptrace_floor, one bare ptrace stop per period (1 ms,
@@ -78,7 +81,14 @@ SAMPLER = {"profd": "perf", "profd-ptrace": "ptrace"}
 # arming pause is the longest gap starting in [sample - ARM_BEFORE, sample - ARM_AFTER].
 ARM_BEFORE_NS = 250_000
 ARM_AFTER_NS = 50_000
-PARTS = ("busy", "idlers", "floor", "scale", "host", "where")
+PARTS = ("busy", "pair", "idlers", "floor", "scale", "host", "where")
+# The pair part: a profd (perf) sample and a perf sample this close together may share a gap
+# (the containing rule would give both the same one): both are left out. perf samples at
+# 1 Hz more than profd: two task clocks of one period keep their phase while the thread
+# spins, and where it put them together every sample would be left out (all of a run at
+# 999 Hz in a trial); 1 Hz apart, they pass each other once a second.
+PAIR_APART_NS = 200_000
+PAIR_PERF_EXTRA_HZ = 1
 # The where part: parts of profd's tick, each the functions whose presence in a perf sample's
 # call chain puts the sample in it (inclusive; the unwind's sigprocmask is also in the
 # unwind, the rest do not nest).
@@ -537,15 +547,7 @@ class Bench:
                            SAMPLER[tool])
                 prof_pid = daemon.pid
             elif tool == "perf":
-                pdata = os.path.join(tmp, "perf.data")
-                perf = subprocess.Popen([self.perf, "record", "-q", "-e", "cpu-clock", "-F",
-                                         str(hz), "--call-graph", "dwarf", "-k",
-                                         "CLOCK_MONOTONIC", "-p", str(target.pid), "-o",
-                                         pdata], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True)
-                time.sleep(0.3)  # perf opens its events; the target's warm-up covers the rest
-                if perf.poll() is not None:
-                    raise RuntimeError("perf record failed: " + perf.stderr.read()[-500:])
+                perf, pdata = self.perf_record(target.pid, hz, tmp)
                 prof_pid = perf.pid
             else:
                 prof_pid = None
@@ -574,13 +576,7 @@ class Bench:
             t1, ngaps = int(done[1]), int(done[2])
             times = None
             if daemon:
-                out = os.path.join(tmp, "slice.json")
-                daemon.ctl("slice", target.pid, "--from", t0, "--to", t1, "--format",
-                           "sentry", "-o", out)
-                with open(out) as f:
-                    prof = json.load(f)["profile"]
-                times = sorted(t0 + int(s["elapsed_since_start_ns"]) for s in prof["samples"]
-                               if int(s["thread_id"]) == target.pid)
+                times = self.profd_times(daemon, target.pid, t0, t1, tmp)
                 _, fin = daemon.status(target.pid)
                 res["status"] = fin
                 res["window_samples"] = st1[1]["samples"] - st0[1]["samples"]
@@ -590,28 +586,10 @@ class Bench:
                 res["unwind"] = unwind_delta(st0[1], st1[1])
                 res["lost"] = st1[1]["perf"]["lost"] - st0[1]["perf"]["lost"]
                 daemon.ctl("detach", target.pid)
-            gaps = []
-            for _ in range(ngaps):
-                s, l = target.proc.stdout.readline().split()
-                gaps.append((int(s), int(l)))
-            target.expect("end")
-            target.proc.wait(timeout=30)
+            gaps = self.read_gaps(target, ngaps)
             if perf is not None:
-                perf.wait(timeout=120)
-                if perf.returncode != 0:
-                    raise RuntimeError("perf record: " + perf.stderr.read()[-500:])
-                sc = subprocess.run([self.perf, "script", "-i", pdata, "-F", "tid,time", "--ns"],
-                                    capture_output=True, text=True, timeout=300)
-                times = []
-                for line in sc.stdout.splitlines():
-                    m = re.match(r"\s*(\d+)\s+(\d+)\.(\d{9}):", line)
-                    if m and int(m.group(1)) == target.pid:
-                        times.append(int(m.group(2)) * 1_000_000_000 + int(m.group(3)))
-                times.sort()
+                times = self.perf_times(perf, pdata, target.pid)
                 res["window_samples"] = sum(1 for t in times if w0 <= t <= w1)
-                if not times:
-                    log("  perf: no samples of %d in %s (perf record: %r; perf script: %r)"
-                        % (target.pid, pdata, perf.stderr.read()[-300:], sc.stderr[-300:]))
             if tool == "gperftools":
                 err = target.proc.stderr.read()
                 m = re.search(r"interrupts/evictions/bytes = (\d+)/", err)
@@ -671,6 +649,114 @@ class Bench:
                        both_p99=pctl(both, .99))
         res.update(n=len(times), matched=m, p50=pctl(p, .5), p99=pctl(p, .99),
                    rate=len(times) * 1e9 / max(1, dur - PROFD_WINDOW_NS - PROFD_BEFORE_NS))
+        return res
+
+    def perf_record(self, pid, hz, tmp):
+        """perf record --call-graph dwarf of pid at hz, as users run it: (its Popen, its data
+        file)."""
+        pdata = os.path.join(tmp, "perf.data")
+        perf = subprocess.Popen([self.perf, "record", "-q", "-e", "cpu-clock", "-F", str(hz),
+                                 "--call-graph", "dwarf", "-k", "CLOCK_MONOTONIC", "-p",
+                                 str(pid), "-o", pdata], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)  # perf opens its events; the target's warm-up covers the rest
+        if perf.poll() is not None:
+            raise RuntimeError("perf record failed: " + perf.stderr.read()[-500:])
+        return perf, pdata
+
+    def perf_times(self, perf, pdata, pid):
+        """After the target's end: the times of perf record's samples of pid, sorted."""
+        perf.wait(timeout=120)
+        if perf.returncode != 0:
+            raise RuntimeError("perf record: " + perf.stderr.read()[-500:])
+        sc = subprocess.run([self.perf, "script", "-i", pdata, "-F", "tid,time", "--ns"],
+                            capture_output=True, text=True, timeout=300)
+        times = []
+        for line in sc.stdout.splitlines():
+            m = re.match(r"\s*(\d+)\s+(\d+)\.(\d{9}):", line)
+            if m and int(m.group(1)) == pid:
+                times.append(int(m.group(2)) * 1_000_000_000 + int(m.group(3)))
+        if not times:
+            log("  perf: no samples of %d in %s (perf record: %r; perf script: %r)"
+                % (pid, pdata, perf.stderr.read()[-300:], sc.stderr[-300:]))
+        return sorted(times)
+
+    @staticmethod
+    def profd_times(daemon, pid, t0, t1, tmp):
+        """The times of profd's samples of thread pid in [t0, t1], sorted (sentry format:
+        the kernel's sample time for a kernel copy)."""
+        out = os.path.join(tmp, "slice.json")
+        daemon.ctl("slice", pid, "--from", t0, "--to", t1, "--format", "sentry", "-o", out)
+        with open(out) as f:
+            prof = json.load(f)["profile"]
+        return sorted(t0 + int(s["elapsed_since_start_ns"]) for s in prof["samples"]
+                      if int(s["thread_id"]) == pid)
+
+    @staticmethod
+    def read_gaps(target, ngaps):
+        """pausemeter's gaps (start, length), then its end."""
+        gaps = []
+        for _ in range(ngaps):
+            s, l = target.proc.stdout.readline().split()
+            gaps.append((int(s), int(l)))
+        target.expect("end")
+        target.proc.wait(timeout=30)
+        return gaps
+
+    # -- measurement 1b: profd and perf on the same thread at once --------------------------
+    def run_pair(self, hz, rep, mode):
+        """profd (perf sampler) and perf record sample one pausemeter at once, at the rate
+        (perf at PAIR_PERF_EXTRA_HZ more): each pause measured under the same conditions
+        (the same moment of the host, the same CPUs), which separate runs on a nested VM
+        are not (a run's p50 moves by 2x from one to the next). Samples of the two closer
+        than PAIR_APART_NS are left out."""
+        a = self.args
+        tmp = tempfile.mkdtemp(dir=self.tmp)
+        res = {"tool": "pair", "hz": hz, "rep": rep, "mode": mode}
+        daemon = perf = target = None
+        try:
+            target = Target([self.pausemeter, str(WARM_MS), str(a.secs), str(a.threshold)])
+            daemon = Daemon(self.build, tmp)
+            daemon.ctl("attach", target.pid, "--hz", hz, "--mode", mode, "--sampler", "perf")
+            perf, pdata = self.perf_record(target.pid, hz + PAIR_PERF_EXTRA_HZ, tmp)
+            lm = LoadMeter(target.pid, daemon.pid, perf.pid)
+            target.send("go")
+            t0 = int(target.expect("measuring")[1])
+            time.sleep(a.secs / 2)
+            _, mid = daemon.status(target.pid)
+            res["copy_bytes"] = mid["perf"].get("copy_bytes")
+            done = target.expect("done")
+            res["other_load"], res["steal"] = lm.done()
+            t1, ngaps = int(done[1]), int(done[2])
+            mine = self.profd_times(daemon, target.pid, t0, t1, tmp)
+            daemon.ctl("detach", target.pid)
+            gaps = self.read_gaps(target, ngaps)
+            theirs = self.perf_times(perf, pdata, target.pid)
+        finally:
+            if target:
+                target.end()
+            end_process(perf, signal.SIGINT)
+            if daemon:
+                daemon.stop()
+        import bisect
+
+        def apart(times, other):
+            keep = []
+            for t in times:
+                if not t0 + PROFD_BEFORE_NS <= t <= t1 - PROFD_WINDOW_NS:
+                    continue
+                i = bisect.bisect_left(other, t - PAIR_APART_NS)
+                if i < len(other) and other[i] <= t + PAIR_APART_NS:
+                    continue
+                keep.append(t)
+            return keep
+
+        for who, times, other in (("profd", mine, theirs), ("perf", theirs, mine)):
+            kept = apart(times, other)
+            p, m = pauses_containing(gaps, kept, a.threshold)
+            res[who] = {"n": len(kept), "n_all": sum(1 for t in times if t0 <= t <= t1),
+                        "matched": m, "pauses": p, "p50": pctl(p, .5), "p99": pctl(p, .99)}
+        res.update(t0=t0, t1=t1, dur_ns=t1 - t0, ngaps=len(gaps))
         return res
 
     # -- measurement 3: idle threads ------------------------------------------------------
@@ -1064,9 +1150,9 @@ class Bench:
         tools = self.check_tools()
         self.started = time.monotonic()
         load0 = os.getloadavg()
-        busy, idle, scale, host, where = [], [], [], [], []  # result dicts
+        busy, idle, scale, host, where, pair = [], [], [], [], [], []  # result dicts
         self.raw = {"tools": tools, "busy": busy, "idle": idle, "scale": scale, "host": host,
-                    "where": where, "floors": None, "load0": load0}
+                    "where": where, "pair": pair, "floors": None, "load0": load0}
         if "busy" in a.parts:
             for rep in range(a.runs):
                 # Interleaved, so drifting background load touches every configuration alike.
@@ -1085,6 +1171,13 @@ class Bench:
                                              % (wakes[hz] / 1e3, hz) for hz in RATES)
                               + " (tests/bench/timer_floor, median of 3); profd in alarm "
                               "wakes at each tick")
+        if "pair" in a.parts and "perf" in tools:
+            for rep in range(a.runs):
+                for hz in RATES:
+                    for mode in PROFD_MODES:
+                        self.retrying(lambda: self.run_pair(hz, rep, mode),
+                                      "pair run %d/%d: profd (perf) %s and perf at %d Hz"
+                                      % (rep + 1, a.runs, mode, hz), pair)
         if "idlers" in a.parts:
             for rep in range(a.runs):
                 for hz in RATES:
@@ -1133,7 +1226,7 @@ class Bench:
         elapsed = time.monotonic() - self.started
         self.save_raw()
         return self.report(tools, busy, idle, floors, scale, host, load0, load1, elapsed,
-                           where)
+                           where, pair)
 
     def report_raw(self, paths):
         """The report of earlier runs' measurements (--raw), without measuring again. With
@@ -1149,7 +1242,7 @@ class Bench:
                 d = x
                 d["args"]["parts"] = list(d["args"]["parts"])
                 continue
-            for k in ("busy", "idle", "scale", "host", "where", "floors"):
+            for k in ("busy", "idle", "scale", "host", "where", "floors", "pair"):
                 if x.get(k):
                     d[k] = x[k]
             for k in ("elapsed", "waited", "retries"):
@@ -1166,10 +1259,12 @@ class Bench:
         self.waited, self.retries, self.notes = d["waited"], d["retries"], d["notes"]
         self.invocations = len(paths)
         return self.report(d["tools"], d["busy"], d["idle"], d["floors"], d["scale"],
-                           d["host"], d["load0"], d["load1"], d["elapsed"], d.get("where", []))
+                           d["host"], d["load0"], d["load1"], d["elapsed"], d.get("where", []),
+                           d.get("pair", []))
 
     # -------------------------------------------------------------------------------------
-    def report(self, tools, busy, idle, floors, scale, host, load0, load1, elapsed, where=()):
+    def report(self, tools, busy, idle, floors, scale, host, load0, load1, elapsed, where=(),
+               pair=()):
         a = self.args
         L = []
         w = L.append
@@ -1225,7 +1320,7 @@ class Bench:
              m.group(1) if m else "?", os.cpu_count(),
              platform.release(), perf_ver, gp_ver, a.runs, a.secs, a.scale_runs, load0[0],
              load1[0], elapsed, self.waited, self.retries))
-        allr = busy + idle + scale + host + list(where)
+        allr = busy + idle + scale + host + list(where) + list(pair)
         others = median([r.get("other_load") for r in allr])
         steal = median([r.get("steal") for r in allr])
         if others is not None and others > 0.15:
@@ -1254,6 +1349,8 @@ class Bench:
 
         if busy:
             self.report_busy(w, tools, configs, sel, med, paired, label, base, base_rate)
+        if pair:
+            self.report_pair(w, pair)
         if idle:
             self.report_idle(w, idle, sel, med)
         if floors:
@@ -1264,7 +1361,7 @@ class Bench:
             self.report_host(w, host)
         if where:
             self.report_where(w, where, sel, med)
-        self.report_targets(w, busy, scale, host, sel, med, paired, idle)
+        self.report_targets(w, busy, scale, host, sel, med, paired, idle, pair)
         return "\n".join(L) + "\n"
 
     def report_busy(self, w, tools, configs, sel, med, paired, label, base, base_rate):
@@ -1428,6 +1525,49 @@ class Bench:
                    if r.get("window_samples")])))
                   for t in PROFD_TOOLS for m in PROFD_MODES for hz in RATES if sel(t, hz, m)))
             w("")
+
+    def report_pair(self, w, pair):
+        a = self.args
+        w("### 1b. Pause per sample, profd (perf) and perf side by side")
+        w("")
+        w("The pauses of separate runs (section 1) move by up to 2x from one run to the next on "
+          "this nested VM, more than any difference between profd and perf. Here profd "
+          "(`--sampler perf`, the mode shown) and `perf record --call-graph dwarf` sample the "
+          "same pausemeter at once (perf at %d Hz more, or their task clocks could keep "
+          "the same phase throughout), so their pauses are measured under the same "
+          "conditions. Each sample's pause is the gap containing its kernel sample time (the "
+          "containing rule of section 1); a sample of either closer than %d us to one of "
+          "the other is left out of both (they could share a gap). *profd/perf*: the ratio of "
+          "the two p50s of each run, median over runs; *pooled*: p50 of all runs' pauses "
+          "together. profd copies what the thread's unwinds need (*copy*, bytes, in the "
+          "middle of a run), perf 8 KiB; perf also records the kernel's call chain at each sample."
+          % (PAIR_PERF_EXTRA_HZ, PAIR_APART_NS // 1000))
+        w("")
+        w("| rate | mode | runs | samples profd / perf (left out) | pause p50 profd (us) | "
+          "perf (us) | profd/perf | runs at most 1x | pooled p50 profd / perf (us) | "
+          "p99 profd / perf (us) | copy | others |")
+        w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for hz in RATES:
+            for mode in PROFD_MODES:
+                rs = [r for r in pair if r["hz"] == hz and r["mode"] == mode]
+                if not rs:
+                    continue
+                f = pair_figures(rs)
+                n = [sum(r[k]["n"] for r in rs) for k in ("profd", "perf")]
+                left = [sum(r[k]["n_all"] - r[k]["n"] for r in rs) for k in ("profd", "perf")]
+                copies = sorted({(r.get("copy_bytes") or {}).get("max") for r in rs} - {None})
+                w("| %d Hz | %s | %d | %d / %d (%d / %d) | %s | %s | %s | %d of %d | %s / %s | "
+                  "%s / %s | %s | %s |"
+                  % (hz, mode, len(rs), n[0], n[1], left[0], left[1],
+                     fmt_us(median([r["profd"]["p50"] for r in rs])),
+                     fmt_us(median([r["perf"]["p50"] for r in rs])), fmt_x(f["ratio"]),
+                     f["le"], len(rs), fmt_us(f["p50_profd"]), fmt_us(f["p50_perf"]),
+                     fmt_us(pctl([p for r in rs for p in r["profd"]["pauses"]], .99)),
+                     fmt_us(pctl([p for r in rs for p in r["perf"]["pauses"]], .99)),
+                     ", ".join(str(c) for c in copies) or "-",
+                     fmt_pct(None if median([r.get("other_load") for r in rs]) is None
+                             else 100 * median([r.get("other_load") for r in rs]))))
+        w("")
 
     def report_idle(self, w, idle, sel, med):
         a = self.args
@@ -1698,9 +1838,21 @@ class Bench:
             "%d (%.0f%%)" % (r["samples"], 100 * r["other_load"]) for r in where))
         w("")
 
-    def report_targets(self, w, busy, scale, host, sel, med, paired, idle):
+    def report_targets(self, w, busy, scale, host, sel, med, paired, idle, pair=()):
         w("### Targets (issue 10)")
         w("")
+        for mode in PROFD_MODES:
+            for hz in RATES:
+                rs = [r for r in pair if r["hz"] == hz and r["mode"] == mode]
+                if not rs:
+                    continue
+                f = pair_figures(rs)
+                w("- Busy thread's pause p50 at most perf's, side by side (section 1b), profd "
+                  "(perf) %s, %d Hz: **%s** — profd/perf p50 in the same run: median %s (%d "
+                  "of %d runs at most 1x); all runs' pauses together: profd %s us, perf %s us."
+                  % (mode, hz, "met" if f["ratio"] is not None and f["ratio"] <= 1 else "not met",
+                     fmt_x(f["ratio"]),
+                     f["le"], len(rs), fmt_us(f["p50_profd"]), fmt_us(f["p50_perf"])))
         for mode in PROFD_MODES:
             for hz in RATES:
                 p50 = med(sel("profd", hz, mode), "p50")
@@ -1768,6 +1920,16 @@ class Bench:
               "with 1 busy thread and 50 idle ones, %d EINTR in idle threads."
               % ("met" if ok else "not met", spt, eintr))
         w("")
+
+
+def pair_figures(rs):
+    """Side by side runs of one rate and mode: the median over runs of profd's p50 / perf's,
+    the runs where it is at most 1, and the p50s of all runs' pauses together."""
+    ratios = [r["profd"]["p50"] / r["perf"]["p50"] for r in rs
+              if r["profd"]["p50"] and r["perf"]["p50"]]
+    return {"ratio": median(ratios), "le": sum(1 for x in ratios if x <= 1),
+            "p50_profd": pctl([p for r in rs for p in r["profd"]["pauses"]], .5),
+            "p50_perf": pctl([p for r in rs for p in r["perf"]["pauses"]], .5)}
 
 
 def kernel_hz():
