@@ -797,7 +797,7 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
     return true;
 undo:
     t->stats.defer_refused++;
-    sampler_defer_end(t);
+    sampler_defer_end(t, true);
     return false;
 }
 
@@ -820,12 +820,32 @@ bool sampler_defer_resize(struct target *t, unsigned batch)
     return true;
 }
 
-void sampler_defer_end(struct target *t)
+void sampler_defer_end(struct target *t, bool going_on)
 {
     if (!t->deferred)
         return;
-    for (size_t i = 0; i < t->nthreads; i++)
-        target_thread_defer_close(t->threads[i]);
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        /* A running thread's clock again, at once, its newest sample (the batch clock's) with
+         * it: the next tick on time finds a sample of it in either (perf_latest), not an
+         * empty clock, which would ask a one-shot (a second interrupt of the thread). */
+        bool clock = going_on && th->defer_kind == DEFER_RUNNING && t->state == T_ATTACHED &&
+                     !th->zombie && th->pl.fd < 0;
+        uint32_t newest = STACK_NONE;
+        uint64_t newest_ns = th->dc_ns;
+        if (clock) {
+            newest = th->dc_stack; /* (the reference moves) */
+            th->dc_stack = STACK_NONE;
+        }
+        target_thread_defer_close(th);
+        if (clock && perf_open(t, th, STREAM_LATEST, t->interval_ns, want_stack(th), 0) == 0 &&
+            newest != STACK_NONE) {
+            th->pl_stack = newest; /* (the reference moves) */
+            th->pl_last_ns = newest_ns;
+        } else if (newest != STACK_NONE) {
+            stacks_unref(&t->stacks, newest);
+        }
+    }
     close(t->defer_epfd);
     fds_give(1);
     t->defer_epfd = -1;

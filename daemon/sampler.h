@@ -74,8 +74,9 @@ bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n);
  * batch of the size sampler_defer_begin gave. Returns false where one could not be opened
  * (end the deferral). */
 bool sampler_defer_resize(struct target *t, unsigned batch);
-/* Close the watches and the batch's clocks; the next tick is taken on time. */
-void sampler_defer_end(struct target *t);
+/* Close the watches and the batch's clocks; the next tick is taken on time. going_on: the
+ * schedule samples on (its running threads' clocks are opened again at once). */
+void sampler_defer_end(struct target *t, bool going_on);
 /* Handle every pending ptrace event and child exit (targets_wait_event until none), taking
  * the samples of the stops we asked for among them. */
 void sampler_reap(void);

@@ -733,7 +733,7 @@ static void defer_try(struct sched *s, uint64_t tick_ns)
 static void defer_leave(struct sched *s)
 {
     ev_io_stop(s->loop, &s->dio);
-    sampler_defer_end(s->t);
+    sampler_defer_end(s->t, s->running);
     s->deferred = false;
     /* Its deadline, not reached: the ticks from now on wait on the shared timer. */
     if (s->own_armed) {
