@@ -292,8 +292,9 @@ int cmd_top(const struct top_opts *o, pid_t pid)
                 run = false;
             }
         }
-        restore_terminal();
     }
+    /* Detached before the terminal is given back: when the shell's prompt returns, nothing
+     * top attached is still attached. */
     if (attached_here) {
         cJSON *reply;
         const char *code, *msg;
@@ -303,6 +304,7 @@ int cmd_top(const struct top_opts *o, pid_t pid)
         try_call(fd, req, &reply, &code, &msg);
         cJSON_Delete(reply);
     }
+    restore_terminal();
     close(fd);
     return 0;
 }
