@@ -172,6 +172,7 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(pf, "ring_bytes", (double)ring);
     cJSON_AddNumberToObject(pf, "oneshot_asked", (double)s->perf_armed);
     cJSON_AddNumberToObject(pf, "oneshot_expired", (double)s->perf_expired);
+    cJSON_AddNumberToObject(pf, "oneshot_waited_for", (double)s->perf_waited);
     cJSON_AddNumberToObject(pf, "latest", (double)s->perf_latest);
     cJSON_AddNumberToObject(pf, "latest_reused", (double)s->perf_latest_reused);
     cJSON_AddNumberToObject(pf, "latest_torn", (double)s->perf_latest_torn);

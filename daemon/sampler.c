@@ -239,8 +239,17 @@ static void young_name(struct thread *th);
 
 /* Record the thread's latest stack again (it is still where it was). Returns false if it
  * has none. */
+/* A tick found th not running (blocked, stopped): the ticks that waited for its one-shot's
+ * sample go without one (where it runs next may be elsewhere). */
+static void oneshot_unwait(struct target *t, struct thread *th)
+{
+    t->stats.skipped_pending += th->oneshot_waiting;
+    th->oneshot_waiting = 0;
+}
+
 static bool push_last(struct target *t, struct thread *th)
 {
+    oneshot_unwait(t, th);
     if (th->last_stack == STACK_NONE)
         return false;
     stacks_ref(&t->stacks, th->last_stack);
@@ -388,9 +397,20 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
     struct thread *th = c->th;
     (void)s;
     uint32_t id = unwind_kernel_sample(t, th, ps);
-    if (id != STACK_NONE) {
+    if (id == STACK_NONE)
+        return;
+    push(t, th, ps->time_ns, id);
+    t->stats.samples_perf++;
+    if (th->ps.continuous)
+        return;
+    /* A one-shot's: also the sample of each tick that found the thread waiting for it
+     * (waiting for a CPU, preempted where this sample has it, give or take its
+     * ONESHOT_PERIOD_NS of CPU), at this sample's time. */
+    for (; th->oneshot_waiting; th->oneshot_waiting--) {
+        stacks_ref(&t->stacks, id);
         push(t, th, ps->time_ns, id);
         t->stats.samples_perf++;
+        t->stats.perf_waited++;
     }
 }
 
@@ -536,6 +556,10 @@ static bool refused_for_good(int r)
     return r == -EACCES || r == -EPERM || r == -ENOENT || r == -EINVAL || r == -ENOSYS;
 }
 
+/* Ticks at most that wait for one one-shot's sample (a thread kept from a CPU that long:
+ * the later ones go without). */
+#define ONESHOT_MAX_WAITING 1024u
+
 /* A running thread's sample from the kernel's copy: ask for one sample of its next
  * ONESHOT_PERIOD_NS of CPU, read at the next tick. Returns false when it must be stopped
  * instead. */
@@ -577,10 +601,17 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
          * which would leave a running thread unsampled for good. After two intervals it is
          * asked for again (counted as expired). */
         if (tick_ns - th->ps.armed_ns < 2 * t->interval_ns) {
-            t->stats.skipped_pending++;
+            if (th->oneshot_waiting < ONESHOT_MAX_WAITING)
+                th->oneshot_waiting++;
+            else
+                t->stats.skipped_pending++;
             return true;
         }
+        /* (Not taken: the tick that asked for it waits for the next one too.) */
+        uint64_t expired = t->stats.perf_expired;
         perf_expire(t, th);
+        if (t->stats.perf_expired != expired && th->oneshot_waiting < ONESHOT_MAX_WAITING)
+            th->oneshot_waiting++;
     }
     if (perfs_arm(&th->ps, tick_ns) < 0) {
         t->stats.fallback_refused++;
@@ -1325,6 +1356,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
          * one (code mapped after the maps were read, say) is taken again next time. */
         /* (Nor a boundary's, whose frames inside the client library a profile leaves
          * out: the thread's next samples take their own.) */
+        oneshot_unwait(t, th);
         if (end == UNWIND_COMPLETE && !boundary) {
             set_last(th, id, run, pcount);
             learn_perf_stack(th, sp);

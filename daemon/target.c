@@ -208,6 +208,7 @@ void target_thread_perf_close(struct thread *th)
 
 void target_thread_stream_close(struct thread *th)
 {
+    th->oneshot_waiting = 0; /* (its sample will not come) */
     if (th->ps.fd < 0)
         return;
     if (ev_is_active(&th->perf_io))

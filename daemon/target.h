@@ -89,6 +89,9 @@ struct thread {
                                    size was last judged, stack_look_n of them */
     uint32_t stack_look_n;
     uint32_t stack_look;        /* complete unwinds after which the size is judged again */
+    uint32_t oneshot_waiting;   /* wall-clock ticks since its one-shot was asked for that found
+                                   it running still (waiting for a CPU): its sample stands for
+                                   them too (sampler.c perf_oneshot) */
     uint16_t perf_deep_left;    /* running samples still to take by a stop: its stack is
                                    deeper than the kernel copies */
     bool perf_refused;          /* its event could not be opened: sampled by stopping */
@@ -154,6 +157,8 @@ struct target_stats {
     uint64_t ns_stopped, ns_blocked, ns_perf; /* profd's CPU time (loop thread) per path */
     uint64_t perf_armed;      /* one-shot samples asked for */
     uint64_t perf_expired;    /* one-shot asked for, not taken (the thread blocked first) */
+    uint64_t perf_waited;     /* ticks of a thread waiting for a CPU given its one-shot's
+                                 sample when it came */
     uint64_t perf_latest;     /* a tick's running sample: the newest of the thread's clock */
     uint64_t perf_latest_reused; /* the same, taken by an earlier tick (no newer one yet) */
     uint64_t perf_latest_torn;   /* the newest overwritten while it was read */
