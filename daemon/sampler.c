@@ -285,9 +285,11 @@ int sampler_kind_parse(const char *s, enum sampler_kind *out)
 /* The least a copy holds: a page. */
 #define PERF_LEAST_STACK 4096u
 /* Complete unwinds over which a thread's copy is judged too large, at first; each copy found
- * too short doubles it (up to STACK_LOOK_MAX), so a thread whose stack is deeper only now
- * and then is seldom shrunk below it. */
-#define STACK_LOOK_FIRST 32u
+ * too short after a shrink doubles it (up to STACK_LOOK_MAX), so a thread whose stack is
+ * deeper only now and then is seldom shrunk below it. (busy.c's threads need 12 KiB in a
+ * tenth of their samples: over 32 unwinds 3% of looks missed those and shrank the copy to
+ * 4 KiB, and test_unwind found 3 of 398 such samples truncated; over 128, 1e-6.) */
+#define STACK_LOOK_FIRST 128u
 #define STACK_LOOK_MAX 65536u
 /* Running samples taken by a stop once a thread's stack proved deeper than the kernel
  * copies; then the kernel's copy is tried again. */
@@ -324,6 +326,7 @@ static void learn_perf_stack(struct thread *th, uint64_t sp)
         th->stack_deepest = (uint32_t)need;
     if (need > want_stack(th)) {
         th->perf_stack = (uint32_t)need;
+        th->stack_shrunk = false;
         stack_look_restart(th);
         return;
     }
@@ -337,6 +340,7 @@ static void learn_perf_stack(struct thread *th, uint64_t sp)
                                                              : PERF_LEAST_STACK;
     if (least < want_stack(th)) {
         th->perf_stack = least;
+        th->stack_shrunk = true;
         th->t->stats.perf_shrunk++;
     }
     stack_look_restart(th);
@@ -354,11 +358,15 @@ static uint32_t unwind_copy(struct target *t, struct thread *th, uint32_t stack_
         /* The copy ended before the unwind did: copy more from now on (the most an unwind
          * of the thread needed, if that is more: it was shrunk below it), up to the
          * kernel's limit; past it, stop the thread for its running samples for a while.
-         * Shrunk again only after twice as many complete unwinds. */
+         * A copy shrunk too far is shrunk again only after twice as many complete
+         * unwinds. */
         t->stats.perf_short++;
-        th->stack_look = th->stack_look ? th->stack_look * 2 : STACK_LOOK_FIRST * 2;
-        if (th->stack_look > STACK_LOOK_MAX)
-            th->stack_look = STACK_LOOK_MAX;
+        if (th->stack_shrunk) {
+            th->stack_look = th->stack_look ? th->stack_look * 2 : STACK_LOOK_FIRST * 2;
+            if (th->stack_look > STACK_LOOK_MAX)
+                th->stack_look = STACK_LOOK_MAX;
+        }
+        th->stack_shrunk = false;
         stack_look_restart(th);
         if (stack_size >= PERFS_MAX_STACK) {
             th->perf_deep_left = DEEP_STOPS;

@@ -89,6 +89,7 @@ struct thread {
                                    size was last judged, stack_look_n of them */
     uint32_t stack_look_n;
     uint32_t stack_look;        /* complete unwinds after which the size is judged again */
+    bool stack_shrunk;          /* its copy's size was last set by shrinking it */
     uint32_t oneshot_waiting;   /* wall-clock ticks since its one-shot was asked for that found
                                    it running still (waiting for a CPU): its sample stands for
                                    them too (sampler.c perf_oneshot) */
