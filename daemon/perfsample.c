@@ -544,8 +544,15 @@ int perfs_arm(struct perf_stream *ps, uint64_t now)
 {
     if (ps->fd < 0)
         return -EBADF;
-    if (ioctl(ps->fd, PERF_EVENT_IOC_REFRESH, 1) < 0)
+    /* REFRESH adds to the event's limit of samples, which a disable leaves as it is: an arm
+     * disabled before its sample (the thread blocked first, or the kernel lost it) is still
+     * counted there, and a REFRESH after it would allow two samples, the second interrupting
+     * the thread 0.1 ms of CPU later only to be dropped (the ring holds one). That arm is
+     * enabled again instead. */
+    if (ioctl(ps->fd, ps->limit_left ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_REFRESH,
+              ps->limit_left ? 0 : 1) < 0)
         return -errno;
+    ps->limit_left = true;
     ps->armed = true;
     ps->armed_ns = now;
     return 0;
@@ -680,6 +687,7 @@ unsigned perfs_drain(struct perf_stream *ps, struct snapshot *snap, perfs_sample
     const uint8_t *data = ps->buf + page_size;
     uint64_t mask = ps->data_size - 1;
     unsigned n = 0;
+    uint64_t dropped = 0;
     while (tail + sizeof(struct perf_event_header) <= head) {
         struct perf_event_header h;
         /* A header never straddles the end: records are 8-byte aligned in a power-of-two
@@ -704,13 +712,14 @@ unsigned perfs_drain(struct perf_stream *ps, struct snapshot *snap, perfs_sample
             uint64_t l;
             memcpy(&l, rec + sizeof(h) + 8, sizeof(l));
             totals.lost += l;
+            dropped += l;
             if (lost)
                 *lost += l;
         }
         tail += h.size;
     }
     __atomic_store_n(&mp->data_tail, head, __ATOMIC_RELEASE);
-    if (n && !ps->continuous)
-        ps->armed = false;
+    if ((n || dropped) && !ps->continuous)
+        ps->armed = ps->limit_left = false;
     return n;
 }

@@ -44,6 +44,8 @@ struct perf_stream {
     bool latest;         /* an overwritable ring: only its newest sample is read */
     uint64_t seen_head;  /* latest: data_head at the last read */
     bool armed;          /* one-shot: enabled, its sample not yet read */
+    bool limit_left;     /* one-shot: armed since its last sample (the kernel's event limit,
+                            which only a sample takes back down, still holds that arm) */
     uint64_t armed_ns;   /* when (the tick) */
     uint64_t period_ns;
 };

@@ -360,6 +360,16 @@ with Daemon(env={"PROFD_DEFER": "0"}) as d, Program("busy", NBUSY) as p:
           "%d busy threads on %d CPUs (alarm): a sample of each at nearly every tick (%d kernel "
           "copies for %d x %d ticks; %d of them a one-shot's that ticks waited for)"
           % (NBUSY, os.cpu_count(), kc, NBUSY, ticks, waited))
+    # A one-shot given up (not taken after two intervals) was disabled, and the kernel keeps
+    # its event's limit of samples: a REFRESH after it allowed two, the second dropped for
+    # want of room (PERF_RECORD_LOST) after interrupting the thread again. Such an arm is
+    # enabled again instead.
+    # (Here 4-6 one-shots are given up in a run, each dropping a sample before the fix.)
+    lost = st1["perf"]["lost"]
+    if st1["perf"]["oneshot_expired"] == 0:
+        log("(no one-shot given up in this run: the drop after one is not exercised)")
+    check(lost == 0, "... each one-shot takes one sample: none dropped by the kernel (%d; %d "
+          "one-shots given up and asked again)" % (lost, st1["perf"]["oneshot_expired"]))
 
 # 1c. Switch watches: a thread that had not run at 12 of 16 ticks is watched (a record in a
 # ring at each of its switches, which profd does not read: only the ring's head) instead of
