@@ -122,6 +122,9 @@ int main(int argc, char **argv)
         log_err("descriptor %d is not open: profd-symbolizer is started by profd", SOCK);
         return 2;
     }
+    /* profd's loop thread waits for the ELF headers the "modules" helper reads
+     * (daemon/modules.c): that one keeps profd's priority. */
+    so.keep_priority = !strcmp(role, "modules");
     if (sandbox_enter(&so) < 0)
         return 1;
     static struct symb_server srv;

@@ -3,7 +3,8 @@
 - Both helpers (one reads ELF headers for the loop thread, one symbolizes slices) run without
   privileges: uid and gid nobody (profd runs as root here), every capability set empty,
   no_new_privs, seccomp filter mode, not dumpable, limits on address space, CPU time,
-  processes; children of profd in a process group of their own.
+  processes; children of profd in a process group of their own; the symbols helper at nice
+  10, the modules helper at profd's (the loop thread waits for it).
 - A helper that crashes in the middle of a slice costs that slice's symbols only: the reply
   says why, the frames stay [module+0xOFF], the daemon logs it, the next slice is symbolized
   by a new helper; sampling goes on meanwhile.
@@ -108,6 +109,13 @@ with Daemon("--symbolizer-timeout", "60") as d, Program("busy", 2) as b:
             check(lim["Max address space"] == str(4 << 30),
                   "%s helper: address space limited to symbolizer_memory (%s)"
                   % (role, lim["Max address space"]))
+        # Its priority: the symbols helper's below profd's (symbolizing can wait); the
+        # modules helper's profd's own, since the loop thread waits for its answers (at nice
+        # 10 beside CPU hogs an attach waited 4-18 ms per file for it).
+        nice = int(open("/proc/%d/stat" % h["pid"]).read().rsplit(")", 1)[1].split()[16])
+        dnice = int(open("/proc/%d/stat" % d.pid).read().rsplit(")", 1)[1].split()[16])
+        check(nice == (dnice if role == "modules" else 10),
+              "%s helper: nice %d (profd's: %d)" % (role, nice, dnice))
         # Its descriptors: the standard three, its socket to profd, and files profd gave it
         # (never a directory: it has nothing to look up paths from).
         for fd in os.listdir("/proc/%d/fd" % h["pid"]):
