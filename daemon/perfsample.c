@@ -351,10 +351,37 @@ static long sched_switch_id(void)
 static enum perfs_block_watch block_watch = PERFS_BLOCKS_UNKNOWN;
 /* The tracepoint cannot be used (its event or filter refused as unknown): for good. */
 static bool sched_switch_unusable;
+/* One event of the tracepoint held open for profd's life once a watch used it: the kernel
+ * unregisters a tracepoint's perf probe when its last perf event closes, waiting out an RCU
+ * grace period in close() (30-44 ms here, on the loop thread: a deferred batch's end closed
+ * its watches, and every target's ticks waited; 7 times in a 20 s run of transactions), and
+ * registers it again at the next open. This one, on profd's own thread and never enabled,
+ * keeps the probe registered; it is never on a CPU's list of events, so a switch anywhere
+ * finds none there and costs what it did without it. */
+static int sched_switch_anchor = -1;
+
+static void sched_switch_hold(long id)
+{
+    if (sched_switch_anchor >= 0)
+        return;
+    struct perf_event_attr pa;
+    memset(&pa, 0, sizeof(pa));
+    pa.size = sizeof(pa);
+    pa.type = PERF_TYPE_TRACEPOINT;
+    pa.config = (uint64_t)id;
+    pa.disabled = 1;
+    sched_switch_anchor = (int)syscall(SYS_perf_event_open, &pa, 0, -1, -1,
+                                       PERF_FLAG_FD_CLOEXEC);
+}
 
 enum perfs_block_watch perfs_block_watch(void)
 {
     return block_watch;
+}
+
+bool perfs_sched_switch_held(void)
+{
+    return sched_switch_anchor >= 0;
 }
 
 /* A running thread's change watch's ring: 32 KiB, at least a page. Its switch records (24
@@ -424,6 +451,7 @@ int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool running)
         if (r == 0) {
             if (ioctl(ps->fd, PERF_EVENT_IOC_SET_FILTER, "prev_state & 255") == 0) {
                 block_watch = PERFS_BLOCKS_SCHED_SWITCH;
+                sched_switch_hold(id);
                 return 0;
             }
             int e = errno;

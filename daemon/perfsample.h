@@ -138,6 +138,9 @@ enum perfs_block_watch {
 };
 /* Which event the running threads' change watches are. */
 enum perfs_block_watch perfs_block_watch(void);
+/* Whether profd holds the sched_switch tracepoint's perf probe registered (perfsample.c
+ * sched_switch_hold: closing a watch then costs no RCU grace period). */
+bool perfs_sched_switch_held(void);
 /* The bytes perfs_open_changes maps. */
 size_t perfs_changes_bytes(bool running);
 /* A running thread's: when it first blocked (was switched out other than by preemption)

@@ -1272,6 +1272,7 @@ struct cJSON *sched_describe(const struct sched *s)
                                 : bw == PERFS_BLOCKS_SWITCHES     ? "context_switches"
                                 : bw == PERFS_BLOCKS_AT_BATCH_END ? "batch_end"
                                                                   : "none yet");
+        cJSON_AddBoolToObject(d, "sched_switch_held", perfs_sched_switch_held());
         cJSON_AddNumberToObject(d, "samples", (double)s->t->stats.deferred);
         cJSON_AddNumberToObject(d, "samples_read_after_blocking",
                                 (double)s->t->stats.deferred_blocked);

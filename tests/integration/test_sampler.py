@@ -319,6 +319,12 @@ for watch in ("sched_switch", "context_switches", "batch_end"):
             continue
         check(dfr["running_blocks_from"] == watch,
               "deferred: a running thread's blocks seen from %s" % watch)
+        # Each batch cut short closes its watches; were they the tracepoint's last perf
+        # events, the kernel would unregister its probe in close(), an RCU grace period on
+        # profd's loop thread (30-44 ms here) each time. profd holds one event of it open.
+        check(dfr["sched_switch_held"] == (watch == "sched_switch"),
+              "... the sched_switch tracepoint's probe held registered by profd while it uses "
+              "it (%s)" % dfr["sched_switch_held"])
         check(dfr["ticks"] > dfa["ticks"] and
               dfr["cut_short_by_a_change"] > dfa["cut_short_by_a_change"],
               "... batches cut short by a thread's phases (%d cut short; %d samples of a "
