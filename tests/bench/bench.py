@@ -597,11 +597,7 @@ class Bench:
                 with open(sigtimes) as f:
                     times = sorted(int(x) for x in f.read().split())
         finally:
-            if target:
-                target.end()
-            end_process(perf, signal.SIGINT)
-            if daemon:
-                daemon.stop()
+            end_run(target, perf, daemon)
         dur = t1 - t0
         res.update(t0=t0, t1=t1, dur_ns=dur, ngaps=len(gaps),
                    gap_total_ns=sum(g[1] for g in gaps),
@@ -733,11 +729,7 @@ class Bench:
             gaps = self.read_gaps(target, ngaps)
             theirs = self.perf_times(perf, pdata, target.pid)
         finally:
-            if target:
-                target.end()
-            end_process(perf, signal.SIGINT)
-            if daemon:
-                daemon.stop()
+            end_run(target, perf, daemon)
         import bisect
 
         def apart(times, other):
@@ -1547,26 +1539,21 @@ class Bench:
           "perf (us) | profd/perf | runs at most 1x | pooled p50 profd / perf (us) | "
           "p99 profd / perf (us) | copy | others |")
         w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for hz in RATES:
-            for mode in PROFD_MODES:
-                rs = [r for r in pair if r["hz"] == hz and r["mode"] == mode]
-                if not rs:
-                    continue
-                f = pair_figures(rs)
-                n = [sum(r[k]["n"] for r in rs) for k in ("profd", "perf")]
-                left = [sum(r[k]["n_all"] - r[k]["n"] for r in rs) for k in ("profd", "perf")]
-                copies = sorted({(r.get("copy_bytes") or {}).get("max") for r in rs} - {None})
-                w("| %d Hz | %s | %d | %d / %d (%d / %d) | %s | %s | %s | %d of %d | %s / %s | "
-                  "%s / %s | %s | %s |"
-                  % (hz, mode, len(rs), n[0], n[1], left[0], left[1],
-                     fmt_us(median([r["profd"]["p50"] for r in rs])),
-                     fmt_us(median([r["perf"]["p50"] for r in rs])), fmt_x(f["ratio"]),
-                     f["le"], len(rs), fmt_us(f["p50_profd"]), fmt_us(f["p50_perf"]),
-                     fmt_us(pctl([p for r in rs for p in r["profd"]["pauses"]], .99)),
-                     fmt_us(pctl([p for r in rs for p in r["perf"]["pauses"]], .99)),
-                     ", ".join(str(c) for c in copies) or "-",
-                     fmt_pct(None if median([r.get("other_load") for r in rs]) is None
-                             else 100 * median([r.get("other_load") for r in rs]))))
+        for hz, mode, rs, f in pair_groups(pair):
+            n = [sum(r[k]["n"] for r in rs) for k in ("profd", "perf")]
+            left = [sum(r[k]["n_all"] - r[k]["n"] for r in rs) for k in ("profd", "perf")]
+            copies = sorted({(r.get("copy_bytes") or {}).get("max") for r in rs} - {None})
+            w("| %d Hz | %s | %d | %d / %d (%d / %d) | %s | %s | %s | %d of %d | %s / %s | "
+              "%s / %s | %s | %s |"
+              % (hz, mode, len(rs), n[0], n[1], left[0], left[1],
+                 fmt_us(median([r["profd"]["p50"] for r in rs])),
+                 fmt_us(median([r["perf"]["p50"] for r in rs])), fmt_x(f["ratio"]),
+                 f["le"], len(rs), fmt_us(f["p50_profd"]), fmt_us(f["p50_perf"]),
+                 fmt_us(pctl([p for r in rs for p in r["profd"]["pauses"]], .99)),
+                 fmt_us(pctl([p for r in rs for p in r["perf"]["pauses"]], .99)),
+                 ", ".join(str(c) for c in copies) or "-",
+                 fmt_pct(None if median([r.get("other_load") for r in rs]) is None
+                         else 100 * median([r.get("other_load") for r in rs]))))
         w("")
 
     def report_idle(self, w, idle, sel, med):
@@ -1841,18 +1828,13 @@ class Bench:
     def report_targets(self, w, busy, scale, host, sel, med, paired, idle, pair=()):
         w("### Targets (issue 10)")
         w("")
-        for mode in PROFD_MODES:
-            for hz in RATES:
-                rs = [r for r in pair if r["hz"] == hz and r["mode"] == mode]
-                if not rs:
-                    continue
-                f = pair_figures(rs)
-                w("- Busy thread's pause p50 at most perf's, side by side (section 1b), profd "
-                  "(perf) %s, %d Hz: **%s** — profd/perf p50 in the same run: median %s (%d "
-                  "of %d runs at most 1x); all runs' pauses together: profd %s us, perf %s us."
-                  % (mode, hz, "met" if f["ratio"] is not None and f["ratio"] <= 1 else "not met",
-                     fmt_x(f["ratio"]),
-                     f["le"], len(rs), fmt_us(f["p50_profd"]), fmt_us(f["p50_perf"])))
+        for hz, mode, rs, f in pair_groups(pair, by_mode=True):
+            w("- Busy thread's pause p50 at most perf's, side by side (section 1b), profd "
+              "(perf) %s, %d Hz: **%s** — profd/perf p50 in the same run: median %s (%d "
+              "of %d runs at most 1x); all runs' pauses together: profd %s us, perf %s us."
+              % (mode, hz, "met" if f["ratio"] is not None and f["ratio"] <= 1 else "not met",
+                 fmt_x(f["ratio"]),
+                 f["le"], len(rs), fmt_us(f["p50_profd"]), fmt_us(f["p50_perf"])))
         for mode in PROFD_MODES:
             for hz in RATES:
                 p50 = med(sel("profd", hz, mode), "p50")
@@ -1920,6 +1902,26 @@ class Bench:
               "with 1 busy thread and 50 idle ones, %d EINTR in idle threads."
               % ("met" if ok else "not met", spt, eintr))
         w("")
+
+
+def end_run(target, perf, daemon):
+    """End what a busy or pair run started (any may be None)."""
+    if target:
+        target.end()
+    end_process(perf, signal.SIGINT)
+    if daemon:
+        daemon.stop()
+
+
+def pair_groups(pair, by_mode=False):
+    """(hz, mode, runs, pair_figures of them) of the pair part's runs, by rate then mode (or
+    by mode then rate)."""
+    keys = ([(hz, m) for m in PROFD_MODES for hz in RATES] if by_mode else
+            [(hz, m) for hz in RATES for m in PROFD_MODES])
+    for hz, mode in keys:
+        rs = [r for r in pair if r["hz"] == hz and r["mode"] == mode]
+        if rs:
+            yield hz, mode, rs, pair_figures(rs)
 
 
 def pair_figures(rs):
