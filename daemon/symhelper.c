@@ -287,7 +287,7 @@ static int start(struct symhelper *h)
                 sigaction(sig, &dfl, NULL);
         sigset_t none;
         sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        pthread_sigmask(SIG_SETMASK, &none, NULL); /* not sigprocmask: unwind.c answers that one */
         setpgid(0, 0); /* not in the terminal's process group: Ctrl-C is for profd */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (sv[1] == 3)

@@ -718,9 +718,9 @@ static size_t ring_max_entries(unsigned hz, uint64_t buffer_ns)
     return (size_t)(n > RING_MAX_ENTRIES ? RING_MAX_ENTRIES : n);
 }
 
-static int attach(pid_t pid, unsigned hz, uint64_t buffer_ns, enum sampler_kind sampler,
-                  struct sched *sched, bool *taken, struct target **out, char *why,
-                  size_t whylen)
+static int seize_and_set_up(pid_t pid, unsigned hz, uint64_t buffer_ns,
+                            enum sampler_kind sampler, struct sched *sched, bool *taken,
+                            struct target **out, char *why, size_t whylen)
 {
     why[0] = '\0';
     if (pid <= 0)
@@ -855,7 +855,7 @@ int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, enum sampler_kind 
                   struct sched *sched, struct target **out, char *why, size_t whylen)
 {
     bool taken = false;
-    int r = attach(pid, hz, buffer_ns, sampler, sched, &taken, out, why, whylen);
+    int r = seize_and_set_up(pid, hz, buffer_ns, sampler, sched, &taken, out, why, whylen);
     if (!taken)
         free(sched);
     return r;
