@@ -249,6 +249,17 @@ void write_slice(const cJSON *res, pid_t pid, const char *out, unsigned top)
                     : "",
                 num(m, "missed"));
     }
+    /* Which path took the samples (the kernel's copy of a running thread, a blocked one read
+     * from /proc, a ptrace stop, an idle thread's last stack). */
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(res, "summary");
+    const cJSON *paths = sum ? cJSON_GetObjectItemCaseSensitive(sum, "paths") : NULL;
+    if (cJSON_IsObject(paths)) {
+        fprintf(stderr, "profctl: samples by path:");
+        const cJSON *x;
+        cJSON_ArrayForEach(x, paths)
+            fprintf(stderr, "%s %s %.0f", x == paths->child ? "" : ",", x->string, x->valuedouble);
+        fputc('\n', stderr);
+    }
     const char *why = str(res, "symbols_error");
     if (*why)
         fprintf(stderr, "profctl: warning: some frames are not symbolized (shown as "

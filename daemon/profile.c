@@ -1,6 +1,7 @@
 /* profile.c: ownership of a symbolized profile (freeing it) and small lookups on it. */
 #include "profile.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,8 @@ void profile_free(struct profile *p)
     if (!p)
         return;
     free(p->comm);
+    free(p->mode);
+    free(p->sampler);
     free(p->exe);
     free(p->txn.id);
     free(p->txn.name);
@@ -136,4 +139,21 @@ char *profile_utf8(const char *s)
     }
     fixed[o] = '\0';
     return fixed;
+}
+
+const char *profile_path_name(unsigned path)
+{
+    static const char *const names[PATH_COUNT] = {
+        [PATH_PERF] = "perf", [PATH_PROC] = "proc", [PATH_PTRACE] = "ptrace", [PATH_REUSED] = "reused"};
+    return path < PATH_COUNT ? names[path] : "?";
+}
+
+int profile_describe_sampling(const struct profile *p, struct strbuf *out)
+{
+    int r = strbuf_printf(out, "sampled by profd: %s at %u Hz, sampler %s; %zu samples:",
+                  p->mode ? p->mode : "?", p->hz, p->sampler ? p->sampler : "?", p->nsamples);
+    for (unsigned i = 0; i < PATH_COUNT; i++)
+        r |= strbuf_printf(out, "%s %s %" PRIu64, i ? "," : "", profile_path_name(i),
+                           p->by_path[i]);
+    return r ? -ENOMEM : 0;
 }

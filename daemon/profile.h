@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "ring.h"
 #include "util.h"
 
 #define PROFILE_MAX_BUILD_ID 64
@@ -53,6 +54,7 @@ struct profile_sample {
     int32_t tid;
     uint32_t stack;     /* index into profile.stacks */
     uint32_t txn_path;  /* index into profile.txn_paths; 0: in no transaction */
+    uint8_t path;       /* how it was taken: enum sample_path */
 };
 
 /* A transaction in the profile's window (for listing; the samples carry txn_path). */
@@ -89,6 +91,10 @@ struct profile {
     bool cputime;        /* a sample stands for period_ns of the thread's CPU time (cputime
                             schedule), else of wall-clock time */
     uint64_t period_ns;  /* 1e9 / hz */
+    char *mode;          /* the schedule: "alarm", "cputime", ... (NULL: not known) */
+    char *sampler;       /* the sampler asked for: "auto", "perf" or "ptrace" (NULL: not known) */
+    /* The samples of the profile by the path that took each (enum sample_path). */
+    uint64_t by_path[PATH_COUNT];
     struct profile_txn txn;
     bool thread_ids;     /* collapsed: name threads "name-TID" instead of merging by name */
     bool by_transaction; /* split by transaction: collapsed roots "[txn NAME]", sentry lists */
@@ -117,6 +123,12 @@ void profile_free(struct profile *p);
 int profile_frame_name(struct strbuf *sb, const struct profile_frame *f);
 /* A copy of s (NULL: "") that is valid UTF-8, invalid bytes made U+FFFD; NULL on ENOMEM. */
 char *profile_utf8(const char *s);
+/* "perf", "proc", "ptrace" or "reused" (enum sample_path). */
+const char *profile_path_name(unsigned path);
+/* One line that says how the profile was sampled, for formats with room for a note:
+ * "sampled by profd: alarm at 99 Hz, sampler auto; 1234 samples: perf 1000, proc 200,
+ * ptrace 0, reused 34". Appends to out. Returns 0 or -ENOMEM. */
+int profile_describe_sampling(const struct profile *p, struct strbuf *out);
 /* Thread name for tid, or NULL. */
 const char *profile_thread_name(const struct profile *p, int32_t tid);
 

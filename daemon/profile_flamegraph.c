@@ -350,7 +350,13 @@ int profile_write_flamegraph(const struct profile *p, struct strbuf *out)
                           "fill=\"rgb(248,248,240)\"/>\n<text id=\"title\" x=\"%d\" y=\"24\">",
                           WIDTH, height, WIDTH, height, STYLE, SCRIPT, WIDTH / 2);
     r = r ? r : put_xml(out, title, SIZE_MAX);
-    r = r ? r : strbuf_printf(out, "</text>\n<text id=\"reset\" x=\"%d\" y=\"24\">Reset Zoom"
+    /* How it was sampled, in the SVG's own place for a description. */
+    struct strbuf how = {0};
+    r = r ? r : profile_describe_sampling(p, &how);
+    r = r ? r : strbuf_puts(out, "</text>\n<desc>");
+    r = r ? r : put_xml(out, how.buf, SIZE_MAX);
+    strbuf_finish(&how);
+    r = r ? r : strbuf_printf(out, "</desc>\n<text id=\"reset\" x=\"%d\" y=\"24\">Reset Zoom"
                                    "</text>\n<text id=\"search\" x=\"%d\" y=\"24\">Search</text>\n",
                               PAD, WIDTH - PAD - 60);
     for (size_t i = 0; r == 0 && i < sizeof(legend) / sizeof(legend[0]); i++) {

@@ -352,6 +352,10 @@ int profile_write_pprof(const struct profile *p, struct strbuf *out)
     snprintf(comment, sizeof(comment), "profd %s: process %d (%s), %u Hz", PROFD_VERSION,
              (int)p->pid, p->comm ? p->comm : "?", p->hz);
     pb_u64(&w.out, P_COMMENT, str_id(&w.st, comment));
+    struct strbuf how = {0};
+    if (profile_describe_sampling(p, &how) == 0)
+        pb_u64(&w.out, P_COMMENT, str_id(&w.st, how.buf));
+    strbuf_finish(&how);
     write_mappings(&w);
 
     struct key *keys = xmalloc((p->nsamples ? p->nsamples : 1) * sizeof(*keys));

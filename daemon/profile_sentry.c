@@ -674,10 +674,32 @@ static int pick_id(const char *given, const char *what, char out[33])
 /* Split by transaction: the transactions in the window, under "profd" (relay ignores it),
  * each with its thread and its times relative to the profile's start, clipped to the
  * window; the samples between them are that transaction's. */
-static cJSON *spans_json(const struct profile *p)
+/* profd's notes (relay keeps the fields it knows and drops the rest): how the samples of
+ * [from, to] were taken, by path (enum sample_path), and the schedule and sampler. */
+static cJSON *notes_json(const struct profile *p, uint64_t from, uint64_t to)
 {
+    uint64_t n[PATH_COUNT] = {0};
+    for (size_t i = 0; i < p->nsamples; i++)
+        if (p->samples[i].t_ns >= from && p->samples[i].t_ns <= to &&
+            p->samples[i].path < PATH_COUNT)
+            n[p->samples[i].path]++;
     cJSON *o = cJSON_CreateObject();
-    cJSON *a = o ? cJSON_AddArrayToObject(o, "transactions") : NULL;
+    cJSON *by = o ? cJSON_AddObjectToObject(o, "samples_by_path") : NULL;
+    bool ok = by && (!p->mode || cJSON_AddStringToObject(o, "mode", p->mode)) &&
+              (!p->sampler || cJSON_AddStringToObject(o, "sampler", p->sampler));
+    for (unsigned i = 0; ok && i < PATH_COUNT; i++)
+        ok = cJSON_AddNumberToObject(by, profile_path_name(i), (double)n[i]) != NULL;
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The transactions of the window, listed in o as "transactions". */
+static bool add_spans(cJSON *o, const struct profile *p)
+{
+    cJSON *a = cJSON_AddArrayToObject(o, "transactions");
     bool ok = a != NULL;
     for (size_t i = 0; ok && i < p->nspans; i++) {
         const struct profile_span *sp = &p->spans[i];
@@ -692,11 +714,7 @@ static cJSON *spans_json(const struct profile *p)
         ok = ok && cJSON_AddNumberToObject(x, "relative_end_ns", (double)e) != NULL;
         ok = ok && cJSON_AddBoolToObject(x, "open", sp->end_ns == UINT64_MAX) != NULL;
     }
-    if (!ok) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    return o;
+    return ok;
 }
 
 /* debug_meta.images: only images with a build-id (the debug_id is derived from it, and a
@@ -755,8 +773,10 @@ cJSON *profile_to_sentry(const struct profile *p)
 
     ok = ok && add_debug_meta(root, p);
     ok = ok && put(root, "profile", trace_json(p, &pl, -1));
+    cJSON *notes = ok ? notes_json(p, p->start_ns, p->end_ns) : NULL;
+    ok = ok && put(root, "profd", notes);
     if (ok && p->by_transaction)
-        ok = put(root, "profd", spans_json(p));
+        ok = add_spans(notes, p);
     if (!ok)
         goto fail;
     plan_finish(&pl);
@@ -814,6 +834,7 @@ static cJSON *chunk_json(const struct profile *p, const char *profiler, bool pyt
     ok = ok && add_debug_meta(o, p);
     double t0 = ((double)p->start_ns + (double)p->realtime_offset_ns) / 1e9;
     ok = ok && put(o, "profile", trace_json(p, &pl, t0));
+    ok = ok && put(o, "profd", notes_json(p, p->start_ns, p->end_ns));
     plan_finish(&pl);
     if (ok)
         return o;

@@ -160,6 +160,10 @@ cJSON *profile_to_speedscope(const struct profile *p)
               (profiles = cJSON_AddArrayToObject(root, "profiles")) &&
               add_str(root, "name", name) &&
               cJSON_AddStringToObject(root, "exporter", "profd " PROFD_VERSION);
+    /* How it was sampled: speedscope keeps what it does not read, and shows none of it. */
+    struct strbuf how = {0};
+    ok = ok && profile_describe_sampling(p, &how) == 0 && add_str(root, "profd", how.buf);
+    strbuf_finish(&how);
 
     /* The threads, by tid. */
     int32_t *tids = xmalloc((p->nsamples ? p->nsamples : 1) * sizeof(*tids));

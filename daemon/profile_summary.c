@@ -74,7 +74,7 @@ cJSON *profile_to_summary(const struct profile *p, size_t limit, const char *thr
     uint64_t *per_stack = xcalloc(p->nstacks ? p->nstacks : 1, sizeof(*per_stack));
     struct thr *thr = xmalloc((p->nsamples ? p->nsamples : 1) * sizeof(*thr));
     size_t nthr = 0;
-    uint64_t samples = 0;
+    uint64_t samples = 0, by_path[PATH_COUNT] = {0};
     struct strbuf sb = {0};
 
     for (size_t i = 0; i < p->nsamples; i++) {
@@ -83,6 +83,7 @@ cJSON *profile_to_summary(const struct profile *p, size_t limit, const char *thr
             continue;
         per_stack[s->stack]++;
         samples++;
+        by_path[s->path < PATH_COUNT ? s->path : PATH_PERF]++;
         thr[nthr++] = (struct thr){s->tid, 1};
     }
     for (uint32_t st = 0; st < p->nstacks; st++) {
@@ -137,10 +138,15 @@ cJSON *profile_to_summary(const struct profile *p, size_t limit, const char *thr
     }
     qsort(thr, nt, sizeof(*thr), by_samples);
 
-    cJSON *o = cJSON_CreateObject(), *fa = NULL, *ta = NULL;
+    cJSON *o = cJSON_CreateObject(), *fa = NULL, *ta = NULL, *pa = NULL;
     bool ok = o && cJSON_AddNumberToObject(o, "samples", (double)samples) &&
+              (!p->mode || cJSON_AddStringToObject(o, "mode", p->mode)) &&
+              (!p->sampler || cJSON_AddStringToObject(o, "sampler", p->sampler)) &&
+              (pa = cJSON_AddObjectToObject(o, "paths")) &&
               (fa = cJSON_AddArrayToObject(o, "functions")) &&
               (ta = cJSON_AddArrayToObject(o, "threads"));
+    for (unsigned i = 0; ok && i < PATH_COUNT; i++)
+        ok = cJSON_AddNumberToObject(pa, profile_path_name(i), (double)by_path[i]);
     for (size_t i = 0; ok && i < nfns && (!limit || i < limit); i++) {
         cJSON *f = cJSON_CreateObject();
         char *u = profile_utf8(fns[i].name);

@@ -6,11 +6,23 @@
 
 #include "memacct.h"
 
-struct ring_entry {
-    uint64_t t_ns;  /* CLOCK_MONOTONIC time of the sample */
-    int32_t tid;
-    uint32_t stack; /* id in the target's stack table */
+/* How a sample was taken: each entry says which path took it (a slice counts them). */
+enum sample_path {
+    PATH_PERF,   /* the kernel's copy of a running thread (a perf event's sample) */
+    PATH_PROC,   /* a blocked thread read from /proc and copied, not stopped */
+    PATH_PTRACE, /* a ptrace stop */
+    PATH_REUSED, /* an idle thread's last stack, standing for this tick too */
+    PATH_COUNT
 };
+
+struct ring_entry {
+    uint64_t t_ns;     /* CLOCK_MONOTONIC time of the sample */
+    int32_t tid : 30;  /* (the kernel's tids are below 2^22, PID_MAX_LIMIT) */
+    uint32_t path : 2; /* enum sample_path */
+    uint32_t stack;    /* id in the target's stack table */
+};
+_Static_assert(sizeof(struct ring_entry) == 16, "a ring entry is 16 bytes");
+_Static_assert(PATH_COUNT <= 4, "a ring entry has 2 bits for its path");
 
 /* Called for every entry dropped from the buffer (so its stack reference can be released). */
 typedef void (*ring_evict_fn)(void *ctx, const struct ring_entry *e);

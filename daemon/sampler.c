@@ -104,9 +104,10 @@ void sampler_finish(void)
 /* Record one sample (the ring takes over the stack reference). when: the time the stack was
  * seen (the stop, or the read of a blocked thread), not the tick's: a thread slow to stop
  * may have moved on since the tick, and transactions are matched to samples by time. */
-static void push(struct target *t, struct thread *th, uint64_t when, uint32_t stack)
+static void push(struct target *t, struct thread *th, uint64_t when, uint32_t stack,
+                 enum sample_path path)
 {
-    struct ring_entry e = {.t_ns = when, .tid = th->tid, .stack = stack};
+    struct ring_entry e = {.t_ns = when, .tid = th->tid, .path = path, .stack = stack};
     if (ring_push(&t->ring, &e) < 0) {
         stacks_unref(&t->stacks, stack);
         return;
@@ -253,7 +254,7 @@ static bool push_last(struct target *t, struct thread *th)
     if (th->last_stack == STACK_NONE)
         return false;
     stacks_ref(&t->stacks, th->last_stack);
-    push(t, th, now_ns(), th->last_stack);
+    push(t, th, now_ns(), th->last_stack, PATH_REUSED);
     t->stats.samples_reused++;
     return true;
 }
@@ -407,7 +408,7 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
     uint32_t id = unwind_kernel_sample(t, th, ps);
     if (id == STACK_NONE)
         return;
-    push(t, th, ps->time_ns, id);
+    push(t, th, ps->time_ns, id, PATH_PERF);
     t->stats.samples_perf++;
     if (th->ps.continuous)
         return;
@@ -416,7 +417,7 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
      * ONESHOT_PERIOD_NS of CPU), at this sample's time. */
     for (; th->oneshot_waiting; th->oneshot_waiting--) {
         stacks_ref(&t->stacks, id);
-        push(t, th, ps->time_ns, id);
+        push(t, th, ps->time_ns, id, PATH_PERF);
         t->stats.samples_perf++;
         t->stats.perf_waited++;
     }
@@ -692,7 +693,7 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
         if (id != STACK_NONE) {
             stacks_ref(&t->stacks, id);
             th->pl_stack = id;
-            push(t, th, s.time_ns, id);
+            push(t, th, s.time_ns, id, PATH_PERF);
             t->stats.samples_perf++;
             t->stats.perf_latest++;
             t->stats.ns_perf += thread_cpu_ns() - t0;
@@ -706,7 +707,7 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
         /* At the time it was taken, not the tick's: a transaction that began or ended
          * since must not get (or lose) a stack from outside it. */
         stacks_ref(&t->stacks, th->pl_stack);
-        push(t, th, th->pl_last_ns, th->pl_stack);
+        push(t, th, th->pl_last_ns, th->pl_stack, PATH_PERF);
         t->stats.samples_perf++;
         t->stats.perf_latest_reused++;
         t->stats.ns_perf += thread_cpu_ns() - t0;
@@ -946,15 +947,16 @@ static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint
 struct dsample {
     uint64_t at;
     uint32_t id; /* one reference; STACK_NONE: none */
-    bool perf;   /* a sample of the thread's clock (the kernel's copy) */
+    uint8_t path; /* enum sample_path */
 };
 
-static void dsample_set(struct target *t, struct dsample *d, uint64_t at, uint32_t id)
+static void dsample_set(struct target *t, struct dsample *d, uint64_t at, uint32_t id,
+                        enum sample_path path)
 {
     stacks_ref(&t->stacks, id);
     d->at = at;
     d->id = id;
-    d->perf = false;
+    d->path = (uint8_t)path;
 }
 
 /* Ticks[0..n) of a running thread that blocked before them and has stayed blocked: its
@@ -980,7 +982,7 @@ static void defer_fill_blocked(struct target *t, struct thread *th, const uint64
         return;
     }
     for (size_t k = 0; k < n; k++)
-        dsample_set(t, &row[k], ticks[k], id);
+        dsample_set(t, &row[k], ticks[k], id, k ? PATH_REUSED : PATH_PROC);
     t->stats.samples_blocked++;
     t->stats.samples_reused += n - 1;
     t->stats.deferred_blocked += n;
@@ -1028,8 +1030,7 @@ static void defer_assign(struct defer_ctx *c, uint32_t cur, uint64_t cur_ns)
         t->stats.deferred_unsampled++;
         return;
     }
-    dsample_set(t, &c->row[c->k], at, id);
-    c->row[c->k].perf = true;
+    dsample_set(t, &c->row[c->k], at, id, PATH_PERF);
 }
 
 static void on_deferred_sample(void *arg, const struct perf_sample *ps, struct snapshot *s)
@@ -1074,7 +1075,7 @@ bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
                 continue;
             }
             for (size_t k = 0; k < n; k++)
-                dsample_set(t, &row[k], ticks[k], th->last_stack);
+                dsample_set(t, &row[k], ticks[k], th->last_stack, PATH_REUSED);
             t->stats.samples_reused += n;
         } else if (th->defer_kind == DEFER_RUNNING) {
             /* The ticks before it blocked (if it did) from its clock. */
@@ -1107,9 +1108,9 @@ bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
             if (d->id == STACK_NONE)
                 continue;
             struct thread *th = t->threads[i];
-            push(t, th, d->at, d->id); /* (the reference moves to the buffer) */
+            push(t, th, d->at, d->id, d->path); /* (the reference moves to the buffer) */
             t->stats.deferred++;
-            t->stats.samples_perf += d->perf;
+            t->stats.samples_perf += d->path == PATH_PERF;
         }
     return starved;
 }
@@ -1375,7 +1376,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         } else {
             target_thread_forget_stack(th);
         }
-        push(t, th, now_ns(), id);
+        push(t, th, now_ns(), id, PATH_PROC);
         t->stats.samples_blocked++;
         t->stats.ns_blocked += thread_cpu_ns() - t0;
         young_name(th);
@@ -1725,7 +1726,7 @@ static void sample_stopped(struct thread *th)
         learn_perf_stack(th, snap.regs.rsp);
     if (id == STACK_NONE)
         return;
-    push(t, th, stopped, id);
+    push(t, th, stopped, id, PATH_PTRACE);
     t->stats.samples_stopped++;
     /* Handling the stop (inside await_stops that is counted there). */
     if (!awaiting)

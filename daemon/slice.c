@@ -968,6 +968,10 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
     const cJSON *mode = job->sampling ? cJSON_GetObjectItemCaseSensitive(job->sampling, "mode")
                                       : NULL;
     p->cputime = cJSON_IsString(mode) && !strcmp(mode->valuestring, "cputime");
+    p->mode = cJSON_IsString(mode) ? xstrdup(mode->valuestring) : NULL;
+    const cJSON *sampler =
+        job->sampling ? cJSON_GetObjectItemCaseSensitive(job->sampling, "sampler") : NULL;
+    p->sampler = cJSON_IsString(sampler) ? xstrdup(sampler->valuestring) : NULL;
     p->period_ns = job->hz ? NS_PER_SEC / job->hz : 0;
     p->thread_ids = job->thread_ids;
     p->by_transaction = job->by_txn;
@@ -1050,6 +1054,8 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
         s->tid = e->tid;
         s->stack = e->stack;
         s->txn_path = job->sample_path ? job->sample_path[i] : 0;
+        s->path = (uint8_t)e->path;
+        p->by_path[e->path]++;
         bool known = false;
         for (size_t j = p->nthreads; j-- > 0;)
             if (p->threads[j].tid == e->tid) {

@@ -64,6 +64,20 @@ def _repeat_failure():
         sys.stderr.flush()
 
 
+_skipped = []
+_forced = {}  # PROFD_SAMPLER=ptrace: pid -> the most ptrace samples a status showed
+
+
+@atexit.register
+def _forced_sampler_used():
+    """A test run on a forced ptrace sampler that ends well must have seen that path at
+    work: some status it read showed ptrace samples."""
+    if SAMPLER == "ptrace" and not _failure and not _skipped and not sum(_forced.values()):
+        log("FAIL: (PROFD_SAMPLER=ptrace) no status this test read showed a ptrace sample "
+            "(%s)" % _forced)
+        os._exit(1)
+
+
 def check(cond, msg):
     if not cond:
         fail(msg)
@@ -84,6 +98,7 @@ def check_timing(cond, msg, daemon=None):
 
 def skip(msg):
     log("SKIP:", msg)
+    _skipped.append(msg)
     sys.exit(SKIP)
 
 
@@ -179,7 +194,22 @@ class Daemon:
 
     def status(self, pid=None):
         args = ["status", "--json"] + ([pid] if pid else [])
-        return json.loads(self.ctl(*args).stdout)
+        st = json.loads(self.ctl(*args).stdout)
+        for t in st.get("targets", []):
+            self.check_forced_sampler(t)
+        return st
+
+    def check_forced_sampler(self, t):
+        """On a forced sampler (the transparency tests registered again with
+        PROFD_SAMPLER=ptrace), every target's status says so, and no sample of it came from
+        a perf event: a test there that passed on the kernel's copies would prove nothing
+        about ptrace. Every status a test reads is checked."""
+        if SAMPLER == "ptrace" and "paths" in t:
+            check(t["perf"]["sampler"] == "ptrace" and t["paths"]["perf"]["samples"] == 0,
+                  "(PROFD_SAMPLER=ptrace) process %d: sampler ptrace, no sample of a perf "
+                  "event (%s, %d)" % (t["pid"], t["perf"]["sampler"],
+                                      t["paths"]["perf"]["samples"]))
+            _forced[t["pid"]] = max(_forced.get(t["pid"], 0), t["paths"]["ptrace"]["samples"])
 
     def target_status(self, pid):
         for t in self.status(pid)["targets"]:
@@ -196,6 +226,7 @@ class Daemon:
             c.close()
         for t in (r or {}).get("result", {}).get("targets", []):
             if t["pid"] == pid:
+                self.check_forced_sampler(t)
                 return t
         return None
 

@@ -78,6 +78,7 @@ for sig in (signal.SIGTERM, signal.SIGINT):
         d.ctl("attach", p.pid, "--hz", 999)
         d.ctl("attach", b.pid, "--hz", 999)
         pel = Pelter(p.pid)
+        d.wait_samples(b.pid, 300)  # sampling busy's running threads when it ends
         time.sleep(0.5)
         rc = d.stop(sig)
         time.sleep(0.1)
@@ -95,6 +96,7 @@ d = Daemon()
 with Program("blocker") as p, Program("busy", 2) as b:
     d.ctl("attach", p.pid, "--hz", 999)
     d.ctl("attach", b.pid, "--hz", 999)
+    d.wait_samples(b.pid, 300)  # sampling busy's running threads when it is killed
     time.sleep(0.5)
     d.stop(signal.SIGKILL)
     for q in (p, b):

@@ -5,7 +5,13 @@ frames carry instruction_addr (inside busy's image, inside the function's symbol
 filename and a lineno inside that function in tests/programs/busy.c; thread_metadata names
 busy-1 and busy-2 by their tids; debug_meta.images has busy and libc with the debug_id derived
 from each file's GNU build-id (read here from the ELF note, per docs formats.md) and the load
-address from /proc/PID/maps; active_thread_id is a sampled thread; samples are sorted."""
+address from /proc/PID/maps; active_thread_id is a sampled thread; samples are sorted.
+Every format that has room for a note says how it was sampled (schedule, sampler, and the
+samples by the path that took each: the kernel's copy of busy's two running threads, its
+blocked main thread's stack read from /proc and then reused), and the counts add up to the
+profile's samples: Sentry's and each chunk's "profd" object, pprof's comment, speedscope's
+"profd" field, the flame graph's <desc>, and profctl's own line."""
+import gzip
 import re
 from harness import *
 
@@ -60,6 +66,39 @@ def mappings(pid, path):
             fl = line.split(None, 5)
             if len(fl) == 6 and fl[5].strip() == path:
                 out.append((int(fl[0].split("-")[0], 16), int(fl[2], 16)))
+    return out
+
+
+def pb_strings(data):
+    """profile.proto's string_table (field 6), read with the wire format's four rules."""
+    out, i = [], 0
+
+    def varint():
+        nonlocal i
+        v = shift = 0
+        while True:
+            b = data[i]
+            i += 1
+            v |= (b & 0x7f) << shift
+            shift += 7
+            if b < 0x80:
+                return v
+    while i < len(data):
+        key = varint()
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            varint()
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            n = varint()
+            if field == 6:
+                out.append(data[i:i + n].decode("utf-8", "replace"))
+            i += n
+        else:
+            fail("pprof: wire type %d at byte %d" % (wire, i))
     return out
 
 
@@ -189,3 +228,70 @@ with Daemon() as d, Program("busy", 2) as p:
                                                     if off == 0),
           "libc's image (%s): debug_id from its build-id, image_addr its load address" % libc)
     check(len({i["code_file"] for i in images}) == len(images), "one image per file")
+
+    # 3. How it was sampled, in every format with room for it: the samples by the path that
+    # took each add up to the profile's. busy's two threads spin (the kernel's copy, on the
+    # default sampler where this machine allows perf events); its main thread waits in
+    # pthread_join (read from /proc once, then its stack reused while it stays blocked).
+    perf_ok = d.raw_target_status(p.pid)["paths"]["perf"]["samples"] > 0
+    DESC = re.compile(r"sampled by profd: alarm at 499 Hz, sampler (\w+); (\d+) samples: "
+                      r"perf (\d+), proc (\d+), ptrace (\d+), reused (\d+)")
+
+    def check_paths(what, by, n, sampler=SAMPLER or "auto"):
+        log("  %s: %s" % (what, by))
+        check(sum(by.values()) == n > 0, "%s: the samples by path add up to the %d samples"
+              % (what, n))
+        check(by["proc"] + by["reused"] > 0, "%s: the blocked main thread's samples are there "
+              "(proc or reused)" % what)
+        if sampler == "ptrace":
+            check(by["perf"] == 0 and by["ptrace"] > 0, "%s: the ptrace sampler's samples of "
+                  "running threads are stops" % what)
+        elif perf_ok:
+            check(by["perf"] > 0 and by["ptrace"] <= 0.05 * n, "%s: the running threads' "
+                  "samples are the kernel's copies (at most 5%% stops)" % what)
+
+    def from_desc(what, text):
+        m = DESC.search(text or "")
+        check(m, "%s says how it was sampled: %r" % (what, (text or "")[:200]))
+        check(m.group(1) == (SAMPLER or "auto"), "%s names the sampler %s" % (what, m.group(1)))
+        by = dict(zip(("perf", "proc", "ptrace", "reused"), map(int, m.groups()[2:])))
+        check_paths(what, by, int(m.group(2)))
+
+    out = os.path.join(d.dir, "busy.chunks.json")
+    r = d.ctl("slice", p.pid, "--format", "sentry-chunks", "-o", out)
+    n = int(SUMMARY.match(r.stderr).group(1))
+    m = re.search(r"profctl: samples by path: perf (\d+), proc (\d+), ptrace (\d+), "
+                  r"reused (\d+)", r.stderr)
+    check(m, "profctl says the samples by path: %s" % r.stderr)
+    check_paths("profctl", dict(zip(("perf", "proc", "ptrace", "reused"),
+                                    map(int, m.groups()))), n)
+    with open(out) as f:
+        chunks = json.load(f)
+    total = {}
+    for c in chunks:
+        notes = c.get("profd", {})
+        check(notes.get("sampler") == (SAMPLER or "auto") and notes.get("mode") == "alarm",
+              "each chunk's profd notes name the schedule and sampler: %s" % notes)
+        for k, v in notes["samples_by_path"].items():
+            total[k] = total.get(k, 0) + v
+    check_paths("sentry-chunks (all chunks)", total, n)
+    check(prof["profd"]["sampling"]["sampler"] == (SAMPLER or "auto"),
+          "the Sentry profile's profd.sampling names the sampler")
+    n_sentry = int(SUMMARY.match(d.ctl("slice", p.pid, "--format", "sentry", "-o", out).stderr)
+                   .group(1))
+    with open(out) as f:
+        check_paths("sentry", json.load(f)["profd"]["samples_by_path"], n_sentry)
+    out = os.path.join(d.dir, "busy.pb.gz")
+    d.ctl("slice", p.pid, "--format", "pprof", "-o", out)
+    with gzip.open(out) as f:
+        strings = pb_strings(f.read())
+    from_desc("pprof's comment", next((x for x in strings if "sampled by profd" in x), None))
+    out = os.path.join(d.dir, "busy.speedscope.json")
+    d.ctl("slice", p.pid, "--format", "speedscope", "-o", out)
+    with open(out) as f:
+        from_desc("speedscope's profd field", json.load(f).get("profd"))
+    out = os.path.join(d.dir, "busy.svg")
+    d.ctl("slice", p.pid, "--format", "flamegraph", "-o", out)
+    with open(out) as f:
+        m = re.search(r"<desc>(.*?)</desc>", f.read())
+        from_desc("the flame graph's <desc>", m and m.group(1))

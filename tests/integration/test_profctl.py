@@ -240,17 +240,21 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     counts = parse_collapsed(text)
     n, nthreads, secs, fmt, written = summary(r)
     lines = r.stderr.splitlines()
-    check(r.stdout == "" and len(lines) == 2 and
-          re.match(r"^profctl: sampled alarm at 499 Hz \(sampler auto\); now 499.0 Hz "
-                   r"effective, \d+ ticks missed since attach$", lines[1]),
-          "slice -o: nothing on stdout; on stderr the summary, then how it was sampled (%r)"
+    by_path = re.match(r"^profctl: samples by path: perf (\d+), proc (\d+), ptrace (\d+), "
+                       r"reused (\d+)$", lines[2] if len(lines) == 3 else "")
+    check(r.stdout == "" and len(lines) == 3 and
+          re.match(r"^profctl: sampled alarm at 499 Hz \(sampler %s\); now 499.0 Hz "
+                   r"effective, \d+ ticks missed since attach$" % (SAMPLER or "auto"), lines[1])
+          and by_path and sum(map(int, by_path.groups())) == n,
+          "slice -o: nothing on stdout; on stderr the summary, how it was sampled, and the "
+          "samples by the path that took them, adding up to the summary's (%r)"
           % r.stderr)
     check(written == out and fmt == "collapsed" and n == sum(counts.values()) > 0 and
           nthreads == 3, "slice -o: the summary names the file and counts its %d samples of 3 "
           "threads (%r)" % (sum(counts.values()), r.stderr))
     r = d.ctl("slice", p.pid, "--last", "1", "--top", "1")
     n, _, secs, _, written = summary(r)
-    top = r.stderr.splitlines()[2:]
+    top = r.stderr.splitlines()[3:]  # after the summary, sampling and paths lines
     # The top function by self samples, from the profile itself (mostly spin; under load
     # the blocked main thread's pause can lead).
     self_counts = {}
