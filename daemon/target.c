@@ -3,9 +3,12 @@
  * of ptrace events, and of the targets' and threads' state.
  *
  * The sample path calls down into it (schedule -> sampler -> here) and it calls nothing of
- * theirs: the stops the sampler asked for are handed back to the sampler's wait
+ * theirs by name: the stops the sampler asked for are handed back to the sampler's wait
  * (targets_wait_event), and what the schedules must hear of the targets' lives (a new
- * thread, a target that samples no more) goes through the two hooks targets_init was given.
+ * thread, a thread gone, a target that samples no more) goes through the three hooks
+ * targets_init was given, a detach's end through its caller's done callback. The sampler's
+ * wait handles every tracee's events (waitid P_ALL), so these may run inside another
+ * target's tick: a target that ends there is freed only after it (targets_collect).
  *
  * Invariant: outside a callback, every traced thread is either running (maybe with one
  * PTRACE_INTERRUPT outstanding) or parked in a group-stop with PTRACE_LISTEN. Every other
