@@ -186,6 +186,8 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(cb, "max", copy_max);
     cJSON_AddNumberToObject(pf, "stopped_stack_too_deep", (double)s->fallback_deep);
     cJSON_AddNumberToObject(pf, "stopped_no_event", (double)s->fallback_refused);
+    cJSON_AddNumberToObject(pf, "stopped_first_interval", (double)s->fallback_first);
+    cJSON_AddNumberToObject(pf, "stopped_without_files", (double)s->fallback_no_files);
     cJSON_AddNumberToObject(pf, "stopped_for_python", (double)s->fallback_python);
     cJSON *sw = cJSON_AddObjectToObject(pf, "switch_watch");
     cJSON_AddNumberToObject(sw, "threads", (double)watches);

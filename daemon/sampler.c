@@ -574,16 +574,20 @@ static bool refused_for_good(int r)
  * instead. */
 static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
 {
-    if (t->sampler == SAMPLER_PTRACE || th->perf_refused || boundary)
+    if (t->sampler == SAMPLER_PTRACE || boundary)
         return false;
+    if (th->perf_refused) { /* (refused for good, or no room for stacks in its ring) */
+        t->stats.fallback_refused++;
+        return false;
+    }
     if (t->py.status == PYS_OK) {
         t->stats.fallback_python++;
         return false;
     }
     if (th->ps.fd >= 0 && th->ps.continuous) {
-        /* cputime's counting event (the thread's first interval of CPU, or no room for
-         * stacks in its ring): this sample by a stop. */
-        t->stats.fallback_refused++;
+        /* cputime's counting event (the thread's first interval of CPU): this sample by a
+         * stop. (With no room for stacks in its ring, th->perf_refused: above.) */
+        t->stats.fallback_first++;
         return false;
     }
     if (th->perf_deep_left) {
@@ -1301,7 +1305,8 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         /* Without its /proc files (profd's descriptors for threads are used up, fds.h)
          * whether it ran or waits cannot be seen: stop it for its stack. */
         target_thread_forget_stack(th);
-            return interrupt(t, th, tick_ns);
+        t->stats.fallback_no_files++;
+        return interrupt(t, th, tick_ns);
     }
     /* Running at its last tick: most likely running still, which its syscall file says in
      * one read. Its schedstat only tells whether a blocked thread ran since its last sample

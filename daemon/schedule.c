@@ -1200,9 +1200,17 @@ int sched_attach(pid_t pid, enum sched_mode mode, unsigned hz, uint64_t buffer_n
         /* Asked for the kernel's copies only: refused now rather than stopping threads. */
         int r = sampler_probe(pid);
         if (r < 0 && r != -ESRCH) {
+            const char *need =
+                r == -ENOSYS ? "perf_event_open is not there: a kernel without perf events, "
+                               "or a seccomp filter on profd that hides the call"
+                : r == -EMFILE || r == -ENFILE ? "profd is out of file descriptors"
+                : r == -ENOMEM ? "profd has no room for the event's ring (max_memory, or "
+                                 "its locked-memory limit)"
+                               : "profd needs CAP_PERFMON or kernel.perf_event_paranoid <= 1, "
+                                 "room under its locked-memory limit, and no seccomp filter "
+                                 "that forbids perf_event_open";
             snprintf(why, whylen, "sampler perf: the kernel refuses a perf event on process "
-                     "%d (%s; profd needs CAP_PERFMON or kernel.perf_event_paranoid <= 1 and "
-                     "room under its locked-memory limits)", pid, strerror(-r));
+                     "%d (%s; %s)", pid, strerror(-r), need);
             return r == -EMFILE || r == -ENFILE || r == -ENOMEM ? r : -EPERM;
         }
     }

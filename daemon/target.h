@@ -180,6 +180,10 @@ struct target_stats {
     uint64_t perf_shrunk;     /* copies made smaller: the complete unwinds needed less */
     uint64_t fallback_deep;   /* running threads stopped: stack deeper than the kernel copies */
     uint64_t fallback_refused; /* running threads stopped: no perf event for them */
+    uint64_t fallback_no_files; /* threads stopped: without their /proc files (fds.h), not
+                                   known to be blocked, and no event asked for */
+    uint64_t fallback_first;   /* running threads stopped: cputime's counting event (the
+                                  thread's first interval of CPU, no copy yet) */
     uint64_t fallback_python;  /* running threads stopped: their Python frames are read in
                                   the stop (python.h) */
     uint64_t unwind_complete;

@@ -19,6 +19,7 @@ Memory (--max-memory 2M):
 - another attach is refused, and so is a slice or transaction profile that would take the
   total past max_memory, each naming max_memory; a small slice still works; the daemon
   does not crash."""
+import errno
 import resource
 import threading
 
@@ -66,6 +67,28 @@ with Daemon(preexec_fn=low_nofile) as d, Program("idlers", 25, 100) as big, \
     check("goes without its /proc files" in d.log(), "... and the log says why")
     check("result" in c.call({"cmd": "attach", "pid": small.pid}),
           "another process attaches: the reserve is left for it")
+    # No descriptor left for a perf event: the big process's running main thread (it has
+    # its /proc files, taken first) is sampled by stopping it, and status says why; the
+    # small one's threads, without their files, are stopped (whether they run cannot be
+    # seen), and counted so.
+    d.wait_samples(small.pid, 200, timeout=60)
+    bs, ss = d.target_status(big.pid), d.target_status(small.pid)
+    log("big: paths %s, perf %s" % (bs["paths"], bs["perf"]))
+    log("small: paths %s, perf %s" % (ss["paths"], ss["perf"]))
+    check(bs["paths"]["ptrace"]["samples"] > 0 and bs["paths"]["perf"]["samples"] == 0 and
+          bs["perf"]["stopped_no_event"] > 0 and
+          bs["perf"].get("error") == os.strerror(errno.EMFILE),
+          "no descriptor left for a perf event: the running thread is sampled by stopping it "
+          "(%d stops, %d counted without an event), status says why (%r)"
+          % (bs["paths"]["ptrace"]["samples"], bs["perf"]["stopped_no_event"],
+             bs["perf"].get("error")))
+    check(ss["paths"]["ptrace"]["samples"] > 0 and ss["paths"]["perf"]["samples"] == 0 and
+          ss["perf"]["stopped_without_files"] >= ss["paths"]["ptrace"]["samples"] and
+          ss["unwind"]["complete_pct"] >= 99.0,
+          "threads without their /proc files are sampled by stopping them, counted so (%d "
+          "stops, %d without files), %.1f%% complete"
+          % (ss["paths"]["ptrace"]["samples"], ss["perf"]["stopped_without_files"],
+             ss["unwind"]["complete_pct"]))
 
     # profd loads a new target's symbols in the background at its attach, which starts the
     # symbolizer: let that finish, then end the symbolizer, so that the slice below must

@@ -19,7 +19,7 @@ import signal
 import statistics
 import time
 
-from harness import (Daemon, Program, RawClient, check, check_timing, fail, log, SLOW, TIMING,
+from harness import (Daemon, Program, RawClient, check, check_timing, fail, log, SAMPLER, SLOW, TIMING,
                      parse_collapsed, skip, thread_states, wait_until)
 
 NCPU = os.cpu_count() or 1
@@ -169,6 +169,16 @@ for mode in ("alarm", "sleep", "event"):
                   for s in prof),
               "%s: the main thread shows its read() under main()" % mode)
         check(sampling(d, p.pid)["mode"] == mode, "%s: status shows the mode" % mode)
+        # The burner is sampled from the kernel's copy in every wall-clock mode (where this
+        # machine allows perf events and no other sampler is forced): no stops but the
+        # first few.
+        st = d.target_status(p.pid)
+        if not SAMPLER and "error" not in st["perf"]:
+            pa = st["paths"]
+            check(pa["perf"]["samples"] > 0 and
+                  pa["ptrace"]["samples"] <= max(3, 0.02 * pa["perf"]["samples"]),
+                  "%s: the running burner's samples are the kernel's copies (%d perf, %d "
+                  "ptrace stops)" % (mode, pa["perf"]["samples"], pa["ptrace"]["samples"]))
 
 # 4. event: a slice request takes a sample at once; sleep at 1 Hz has none after 0.3 s.
 with Daemon() as d, Program("sleeper", 0) as p, Program("sleeper", 0) as q:
