@@ -1,11 +1,12 @@
 """profd's CPU split of busy matches what `perf record --call-graph dwarf` measures on the
 same program: each of work_alpha/beta/gamma within a few percentage points."""
+import re
 import shutil
 from harness import *
 
 SECS = 4
 FUNCS = ("work_alpha", "work_beta", "work_gamma")
-POINTS = 4.0
+POINTS = 3.0
 
 
 def perf_record(pid, out):
@@ -47,27 +48,38 @@ if probe.returncode != 0:
 
 # profd and perf over the same 4 s: the program's split moves with what else the machine runs
 # (a CI run once had 58.4% against 62.4% in work_alpha with perf's window after profd's, while
-# a build ran beside the tests).
-with Daemon() as d, Program("busy", 2) as p, tempfile.TemporaryDirectory() as tmp:
-    d.ctl("attach", p.pid, "--hz", 999)
-    time.sleep(0.5)  # attached, and sampling
-    out = os.path.join(tmp, "perf.data")
-    rec = perf_record(p.pid, out)
-    t0 = time.monotonic()
-    time.sleep(SECS + 0.1)
-    prof = d.slice(p.pid, "--last", "%.2f" % (time.monotonic() - t0))
-    d.ctl("detach", p.pid)
-    import re
-    total = sum(c for s, c in prof.items() if re.match(r"busy-\d+;", s))
-    ours = {f: 100.0 * sum(c for s, c in prof.items()
-                           if re.match(r"busy-\d+;", s) and f in s.split(";")) / total
-            for f in FUNCS}
-    theirs, info = perf_shares(rec, out)
-    if theirs is None:
-        fail("perf record failed: %s" % info)
-    log("profd (%d samples): %s" % (total, ", ".join("%s %.1f%%" % kv for kv in ours.items())))
-    log("perf  (%d samples): %s" % (info, ", ".join("%s %.1f%%" % kv for kv in theirs.items())))
+# a build ran beside the tests). The issue's bound is 3 points; a second run is made when the
+# first is off by more (a bias of profd's fails both; a burst of load beside one seldom hits
+# both), and the second is judged.
+def compare():
+    with Daemon() as d, Program("busy", 2) as p, tempfile.TemporaryDirectory() as tmp:
+        d.ctl("attach", p.pid, "--hz", 999)
+        d.wait_samples(p.pid, 3 * 300)  # attached, and sampling
+        out = os.path.join(tmp, "perf.data")
+        rec = perf_record(p.pid, out)
+        t0 = time.monotonic()
+        time.sleep(SECS + 0.1)
+        prof = d.slice(p.pid, "--last", "%.2f" % (time.monotonic() - t0))
+        d.ctl("detach", p.pid)
+        total = sum(c for s, c in prof.items() if re.match(r"busy-\d+;", s))
+        ours = {f: 100.0 * sum(c for s, c in prof.items()
+                               if re.match(r"busy-\d+;", s) and f in s.split(";")) / total
+                for f in FUNCS}
+        theirs, info = perf_shares(rec, out)
+        if theirs is None:
+            fail("perf record failed: %s" % info)
+        log("profd (%d samples): %s" % (total, ", ".join("%s %.1f%%" % kv for kv in ours.items())))
+        log("perf  (%d samples): %s" % (info, ", ".join("%s %.1f%%" % kv for kv in theirs.items())))
+        return ours, theirs
+
+
+for attempt in (1, 2):
+    ours, theirs = compare()
+    if attempt == 1 and any(abs(ours[f] - theirs[f]) > POINTS for f in FUNCS):
+        log("(first run off by more than %.0f points: run again)" % POINTS)
+        continue
     for f in FUNCS:
         check(abs(ours[f] - theirs[f]) <= POINTS,
               "%s: profd %.1f%% vs perf %.1f%% (within %.0f points)"
               % (f, ours[f], theirs[f], POINTS))
+    break
