@@ -1185,7 +1185,9 @@ void slice_run(struct slice_job *job, struct symbolizer *sym)
             job->err = -ENOMEM;
         break;
     }
-    if (job->format != SLICE_SUMMARY && !job->err)
+    /* (Not for a transaction's profile: the application takes the profile alone, and the
+     * worker's time is what its finish waits for.) */
+    if (job->format != SLICE_SUMMARY && !job->err && !job->txn.id)
         job->summary = profile_to_summary(&p, SUMMARY_TOP, NULL, false);
     profile_free(&p);
     job->build_ns = now_ns() - t0;
