@@ -21,8 +21,8 @@ import sys
 import tempfile
 import time
 
-from harness import (BUILD, PROFD, Daemon, Program, RawClient, check, check_timing, fail, listening,
-                     log, SLOW, PROGRAMS, thread_states, wait_until)
+from harness import (BUILD, PROFD, Daemon, Program, RawClient, check, check_timing, fail,
+                     listening, log, SLOW, PROGRAMS, thread_states, wait_until)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit", "profile"))
