@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,6 +65,23 @@ void *xrealloc(void *p, size_t n)
     if (!p)
         oom();
     return p;
+}
+
+uint64_t random_below(uint64_t span)
+{
+    static uint64_t x;
+    if (!x && (getrandom(&x, sizeof(x), 0) != sizeof(x) || !x))
+        x = now_ns() | 1;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    return span ? (x * 0x2545F4914F6CDD1Dull) % span : 0;
+}
+
+void sort_array(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *))
+{
+    if (n > 1)
+        qsort(base, n, size, cmp);
 }
 
 char *xstrdup(const char *s)

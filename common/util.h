@@ -26,6 +26,14 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A random number below span (0 for span 0): xorshift64*, seeded once from getrandom. Not for
+ * secrets: for spreading samples in time against aliasing. Not thread-safe (the loop's). */
+uint64_t random_below(uint64_t span);
+
+/* qsort for arrays that may be empty: glibc declares qsort's array nonnull even for n == 0
+ * (an empty array is often a null pointer here), which UBSan stops the daemon for. */
+void sort_array(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));
+
 /* Parse a whole string as a number. Return 0 or -EINVAL / -ERANGE. */
 int parse_u64(const char *s, uint64_t *out);
 int parse_int(const char *s, int *out);

@@ -121,7 +121,7 @@ int maps_parse_text(const char *text, size_t len, bool strict, struct maps *out)
         p = le + 1;
     }
     if (!sorted)
-        qsort(out->v, out->n, sizeof(out->v[0]), cmp_start);
+        sort_array(out->v, out->n, sizeof(out->v[0]), cmp_start);
     size_t k = 0;
     for (size_t i = 0; i < out->n; i++) {
         if (k && out->v[i].start < out->v[k - 1].end) {
@@ -216,7 +216,7 @@ static size_t by_file(const struct maps *m, bool known_only, struct map_entry **
         if (is_file(e) && (!known_only || settled(e)))
             v[n++] = e;
     }
-    qsort(v, n, sizeof(*v), cmp_file);
+    sort_array(v, n, sizeof(*v), cmp_file);
     *out = v;
     return n;
 }

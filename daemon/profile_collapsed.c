@@ -225,7 +225,7 @@ int profile_write_collapsed(const struct profile *p, struct strbuf *out)
         keys[nkeys++] = (struct key){
             .path = p->by_transaction ? s->txn_path : 0, .tid = s->tid, .stack = s->stack};
     }
-    qsort(keys, nkeys, sizeof(*keys), cmp_key);
+    sort_array(keys, nkeys, sizeof(*keys), cmp_key);
 
     lines = malloc((nkeys ? nkeys : 1) * sizeof(*lines));
     if (!lines)
@@ -244,7 +244,7 @@ int profile_write_collapsed(const struct profile *p, struct strbuf *out)
         lines[nlines++] = (struct line){.text = text, .count = j - i};
         i = j;
     }
-    qsort(lines, nlines, sizeof(*lines), cmp_line);
+    sort_array(lines, nlines, sizeof(*lines), cmp_line);
 
     for (size_t i = 0; i < nlines;) {
         uint64_t count = lines[i].count;

@@ -368,7 +368,7 @@ int profile_write_pprof(const struct profile *p, struct strbuf *out)
         if (p->stacks[s->stack].n > maxn)
             maxn = p->stacks[s->stack].n;
     }
-    qsort(keys, nkeys, sizeof(*keys), cmp_key);
+    sort_array(keys, nkeys, sizeof(*keys), cmp_key);
     uint64_t *ids = xmalloc(maxn * sizeof(*ids));
     struct strbuf path = {0};
     for (size_t i = 0; i < nkeys;) {

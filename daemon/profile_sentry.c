@@ -481,7 +481,7 @@ static int plan_build(const struct profile *p, struct plan *pl, uint64_t max_spa
         pl->samples[pl->nsamples++] = (struct out_sample){
             .elapsed = s->t_ns - start, .tid = s->tid, .stack = s->stack, .order = i};
     }
-    qsort(pl->samples, pl->nsamples, sizeof(*pl->samples), cmp_sample);
+    sort_array(pl->samples, pl->nsamples, sizeof(*pl->samples), cmp_sample);
 
     /* Mark the stacks the samples use and the valid frames of those (0 = used). */
     for (uint32_t i = 0; i < nst; i++)
@@ -595,7 +595,7 @@ static cJSON *trace_json(const struct profile *p, const struct plan *pl, double 
     for (size_t i = 0; ok && i < pl->nsamples; i++)
         tids[i] = pl->samples[i].tid;
     if (ok)
-        qsort(tids, pl->nsamples, sizeof(*tids), cmp_tid);
+        sort_array(tids, pl->nsamples, sizeof(*tids), cmp_tid);
     for (size_t i = 0; ok && i < pl->nsamples; i++) {
         if (i > 0 && tids[i] == tids[i - 1])
             continue;
@@ -865,7 +865,7 @@ cJSON *profile_to_sentry_chunks(const struct profile *p)
     for (size_t i = 0; a && i < p->nsamples; i++)
         if (p->samples[i].t_ns >= p->start_ns)
             times[n++] = p->samples[i].t_ns;
-    qsort(times, n, sizeof(*times), cmp_u64);
+    sort_array(times, n, sizeof(*times), cmp_u64);
     for (size_t i = 0; a && i < n;) {
         struct profile sub = *p;
         sub.start_ns = p->start_ns + (times[i] - p->start_ns) / CHUNK_NS * CHUNK_NS;

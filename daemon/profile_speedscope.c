@@ -170,7 +170,7 @@ cJSON *profile_to_speedscope(const struct profile *p)
     size_t nt = 0;
     for (size_t i = 0; i < p->nsamples; i++)
         tids[nt++] = p->samples[i].tid;
-    qsort(tids, nt, sizeof(*tids), cmp_i32);
+    sort_array(tids, nt, sizeof(*tids), cmp_i32);
     /* Opened on the busiest thread. */
     size_t busiest = 0, most = 0, nprof = 0;
     for (size_t i = 0; ok && i < nt; i++) {

@@ -125,10 +125,10 @@ cJSON *profile_to_summary(const struct profile *p, size_t limit, const char *thr
         }
     }
     if (nfns)
-        qsort(fns, nfns, sizeof(*fns), sort_total ? by_total : by_self);
+        sort_array(fns, nfns, sizeof(*fns), sort_total ? by_total : by_self);
 
     /* Threads: sort the tids, count runs, then order by samples. */
-    qsort(thr, nthr, sizeof(*thr), by_samples); /* all n == 1: by tid */
+    sort_array(thr, nthr, sizeof(*thr), by_samples); /* all n == 1: by tid */
     size_t nt = 0;
     for (size_t i = 0; i < nthr; i++) {
         if (nt && thr[nt - 1].tid == thr[i].tid)
@@ -136,7 +136,7 @@ cJSON *profile_to_summary(const struct profile *p, size_t limit, const char *thr
         else
             thr[nt++] = thr[i];
     }
-    qsort(thr, nt, sizeof(*thr), by_samples);
+    sort_array(thr, nt, sizeof(*thr), by_samples);
 
     cJSON *o = cJSON_CreateObject(), *fa = NULL, *ta = NULL, *pa = NULL;
     bool ok = o && cJSON_AddNumberToObject(o, "samples", (double)samples) &&

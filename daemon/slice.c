@@ -557,12 +557,12 @@ void slice_tag_txns(struct slice_job *job)
 {
     if (!job->ntxns && !job->only_txn)
         return;
-    qsort(job->txns, job->ntxns, sizeof(*job->txns), cmp_txn);
+    sort_array(job->txns, job->ntxns, sizeof(*job->txns), cmp_txn);
     size_t n = job->nsamples;
     struct sample_ref *refs = xmalloc((n ? n : 1) * sizeof(*refs));
     for (size_t i = 0; i < n; i++)
         refs[i] = (struct sample_ref){job->samples[i].tid, (uint32_t)i, job->samples[i].t_ns};
-    qsort(refs, n, sizeof(*refs), cmp_ref);
+    sort_array(refs, n, sizeof(*refs), cmp_ref);
     job->sample_path = xcalloc(n ? n : 1, sizeof(*job->sample_path));
     job->paths = xcalloc(n + 1, sizeof(*job->paths));
     job->npaths = 1;
@@ -838,7 +838,7 @@ static void push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
 /* Sort and drop duplicates; returns the new count. */
 static size_t sort_unique(uint64_t *v, size_t n)
 {
-    qsort(v, n, sizeof(*v), cmp_u64);
+    sort_array(v, n, sizeof(*v), cmp_u64);
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (k == 0 || v[k - 1] != v[i])

@@ -587,7 +587,7 @@ static const struct cu_index *cu_index(struct modsym *st, Dwarf_Die *cu)
     size_t n = 0, cap = 0;
     index_children(cu, &v, &n, &cap, 0);
     if (n) /* v is NULL for a unit without functions: qsort's pointer must not be */
-        qsort(v, n, sizeof(*v), cmp_range);
+        sort_array(v, n, sizeof(*v), cmp_range);
     ix = arena_alloc(&st->arena, sizeof(*ix) + n * sizeof(*v));
     ix->n = n;
     if (n)

@@ -173,7 +173,7 @@ static void heap_pop(struct heap *h)
 static void jitmap_sort(struct jitmap *jm)
 {
     size_t n = jm->n;
-    qsort(jm->v, n, sizeof(jm->v[0]), cmp_sym);
+    sort_array(jm->v, n, sizeof(jm->v[0]), cmp_sym);
     bool overlap = false;
     for (size_t i = 1; i < n && !overlap; i++)
         overlap = jm->v[i - 1].end > jm->v[i].start;
@@ -184,7 +184,7 @@ static void jitmap_sort(struct jitmap *jm)
         b[2 * i] = jm->v[i].start;
         b[2 * i + 1] = jm->v[i].end;
     }
-    qsort(b, 2 * n, sizeof(*b), cmp_u64);
+    sort_array(b, 2 * n, sizeof(*b), cmp_u64);
     size_t nb = 0;
     for (size_t i = 0; i < 2 * n; i++)
         if (!nb || b[nb - 1] != b[i])

@@ -295,3 +295,35 @@ with Daemon() as d, Program("busy", 2) as p:
     with open(out) as f:
         m = re.search(r"<desc>(.*?)</desc>", f.read())
         from_desc("the flame graph's <desc>", m and m.group(1))
+
+    # 4. A process that has had no transaction, sliced by one (--transaction NAME) and split
+    # by them (--by-transaction), in every format: an empty profile, or one whose every
+    # sample is outside any transaction, never a failure (UBSan once stopped a sanitized
+    # daemon here: qsort of an empty array of transactions); the daemon serves on.
+    for fmt in ("collapsed", "sentry", "sentry-chunks", "pprof", "speedscope", "flamegraph"):
+        out = os.path.join(d.dir, "notxn.%s" % fmt)
+        r = d.ctl("slice", p.pid, "--format", fmt, "--last", "2", "--transaction", "none such",
+                  "-o", out, check_rc=False)
+        check(r.returncode == 0 and os.path.exists(out),
+              "%s, --transaction of a process without transactions: answered (%s)"
+              % (fmt, (r.stderr or "").strip()[-200:]))
+        if fmt == "collapsed":
+            with open(out) as f:
+                text = f.read()
+            check(text.strip() == "", "  ... with no samples (%r)" % text[:200])
+        r = d.ctl("slice", p.pid, "--format", fmt, "--last", "2", "--by-transaction", "-o",
+                  out, check_rc=False)
+        check(r.returncode == 0, "%s, --by-transaction of a process without transactions: "
+              "answered (%s)" % (fmt, (r.stderr or "").strip()[-200:]))
+        if fmt == "collapsed":
+            with open(out) as f:
+                lines = f.read().splitlines()
+            check(lines and all(l.startswith("[no transaction];") for l in lines),
+                  "  ... every stack under [no transaction]")
+    c = RawClient(d.socket)
+    for extra in ({"transaction": "none such"}, {"by_transaction": True}):
+        r = c.call(dict({"cmd": "slice", "pid": p.pid, "format": "summary",
+                         "last_ns": 2 * 10 ** 9}, **extra))
+        check("result" in r, "summary, %s: answered (%s)" % (extra, r.get("error")))
+    c.close()
+    check(d.raw_target_status(p.pid) is not None, "the daemon serves on")
