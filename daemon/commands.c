@@ -154,8 +154,8 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     uint32_t copy_min = 0, copy_max = 0; /* stack bytes per sample of the events open */
     for (size_t i = 0; i < t->nthreads; i++) {
         const struct thread *th = t->threads[i];
-        const struct perf_stream *ev[2] = {&th->ps, &th->pl};
-        for (size_t k = 0; k < 2; k++) {
+        const struct perf_stream *ev[3] = {&th->ps, &th->pl, &th->pw};
+        for (size_t k = 0; k < 3; k++) {
             if (ev[k]->fd < 0 || !ev[k]->stack_size)
                 continue;
             if (!copy_min || ev[k]->stack_size < copy_min)
@@ -163,8 +163,8 @@ static cJSON *target_status(const struct target *t, uint64_t now)
             if (ev[k]->stack_size > copy_max)
                 copy_max = ev[k]->stack_size;
         }
-        streams += (th->ps.fd >= 0) + (th->pl.fd >= 0);
-        ring += perfs_bytes(&th->ps) + perfs_bytes(&th->pl);
+        streams += (th->ps.fd >= 0) + (th->pl.fd >= 0) + (th->pw.fd >= 0);
+        ring += perfs_bytes(&th->ps) + perfs_bytes(&th->pl) + perfs_bytes(&th->pw);
         watches += th->sw.fd >= 0;
         watch_bytes += perfs_bytes(&th->sw);
     }
@@ -176,6 +176,9 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(pf, "latest", (double)s->perf_latest);
     cJSON_AddNumberToObject(pf, "latest_reused", (double)s->perf_latest_reused);
     cJSON_AddNumberToObject(pf, "latest_torn", (double)s->perf_latest_torn);
+    cJSON_AddNumberToObject(pf, "preempted", (double)s->perf_preempted);
+    cJSON_AddNumberToObject(pf, "preempt_watch_failed", (double)s->preempt_watch_failed);
+    cJSON_AddNumberToObject(pf, "latest_across_waits", (double)s->perf_latest_across_waits);
     cJSON_AddNumberToObject(pf, "latest_in_sliced_window", (double)s->perf_latest_sliced);
     cJSON_AddNumberToObject(pf, "lost", (double)s->perf_lost);
     cJSON_AddNumberToObject(pf, "without_registers", (double)s->perf_no_regs);

@@ -272,7 +272,11 @@ int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_samp
         uint64_t now_head = __atomic_load_n(&mp->data_head, __ATOMIC_RELAXED);
         if ((head - now_head) + off + h.size + maxrec > ps->data_size)
             return -EAGAIN;
-        return r == 0 && out->user ? 1 : 0;
+        if (r == 0 && out->user) {
+            ps->since_drawn++;
+            return 1;
+        }
+        return 0;
     }
     return 0;
 }
@@ -469,6 +473,167 @@ int perfs_open_changes(struct perf_stream *ps, pid_t tid, bool running)
     return open_event_ex(ps, tid, &pa, running_changes_data(), PROT_READ | PROT_WRITE, true);
 }
 
+size_t perfs_preempt_bytes(uint32_t stack_size)
+{
+    return perfs_latest_bytes(stack_size);
+}
+
+int perfs_open_preempt(struct perf_stream *ps, pid_t tid, uint32_t stack_size)
+{
+    if (perfs_init() < 0)
+        return -ENOMEM;
+    perfs_stream_init(ps);
+    stack_size = stack_bytes(stack_size);
+    if (!stack_size)
+        return -EINVAL;
+    struct perf_event_attr pa;
+    switch_attr(&pa);
+    pa.sample_id_all = 1; /* each switch record ends with the thread's id and the time */
+    pa.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_REGS_USER |
+                     PERF_SAMPLE_STACK_USER;
+    pa.sample_regs_user = REGS_MASK;
+    pa.sample_stack_user = stack_size;
+    pa.use_clockid = 1;
+    pa.clockid = CLOCK_MONOTONIC;
+    pa.sample_period = 1;
+    pa.write_backward = 1;
+    size_t data = ring_data_size(stack_size, LATEST_RECORDS);
+    pa.watermark = 1; /* (nobody polls it) */
+    pa.wakeup_watermark = (uint32_t)data;
+    long id = sched_switch_unusable ? 0 : sched_switch_id();
+    if (id > 0) {
+        pa.type = PERF_TYPE_TRACEPOINT;
+        pa.config = (uint64_t)id;
+        int r = open_event_ex(ps, tid, &pa, data, PROT_READ, true);
+        if (r < 0 && !event_unknown(-r))
+            return r;
+        if (r == 0) {
+            /* Left runnable: preempted (TASK_REPORT_MAX, 0x100 since 4.14, 2048 before) or
+             * yielding (0); a block's state is one of the low bits. */
+            if (ioctl(ps->fd, PERF_EVENT_IOC_SET_FILTER, "prev_state == 0 || prev_state >= 256") ==
+                0) {
+                sched_switch_hold(id);
+                goto opened;
+            }
+            int e = errno;
+            perfs_close(ps);
+            if (!event_unknown(e))
+                return -e;
+        }
+        sched_switch_unusable = true;
+    }
+    /* Without it, the context-switch event: a sample at every switch out, blocks too (the
+     * record after it says whether it was a preemption). */
+    pa.type = PERF_TYPE_SOFTWARE;
+    pa.config = PERF_COUNT_SW_CONTEXT_SWITCHES;
+    int r = open_event_ex(ps, tid, &pa, data, PROT_READ, true);
+    if (r < 0)
+        return r;
+opened:
+    ps->stack_size = stack_size;
+    ps->latest = true;
+    ps->opened_ns = now_ns();
+    return 0;
+}
+
+int perfs_waiting_at(struct perf_stream *ps, uint64_t at_ns, uint64_t known_ns,
+                     struct snapshot *snap, struct perf_sample *out)
+{
+    if (ps->fd < 0)
+        return 0;
+    struct perf_event_mmap_page *mp = (struct perf_event_mmap_page *)ps->buf;
+    /* Written backward: the newest record starts at data_head, the older ones follow it;
+     * data_head started at 0 and has fallen by every byte written. */
+    uint64_t head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE);
+    uint64_t mask = ps->data_size - 1;
+    uint64_t maxrec = (uint64_t)ps->stack_size + RECORD_OVERHEAD;
+    uint64_t span = ps->data_size > maxrec ? ps->data_size - maxrec : 0;
+    /* Every record since the open is still there: what came before it is not known. */
+    bool whole = -head <= span;
+    if (-head < span)
+        span = -head;
+    const uint8_t *data = ps->buf + page_size;
+    bool out_seen = false; /* a preemption's switch out, at or before at_ns */
+    for (uint64_t off = 0; off + sizeof(struct perf_event_header) <= span;) {
+        struct perf_event_header h;
+        memcpy(&h, data + ((head + off) & mask), sizeof(h));
+        if (h.size < sizeof(h) + 16 || h.size % 8 || h.size > span - off ||
+            (h.type != PERF_RECORD_SWITCH && h.type != PERF_RECORD_SAMPLE))
+            return -ENODATA;
+        const uint8_t *rec = record_at(ps, head + off, h.size);
+        uint64_t t;
+        /* A switch record's time ends it (sample_id_all); a sample's follows its ids. */
+        memcpy(&t, rec + (h.type == PERF_RECORD_SWITCH ? (size_t)h.size - 8 : sizeof(h) + 8), 8);
+        if (h.type == PERF_RECORD_SWITCH) {
+            off += h.size;
+            if (out_seen)
+                return 0; /* (a preemption without its sample) */
+            if (t > at_ns)
+                continue; /* (after the moment asked about) */
+            /* Switched in (running then), or out by a block: not waiting. Out by a
+             * preemption: the sample before it has where. */
+            if (!(h.misc & PERF_RECORD_MISC_SWITCH_OUT) ||
+                !(h.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT))
+                return 0;
+            out_seen = true;
+            continue;
+        }
+        /* A preemption's sample: at_ns lies after it (its switch out, just after it, may lie
+         * after at_ns: the switch was under way then). */
+        if (t > at_ns) {
+            off += h.size;
+            continue;
+        }
+        if (t == known_ns) {
+            out->time_ns = t;
+            return 2;
+        }
+        int r = perfs_parse_sample(rec, h.size, out, snap);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* (as perfs_latest) */
+        uint64_t now_head = __atomic_load_n(&mp->data_head, __ATOMIC_RELAXED);
+        if ((head - now_head) + off + h.size + maxrec > ps->data_size)
+            return -EAGAIN;
+        return r == 0 && out->user ? 1 : 0;
+    }
+    /* No switch at or before at_ns in the ring: running then if the ring holds every record
+     * since the watch was opened (on a running thread) before at_ns. */
+    return whole && !out_seen && ps->opened_ns <= at_ns ? 0 : -ENODATA;
+}
+
+int perfs_blocked_since(const struct perf_stream *ps, uint64_t since_ns)
+{
+    if (ps->fd < 0)
+        return -1;
+    const struct perf_event_mmap_page *mp = (const struct perf_event_mmap_page *)ps->buf;
+    uint64_t head = __atomic_load_n(&mp->data_head, __ATOMIC_ACQUIRE);
+    uint64_t mask = ps->data_size - 1;
+    uint64_t maxrec = (uint64_t)ps->stack_size + RECORD_OVERHEAD;
+    uint64_t span = ps->data_size > maxrec ? ps->data_size - maxrec : 0;
+    /* Every record since the open is still there: what came before it is not known. */
+    bool whole = -head <= span;
+    if (-head < span)
+        span = -head;
+    const uint8_t *data = ps->buf + page_size;
+    uint64_t off = 0;
+    while (off + sizeof(struct perf_event_header) <= span) {
+        struct perf_event_header h;
+        memcpy(&h, data + ((head + off) & mask), sizeof(h));
+        if (h.size < sizeof(h) + 16 || h.size % 8 || h.size > span - off ||
+            (h.type != PERF_RECORD_SWITCH && h.type != PERF_RECORD_SAMPLE))
+            return -1;
+        const uint8_t *rec = record_at(ps, head + off, h.size);
+        uint64_t t;
+        memcpy(&t, rec + (h.type == PERF_RECORD_SWITCH ? (size_t)h.size - 8 : sizeof(h) + 8), 8);
+        if (t <= since_ns)
+            return 0; /* (reached back to it: no block after it) */
+        if (h.type == PERF_RECORD_SWITCH && (h.misc & PERF_RECORD_MISC_SWITCH_OUT) &&
+            !(h.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT))
+            return 1;
+        off += h.size;
+    }
+    return whole && ps->opened_ns <= since_ns ? 0 : -1;
+}
+
 uint64_t perfs_first_change(const struct perf_stream *ps)
 {
     if (ps->fd < 0)
@@ -514,6 +679,20 @@ uint64_t perfs_first_block(struct perf_stream *ps, bool *back_in)
             *back_in = true; /* (unknown after it) */
             return last; /* (PERF_RECORD_LOST: records were dropped after this one) */
         }
+        if (h.type == PERF_RECORD_SWITCH && tail >= ps->waits_pos) {
+            /* Its waits for a CPU: from a preemption to its next switch in. */
+            uint64_t t;
+            memcpy(&t, record_at(ps, tail, h.size) + h.size - 8, sizeof(t));
+            if (!(h.misc & PERF_RECORD_MISC_SWITCH_OUT)) {
+                if (ps->out_ns && t > ps->out_ns)
+                    ps->waited_ns += t - ps->out_ns;
+                ps->out_ns = 0;
+            } else if (h.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT) {
+                if (!ps->out_ns)
+                    ps->out_ns = t;
+            }
+            ps->waits_pos = tail + h.size;
+        }
         if (h.type == PERF_RECORD_SWITCH && (h.misc & PERF_RECORD_MISC_SWITCH_OUT) &&
             !(h.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)) {
             uint64_t t;
@@ -541,6 +720,17 @@ uint64_t perfs_first_block(struct perf_stream *ps, bool *back_in)
     }
     __atomic_store_n(&mp->data_tail, tail, __ATOMIC_RELEASE);
     return UINT64_MAX;
+}
+
+uint64_t perfs_take_waited(struct perf_stream *ps, uint64_t now)
+{
+    uint64_t w = ps->waited_ns;
+    if (ps->out_ns && now > ps->out_ns) {
+        w += now - ps->out_ns;
+        ps->out_ns = now; /* (counted up to now) */
+    }
+    ps->waited_ns = 0;
+    return w;
 }
 
 bool perfs_has_records(const struct perf_stream *ps)
@@ -600,6 +790,32 @@ int perfs_set_period(struct perf_stream *ps, uint64_t period_ns)
     if (ioctl(ps->fd, PERF_EVENT_IOC_PERIOD, &period_ns) < 0)
         return -errno;
     ps->period_ns = period_ns;
+    ps->since_drawn = 0;
+    return 0;
+}
+
+/* Exactly periodic samples of a thread's CPU time alias with a loop whose period divides it:
+ * phases' 1.031 ms loop under a 97 Hz clock (10.309 ms, 9.999 loops) was caught at points
+ * that moved by 1 us a sample, a phase's share 2-3 points off in a run of 4 000 samples. A
+ * period drawn at random now and then ends that: each draw starts the next samples at a
+ * point of the loop that owes nothing to the last ones (profd draws when it reads the clock,
+ * at no point of the target's loop), and spreads them at a step of their own (the period
+ * within an eighth of the one asked for, either way). The draw restarts the count, losing
+ * the part of a period since the last sample (half a period on average, the draw coming at
+ * no particular point of one): the period drawn is shorter by that much spread over the
+ * samples to the next draw, so that the rate stays the one asked for. */
+int perfs_rejitter(struct perf_stream *ps, unsigned every)
+{
+    if (ps->fd < 0 || !ps->period_ns || ps->since_drawn < every)
+        return 0;
+    uint64_t p = ps->period_ns;
+    uint64_t k = ps->since_drawn;
+    uint64_t drawn = (p - p / 8 + random_below(p / 4)) * (2 * k) / (2 * k + 1);
+    if (drawn < 10000)
+        drawn = 10000; /* (perf's least for a software clock) */
+    if (ioctl(ps->fd, PERF_EVENT_IOC_PERIOD, &drawn) < 0)
+        return -errno;
+    ps->since_drawn = 0;
     return 0;
 }
 
@@ -747,6 +963,7 @@ unsigned perfs_drain(struct perf_stream *ps, struct snapshot *snap, perfs_sample
         tail += h.size;
     }
     __atomic_store_n(&mp->data_tail, head, __ATOMIC_RELEASE);
+    ps->since_drawn += n;
     if ((n || dropped) && !ps->continuous)
         ps->armed = ps->limit_left = false;
     return n;

@@ -47,7 +47,13 @@ struct perf_stream {
     bool limit_left;     /* one-shot: armed since its last sample (the kernel's event limit,
                             which only a sample takes back down, still holds that arm) */
     uint64_t armed_ns;   /* when (the tick) */
-    uint64_t period_ns;
+    uint64_t period_ns;  /* the period asked for (perfs_rejitter draws around it) */
+    uint32_t since_drawn; /* samples read since the period was last set */
+    /* A change watch of a running thread: when it was last preempted and not yet switched in
+     * again (0: it was not), and the time it waited for a CPU since the last
+     * perfs_take_waited (perfs_first_block reads it). */
+    uint64_t out_ns, waited_ns, waits_pos; /* (records before waits_pos are counted) */
+    uint64_t opened_ns;  /* a preemption watch: when it was opened */
 };
 
 /* Why perf_event_open or the ring's mmap was refused, for status and the log. */
@@ -89,6 +95,12 @@ int perfs_arm(struct perf_stream *ps, uint64_t now);
 void perfs_disarm(struct perf_stream *ps);
 /* Continuous: a new period (restarts the count). */
 int perfs_set_period(struct perf_stream *ps, uint64_t period_ns);
+/* A clock (continuous or latest) that has had `every` samples read since its period was last
+ * set: a period drawn anew, at random in [7/8, 9/8) of period_ns. Returns 0 (also when not
+ * due yet) or -errno. */
+int perfs_rejitter(struct perf_stream *ps, unsigned every);
+/* How often profd's clocks draw a new period: every this many samples read. */
+#define PERIOD_DRAW_EVERY 16
 
 struct perf_sample {
     uint64_t time_ns; /* CLOCK_MONOTONIC, when the kernel took it */
@@ -110,6 +122,32 @@ unsigned perfs_drain(struct perf_stream *ps, struct snapshot *snap, perfs_sample
  * record is not a sample of the thread's user space), -EAGAIN if the kernel overwrote it
  * while it was read. */
 int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_sample *out);
+/* A running thread's preemption watch (the wall-clock modes): the thread's user registers
+ * and the top of its stack each time it is preempted (the sched_switch tracepoint filtered
+ * in the kernel on the state it leaves in: runnable; without tracefs, the context-switch
+ * event, every switch out), and a record at each of its switches in and out, in a ring the
+ * kernel overwrites (written backward, mapped read-only, never woken). A thread found
+ * running at a tick may be waiting for a CPU, preempted: its clock's newest sample is from
+ * before, up to an interval of its CPU before, and the one-shot's would come after it ran
+ * again, while the tick's wall time belongs where it waits. Needs what events that count in
+ * the kernel need (CAP_PERFMON, or perf_event_paranoid 1). Returns as perfs_open. */
+int perfs_open_preempt(struct perf_stream *ps, pid_t tid, uint32_t stack_size);
+/* The bytes perfs_open_preempt maps for such a watch. */
+size_t perfs_preempt_bytes(uint32_t stack_size);
+/* Whether the watched thread was waiting for a CPU at at_ns (at or before its newest record):
+ * the newest of its switches at or before then was a preemption. 1: it was, since a
+ * preemption whose sample is in *out (its registers and copy in snap); 2: it was, since the
+ * preemption sampled at known_ns (not read again; out->time_ns says so); 0: it was not
+ * (running, or blocked); -ENODATA: not known from what the ring still holds; -EAGAIN: the
+ * kernel overwrote the record while it was read. */
+int perfs_waiting_at(struct perf_stream *ps, uint64_t at_ns, uint64_t known_ns,
+                     struct snapshot *snap, struct perf_sample *out);
+/* Whether the watched thread blocked (was switched out other than by a preemption) after
+ * since_ns: 1 it did, 0 it did not (every switch since then is in the ring), -1 not known. */
+int perfs_blocked_since(const struct perf_stream *ps, uint64_t since_ns);
+/* A running thread's change watch: the time it waited for a CPU (preempted, up to `now` if it
+ * waits still) since the last call, as far as perfs_first_block has read its records. */
+uint64_t perfs_take_waited(struct perf_stream *ps, uint64_t now);
 /* A thread's switch watch: a dummy event whose ring gets a record (PERF_RECORD_SWITCH) each
  * time the thread is switched in or out, and is never read: only its head is, a load from
  * memory. While the head has not moved since a tick, the thread has not run since (nor is

@@ -460,7 +460,7 @@ bool sampler_perf_copy_resized(const struct thread *th)
 /* Open th's perf event: continuous (cputime) or one-shot. Fails (and the thread is then
  * sampled by stopping) without a descriptor in the budget, past max_memory, or where the
  * kernel refuses. */
-enum stream_kind { STREAM_ONESHOT, STREAM_CONTINUOUS, STREAM_LATEST };
+enum stream_kind { STREAM_ONESHOT, STREAM_CONTINUOUS, STREAM_LATEST, STREAM_PREEMPT };
 
 /* Whether one more ring of this size fits. The rings hold samples (locked memory): they count
  * with the samples, within the three quarters of max_memory these may take, and take a
@@ -479,15 +479,19 @@ static int perf_open_once(struct thread *th, enum stream_kind kind, uint64_t per
                           uint32_t stack, unsigned batch)
 {
     bool continuous = kind == STREAM_CONTINUOUS;
-    struct perf_stream *ps = kind == STREAM_LATEST ? &th->pl : &th->ps;
-    size_t ring = kind == STREAM_LATEST ? perfs_latest_bytes(stack)
-                                        : perfs_ring_bytes(stack, continuous, batch);
+    struct perf_stream *ps = kind == STREAM_LATEST    ? &th->pl
+                             : kind == STREAM_PREEMPT ? &th->pw
+                                                      : &th->ps;
+    size_t ring = kind == STREAM_LATEST    ? perfs_latest_bytes(stack)
+                  : kind == STREAM_PREEMPT ? perfs_preempt_bytes(stack)
+                                           : perfs_ring_bytes(stack, continuous, batch);
     if (!ring_room(ring))
         return -ENOMEM;
     if (!fds_take(1))
         return -EMFILE;
-    int r = kind == STREAM_LATEST ? perfs_open_latest(ps, th->tid, period, stack)
-                                  : perfs_open(ps, th->tid, period, stack, continuous, batch);
+    int r = kind == STREAM_LATEST    ? perfs_open_latest(ps, th->tid, period, stack)
+            : kind == STREAM_PREEMPT ? perfs_open_preempt(ps, th->tid, stack)
+                                     : perfs_open(ps, th->tid, period, stack, continuous, batch);
     if (r == 0)
         memacct_add(memory_samples(), perfs_bytes(ps));
     else
@@ -634,6 +638,74 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
     return true;
 }
 
+/* A running thread's preemption watch (perfsample.h), beside its clock: opened with it, and
+ * with the same copy size. Where the kernel refuses it for good (no tracepoint nor
+ * context-switch event for user-space-only perf), not asked again. A shortage (room,
+ * descriptors) only goes without it: the clock and the one-shot do without. */
+static void preempt_watch_open(struct target *t, struct thread *th, uint32_t stack)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("PROFD_PREEMPT_WATCH");
+        off = e && !strcmp(e, "0");
+    }
+    if (th->pw.fd >= 0 && th->pw.stack_size != stack)
+        target_thread_preempt_close(th);
+    if (off || th->pw_refused || th->pw.fd >= 0)
+        return;
+    int r = perf_open_once(th, STREAM_PREEMPT, 0, stack, 0);
+    if (r < 0 && refused_for_good(r))
+        th->pw_refused = true;
+    if (r < 0)
+        t->stats.preempt_watch_failed++;
+}
+
+/* Whether th's sample at tick_ns was where it waited for a CPU (perf_preempted). */
+static bool preempted_at(const struct thread *th, uint64_t tick_ns)
+{
+    return th->pw_stack != STACK_NONE && th->pw_tick_ns == tick_ns;
+}
+
+/* A wall-clock tick's sample of a thread found running that is waiting for a CPU: the stack
+ * it was preempted at, where its wall time goes until it runs again (its clock's newest
+ * sample is up to an interval of its CPU older: a workload preempted mostly at some point of
+ * its loop, such as a system call at a phase's end, had those waits spread over whatever ran
+ * an interval before; the one-shot's sample comes 0.1 ms of CPU after it runs again). At the
+ * tick's time: it has been there since the preemption. Returns false when it is not waiting
+ * (or that is not known): its clock's sample then, as before. */
+static bool perf_preempted(struct target *t, struct thread *th, uint64_t tick_ns,
+                           uint64_t due_ns)
+{
+    if (th->pw.fd < 0 || boundary || due_ns <= t->sliced_to_ns)
+        return false;
+    uint64_t t0 = thread_cpu_ns();
+    struct perf_sample s;
+    /* At the tick's time, not when profd came to it: on a busy machine profd gets a CPU
+     * when a thread gives one up, often preempted where a loop makes a system call (the
+     * kernel's time to switch), and that thread, running at the tick, waits there now. */
+    int r = perfs_waiting_at(&th->pw, due_ns, th->pw_stack != STACK_NONE ? th->pw_ns : 0,
+                             &snap, &s);
+    if (r == 1) {
+        if (th->pw_stack != STACK_NONE)
+            stacks_unref(&t->stacks, th->pw_stack);
+        th->pw_stack = s.tid == th->tid ? unwind_copy(t, th, th->pw.stack_size) : STACK_NONE;
+        th->pw_ns = s.time_ns;
+    } else if (r != 2) {
+        if (r == -EAGAIN)
+            t->stats.perf_latest_torn++;
+        return false;
+    }
+    if (th->pw_stack == STACK_NONE)
+        return false;
+    stacks_ref(&t->stacks, th->pw_stack);
+    push(t, th, due_ns, th->pw_stack, PATH_PERF);
+    th->pw_tick_ns = tick_ns;
+    t->stats.samples_perf++;
+    t->stats.perf_preempted++;
+    t->stats.ns_perf += thread_cpu_ns() - t0;
+    return true;
+}
+
 /* The newest sample of the thread's clock stands for a tick it is found running at when it
  * is at most this many intervals old (halves): a thread on a CPU throughout has one per
  * interval of its CPU, but ticks fall anywhere in the first quarter of theirs. */
@@ -642,6 +714,30 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
 #define ONESHOT_IDLE_NS (NS_PER_SEC)
 /* A thread's clock not used for this long is closed (opened again when it runs). */
 #define LATEST_IDLE_NS (10 * NS_PER_SEC)
+
+/* Whether th's clock sample taken at sample_ns stands for a tick at tick_ns it is found
+ * running at: when it is recent (max_age), or when the thread has only waited for a CPU
+ * since (its preemption watch shows no block): it has run less than an interval of CPU
+ * since, wherever in its work the waits fell. A one-shot instead, a sample 0.1 ms of CPU
+ * after such a tick, would be a sample of the moment it got its CPU back, and those moments
+ * cluster where the scheduler preempts it (a loop's system call): its profile would lean
+ * there (phases' 150 us phase 1-2 points high beside two CPU hogs). */
+static bool clock_sample_stands(struct target *t, struct thread *th, uint64_t tick_ns,
+                                uint64_t sample_ns, uint64_t max_age)
+{
+    if ((int64_t)(tick_ns - sample_ns) < (int64_t)max_age)
+        return true;
+    if (th->pw.fd < 0)
+        return false;
+    /* Its watch's ring holds a few preemptions: where it does not reach back to the sample
+     * (a thread preempted often, at a low rate), every tick since it found the thread on
+     * a CPU or waiting for one, not blocked. */
+    int blocked = perfs_blocked_since(&th->pw, sample_ns);
+    if (blocked > 0 || (blocked < 0 && th->blocked_tick_ns >= sample_ns))
+        return false;
+    t->stats.perf_latest_across_waits++;
+    return true;
+}
 
 /* A running thread's sample for a wall-clock tick without asking the kernel for anything:
  * the newest sample of its clock (one per interval of its CPU time, perfsample.h), at the
@@ -677,6 +773,8 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
         if (refused_for_good(r))
             th->pl_refused = true;
         th->pl_last_ns = tick_ns; /* (its samples come after; and it is idle from now) */
+        if (r == 0)
+            preempt_watch_open(t, th, th->pl.stack_size);
         return false; /* nothing in it yet */
     }
     uint64_t t0 = thread_cpu_ns();
@@ -689,11 +787,12 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
     if (fresh && s.time_ns <= t->sliced_to_ns)
         refused_sliced = true;
     else if (fresh) {
-        bool recent = (int64_t)(tick_ns - s.time_ns) < (int64_t)max_age;
+        bool recent = clock_sample_stands(t, th, tick_ns, s.time_ns, max_age);
         uint32_t id = recent ? unwind_copy(t, th, th->pl.stack_size) : STACK_NONE;
         target_thread_forget_latest(th);
         th->pl_last_ns = s.time_ns;
         th->perf_last_ns = s.time_ns;
+        perfs_rejitter(&th->pl, PERIOD_DRAW_EVERY); /* (perfsample.c: against aliasing) */
         if (id != STACK_NONE) {
             stacks_ref(&t->stacks, id);
             th->pl_stack = id;
@@ -704,7 +803,8 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
             return true;
         }
     }
-    bool reusable = th->pl_stack != STACK_NONE && tick_ns - th->pl_last_ns < max_age;
+    bool reusable = th->pl_stack != STACK_NONE &&
+                    clock_sample_stands(t, th, tick_ns, th->pl_last_ns, max_age);
     if (reusable && th->pl_last_ns <= t->sliced_to_ns)
         refused_sliced = true;
     else if (reusable) {
@@ -744,6 +844,14 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
 #define DEFER_MIN_BATCH 4
 /* Ticks of a running thread taken at once before its share of the CPU is judged. */
 #define DEFER_STARVED_MIN_TICKS 16
+/* A batch is left when more than this share (1 / it) of a running thread's ticks fell in its
+ * waits for a CPU where its preemption watch (a few preemptions) cannot say where it waited:
+ * those ticks took its clock's sample from before the preemption, not where it waited, as a
+ * tick on time would have (perf_preempted). Up to an eighth of them, each at most an
+ * interval of the thread's CPU from where it waited, is below the accuracy profd keeps
+ * (test_truth: 2 points of a phase's share); beside CPU hogs the waits are a third to a
+ * half of its time; on a machine running profd, its client and little else, 1-12%. */
+#define DEFER_WAIT_DIV 8
 
 /* perfs_open's batch (its ring holds 8 samples more) for a ring of b + DEFER_MARGIN. */
 static unsigned defer_ring_batch(unsigned b)
@@ -768,8 +876,10 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
             (th->ps.fd >= 0 && th->ps.armed)) /* (a one-shot's sample still to read) */
             return false;
         if (th->ran_last_tick) {
-            /* Running, its sample this tick its clock's (a stop or a one-shot: not yet). */
-            if (th->pl.fd < 0 || th->pl_stack == STACK_NONE || tick_ns - th->pl_last_ns >= max_age)
+            /* Running, its sample this tick its clock's (a stop or a one-shot: not yet), or
+             * its preemption's: waiting for a CPU (profd's own, often, at its tick). */
+            if (!preempted_at(th, tick_ns) &&
+                (th->pl.fd < 0 || th->pl_stack == STACK_NONE || tick_ns - th->pl_last_ns >= max_age))
                 return false;
             while (b >= DEFER_MIN_BATCH &&
                    perfs_ring_bytes(want_stack(th), true, defer_ring_batch(b)) > DEFER_RING_MAX)
@@ -808,10 +918,18 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
             th->defer_kind = DEFER_BLOCKED;
             continue;
         }
-        /* Its clock becomes one whose ring holds the batch (two would each interrupt it). */
-        th->dc_stack = th->pl_stack; /* (the reference moves) */
-        th->dc_ns = th->pl_last_ns;
-        th->pl_stack = STACK_NONE;
+        /* Its clock becomes one whose ring holds the batch (two would each interrupt it).
+         * Its newest sample until the clock has one: where it waited at the tick, if it did,
+         * else the clock's. */
+        if (preempted_at(th, tick_ns)) {
+            stacks_ref(&t->stacks, th->pw_stack);
+            th->dc_stack = th->pw_stack;
+            th->dc_ns = tick_ns;
+        } else {
+            th->dc_stack = th->pl_stack; /* (the reference moves) */
+            th->dc_ns = th->pl_last_ns;
+            th->pl_stack = STACK_NONE;
+        }
         target_thread_latest_close(th);
         target_thread_stream_close(th); /* a one-shot */
         th->defer_kind = DEFER_RUNNING;
@@ -860,6 +978,8 @@ bool sampler_defer_resize(struct target *t, unsigned batch)
         if (perf_open_once(th, STREAM_CONTINUOUS, t->interval_ns, want,
                            defer_ring_batch(batch)) < 0)
             return false;
+        if (th->pw.fd >= 0)
+            preempt_watch_open(t, th, want); /* (its samples copy as much) */
     }
     return true;
 }
@@ -882,8 +1002,11 @@ void sampler_defer_end(struct target *t, bool going_on)
             th->dc_stack = STACK_NONE;
         }
         target_thread_defer_close(th);
-        if (clock && perf_open(t, th, STREAM_LATEST, t->interval_ns, want_stack(th), 0) == 0 &&
-            newest != STACK_NONE) {
+        bool opened = clock && perf_open(t, th, STREAM_LATEST, t->interval_ns, want_stack(th),
+                                         0) == 0;
+        if (opened)
+            preempt_watch_open(t, th, th->pl.stack_size);
+        if (opened && newest != STACK_NONE) {
             th->pl_stack = newest; /* (the reference moves) */
             th->pl_last_ns = newest_ns;
         } else if (newest != STACK_NONE) {
@@ -993,6 +1116,7 @@ static void defer_fill_blocked(struct target *t, struct thread *th, const uint64
     t->stats.ns_blocked += thread_cpu_ns() - t0;
     /* The next tick on time finds it blocked where it was, if it has not run since. */
     th->ran_last_tick = false;
+    th->blocked_tick_ns = ticks[n - 1];
     if (end == UNWIND_COMPLETE) {
         set_last(th, id, run, pcount);
         learn_perf_stack(th, sp);
@@ -1007,6 +1131,8 @@ struct defer_ctx {
     struct dsample *row;
     size_t n, k;
     uint64_t max_age;
+    const uint32_t *waited; /* per tick: where the thread waited for a CPU then (one
+                               reference), or STACK_NONE (running, or not known) */
 };
 
 /* Tick k's sample of a running thread: its clock's newest sample before the tick, else the
@@ -1019,6 +1145,12 @@ static void defer_assign(struct defer_ctx *c, uint32_t cur, uint64_t cur_ns)
     uint64_t tk = c->ticks[c->k];
     uint32_t id = STACK_NONE;
     uint64_t at = 0;
+    if (c->waited[c->k] != STACK_NONE) {
+        /* Waiting for a CPU then, where its preemption watch has it (as perf_preempted). */
+        dsample_set(t, &c->row[c->k], tk, c->waited[c->k], PATH_PERF);
+        t->stats.perf_preempted++;
+        return;
+    }
     /* Not blocked since (or the batch would have ended before this tick), and with less
      * than an interval of CPU since its newest sample (or there would be a newer one): a
      * thread kept off its CPU a while (a busy machine) is still where that sample has it,
@@ -1054,9 +1186,44 @@ static void on_deferred_sample(void *arg, const struct perf_sample *ps, struct s
     th->dc_ns = ps->time_ns;
 }
 
+/* waited[0..n): for each of ticks[0..n) of a running thread, where it waited for a CPU then
+ * (a reference each), as its preemption watch has it, or STACK_NONE: running then, or not
+ * known (counted in *unknown: its ring holds a few preemptions, not a whole batch's). */
+static void defer_waits(struct target *t, struct thread *th, const uint64_t *ticks, size_t n,
+                        uint32_t *waited, size_t *unknown)
+{
+    *unknown = 0;
+    for (size_t k = 0; k < n; k++) {
+        waited[k] = STACK_NONE;
+        if (th->pw.fd < 0) {
+            (*unknown)++;
+            continue;
+        }
+        if (ticks[k] <= t->sliced_to_ns)
+            continue;
+        struct perf_sample s;
+        int r = perfs_waiting_at(&th->pw, ticks[k],
+                                 th->pw_stack != STACK_NONE ? th->pw_ns : 0, &snap, &s);
+        if (r == 1) {
+            if (th->pw_stack != STACK_NONE)
+                stacks_unref(&t->stacks, th->pw_stack);
+            th->pw_stack = s.tid == th->tid ? unwind_copy(t, th, th->pw.stack_size)
+                                            : STACK_NONE;
+            th->pw_ns = s.time_ns;
+        }
+        if ((r == 1 || r == 2) && th->pw_stack != STACK_NONE) {
+            stacks_ref(&t->stacks, th->pw_stack);
+            waited[k] = th->pw_stack;
+        } else if (r < 0) {
+            (*unknown)++;
+        }
+    }
+}
+
 bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
 {
     static struct dsample *buf;
+    static uint32_t *waited;
     static size_t cap;
     bool starved = false;
     if (!t->deferred || !n || !t->nthreads)
@@ -1065,6 +1232,7 @@ bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
     if (nth * n > cap) {
         cap = nth * n;
         buf = xrealloc(buf, cap * sizeof(*buf));
+        waited = xrealloc(waited, cap * sizeof(*waited));
     }
     for (size_t i = 0; i < nth * n; i++)
         buf[i] = (struct dsample){0, STACK_NONE, false};
@@ -1086,20 +1254,37 @@ bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
             size_t nr = n;
             while (th->defer_block_ns && nr > 0 && ticks[nr - 1] >= th->defer_block_ns)
                 nr--;
-            struct defer_ctx c = {t, th, ticks, row, nr, 0, max_age};
-            uint64_t lost = 0;
             uint64_t t0 = thread_cpu_ns();
+            size_t unknown;
+            defer_waits(t, th, ticks, nr, waited, &unknown);
+            struct defer_ctx c = {t, th, ticks, row, nr, 0, max_age, waited};
+            uint64_t lost = 0;
             th->defer_clock += perfs_drain(&th->ps, &snap, on_deferred_sample, &c, &lost);
+            perfs_rejitter(&th->ps, PERIOD_DRAW_EVERY);
             th->defer_ticks += (uint32_t)nr;
             /* Fewer clock samples than half its ticks: it had less than half a CPU, and each
              * sample stood for several ticks, the last one before a long wait for a CPU for
-             * all of them; on time, a one-shot after the wait has where it waited. */
+             * all of them; on time, its preemption watch has where it waited. So too when
+             * its change watch saw it wait for a CPU (preempted until switched in) more
+             * than 1/DEFER_WAIT_DIV of the batch, and its preemption watch, which holds a
+             * few preemptions, could not say where at as many of the ticks. */
             if (th->defer_ticks >= DEFER_STARVED_MIN_TICKS) {
                 starved |= 2 * th->defer_clock < th->defer_ticks;
                 th->defer_ticks = th->defer_clock = 0;
             }
+            uint64_t waits = perfs_take_waited(&th->chg, ticks[n - 1]);
+            /* (The ticks its preemption watch could not say about, as many in waits as the
+             * batch's share of waiting: those with a sample from before the wait.) */
+            if ((double)unknown * (double)waits * DEFER_WAIT_DIV >
+                (double)nr * (double)(n * t->interval_ns)) {
+                starved = true;
+                t->stats.defer_waited++;
+            }
             for (; c.k < nr; c.k++)
                 defer_assign(&c, STACK_NONE, 0);
+            for (size_t k = 0; k < nr; k++)
+                if (waited[k] != STACK_NONE)
+                    stacks_unref(&t->stacks, waited[k]);
             t->stats.perf_lost += lost;
             t->stats.ns_perf += thread_cpu_ns() - t0;
             if (nr < n)
@@ -1242,11 +1427,12 @@ static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint
 
 /* A wall-clock tick's sample of a thread running now: its clock's newest sample, a one-shot,
  * or a stop. Returns whether it was interrupted. */
-static bool sample_running(struct target *t, struct thread *th, uint64_t tick_ns)
+static bool sample_running(struct target *t, struct thread *th, uint64_t tick_ns,
+                           uint64_t due_ns)
 {
     th->ran_last_tick = true;
     target_thread_forget_stack(th);
-    if (perf_latest(t, th, tick_ns)) {
+    if (perf_preempted(t, th, tick_ns, due_ns) || perf_latest(t, th, tick_ns)) {
         /* A one-shot asked for two intervals ago and not taken (the kernel lost it) is not
          * waited for; one not needed for a second (opened for the thread's first tick,
          * say) gives back its ring and descriptor until one is needed again. */
@@ -1265,7 +1451,8 @@ static bool sample_running(struct target *t, struct thread *th, uint64_t tick_ns
 
 /* Sample one thread, stopping it only if it is running. Returns whether it was
  * interrupted (its sample completes when the stop arrives). */
-static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns, bool cpu_only)
+static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
+                          uint64_t due_ns, bool cpu_only)
 {
     uint64_t run, pcount;
     uint64_t head = 0;
@@ -1321,7 +1508,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         }
         if (si.state != SYSC_IN_SYSCALL) {
             t->stats.schedstat_spared++;
-            return sample_running(t, th, tick_ns);
+            return sample_running(t, th, tick_ns, due_ns);
         }
         /* (blocked since: as any thread, below) */
     }
@@ -1403,7 +1590,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             t->stats.skipped_resuming++;
         return false;
     }
-    return sample_running(t, th, tick_ns);
+    return sample_running(t, th, tick_ns, due_ns);
 }
 
 
@@ -1565,7 +1752,8 @@ static void await_counted(struct target *t, unsigned pending)
 /* A wall-clock sample of one thread: its stack where job control stopped it, nothing while
  * our previous stop is outstanding, else as sample_thread. Returns whether it was
  * interrupted. */
-static bool sample_wall(struct target *t, struct thread *th, uint64_t tick_ns)
+static bool sample_wall(struct target *t, struct thread *th, uint64_t tick_ns,
+                        uint64_t due_ns)
 {
     if (th->state == TH_GROUP_STOP) {
         /* Stopped by job control: where it stopped is where its time goes. */
@@ -1577,7 +1765,7 @@ static bool sample_wall(struct target *t, struct thread *th, uint64_t tick_ns)
         t->stats.skipped_pending++;
         return false;
     }
-    return sample_thread(t, th, tick_ns, false);
+    return sample_thread(t, th, tick_ns, due_ns, false);
 }
 
 /* One thread, now, as a tick would (a transaction's boundary on the thread running it). */
@@ -1586,7 +1774,7 @@ static void sample_one(struct target *t, struct thread *th, uint64_t tick_ns)
     if (t->state != T_ATTACHED || th->zombie || !th->born)
         return;
     boundary = true;
-    bool stopped = sample_wall(t, th, tick_ns);
+    bool stopped = sample_wall(t, th, tick_ns, tick_ns);
     boundary = false;
     if (stopped)
         await_counted(t, 1);
@@ -1630,7 +1818,7 @@ void sampler_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t
     sample_one(t, th, now);
 }
 
-void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
+void sampler_tick(struct target *t, uint64_t tick_ns, uint64_t due_ns, bool cpu_only)
 {
     unsigned interrupted = 0;
     t->stats.ticks++;
@@ -1657,14 +1845,18 @@ void sampler_tick(struct target *t, uint64_t tick_ns, bool cpu_only)
                 t->stats.skipped_pending += th->interrupt_pending || th->rescue_pending;
                 continue;
             }
-            interrupted += sample_thread(t, th, tick_ns, true);
+            interrupted += sample_thread(t, th, tick_ns, tick_ns, true);
             continue;
         }
         /* A clock whose thread has not been found running for a while gives back its
          * ring (locked memory) and descriptor until it is. */
-        if (th->pl.fd >= 0 && tick_ns - th->pl_last_ns > LATEST_IDLE_NS)
+        if (th->pl.fd >= 0 && tick_ns - th->pl_last_ns > LATEST_IDLE_NS) {
             target_thread_latest_close(th);
-        interrupted += sample_wall(t, th, tick_ns);
+            target_thread_preempt_close(th);
+        }
+        interrupted += sample_wall(t, th, tick_ns, due_ns);
+        if (!th->ran_last_tick)
+            th->blocked_tick_ns = tick_ns;
     }
     if (interrupted)
         await_counted(t, interrupted);

@@ -16,7 +16,6 @@
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
-#include <sys/random.h>
 #include <sys/timerfd.h>
 
 #include <cjson/cJSON.h>
@@ -147,11 +146,11 @@ double sched_effective_hz(const struct sched *s)
 }
 
 /* One tick of s: the sampler run for its target. */
-static void tick_sample(struct sched *s, uint64_t tick_ns, bool cpu_only)
+static void tick_sample(struct sched *s, uint64_t tick_ns, uint64_t due_ns, bool cpu_only)
 {
     s->last_tick_ns = tick_ns;
     if (s->t->state == T_ATTACHED)
-        sampler_tick(s->t, tick_ns, cpu_only);
+        sampler_tick(s->t, tick_ns, due_ns < tick_ns ? due_ns : tick_ns, cpu_only);
     s->ticks++;
     s->win_ticks++;
 }
@@ -163,12 +162,12 @@ static void charge(struct sched *s, uint64_t c)
     s->win_cost_ns += c;
 }
 
-/* One tick of s, its cost (a reading of the loop thread's CPU clock before and after)
- * counted. */
-static void run_tick(struct sched *s, uint64_t tick_ns, bool cpu_only)
+/* One tick of s, due at due_ns, taken at tick_ns, its cost (a reading of the loop thread's
+ * CPU clock before and after) counted. */
+static void run_tick(struct sched *s, uint64_t tick_ns, uint64_t due_ns, bool cpu_only)
 {
     uint64_t c0 = thread_cpu_ns();
-    tick_sample(s, tick_ns, cpu_only);
+    tick_sample(s, tick_ns, due_ns, cpu_only);
     charge(s, thread_cpu_ns() - c0);
 }
 
@@ -197,6 +196,7 @@ static int tfd_set(struct sched *s, int flags, const struct itimerspec *it)
 static int arm(struct sched *s, uint64_t after)
 {
     s->wait_until_ns = now_ns() + after;
+    s->wait_ns = after;
     struct itimerspec it = {.it_value = ts_of(after ? after : 1)};
     return tfd_set(s, 0, &it);
 }
@@ -240,16 +240,10 @@ static void timer_result(struct sched *s, int r)
     }
 }
 
-/* A random offset in [0, span): xorshift64*, seeded once from getrandom. */
+/* A random offset in [0, span). */
 static uint64_t jitter(uint64_t span)
 {
-    static uint64_t x;
-    if (!x && (getrandom(&x, sizeof(x), 0) != sizeof(x) || !x))
-        x = now_ns() | 1;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    return span ? (x * 0x2545F4914F6CDD1Dull) % span : 0;
+    return random_below(span);
 }
 
 /* alarm: each tick at a random point of the first quarter of its interval on the grid.
@@ -336,9 +330,36 @@ static void disarm(struct sched *s)
 
 /* ---- cputime: credit of CPU time per thread ---- */
 
-static uint64_t cpu_period(uint64_t iv)
+/* An interval of iv on average, anywhere in [3/4, 5/4) of it: cputime's thresholds (timer and
+ * poll sources), and sleep's and event's waits. */
+static uint64_t jittered(uint64_t iv)
 {
     return iv - iv / 4 + jitter(iv / 2);
+}
+
+/* The moment a wall-clock tick due at `due` takes a thread it finds waiting for a CPU at
+ * (sampler_tick's due_ns): a random point of the `span` before it (the interval, or sleep's
+ * wait), not the moment it was due. profd's own wake-up at a tick preempts a thread of the
+ * target; on a busy machine that thread may then wait for its CPU a while, longer at some
+ * points of its work than at others (the scheduler's choice depends on how long it has run),
+ * and a sample taken just before each wake-up falls in no such wait, only at their starts:
+ * phases' 150 us phase read 1-3 points high beside two CPU hogs (the program's own clocks
+ * sampled at the ticks' due times read it so too), and within 1.3 points at a point of the
+ * span before. The waits profd causes are the program's time too, sampled as the rest. */
+static uint64_t sample_instant(uint64_t due, uint64_t span)
+{
+    return due > span ? due - jitter(span) : due;
+}
+
+/* sleep and event: the wait after a sample, an interval on average. Exactly one interval
+ * (Sentry's time.sleep) aliases: a thread that profd's tick preempts gets exactly an interval
+ * of CPU from one sample to the next, so a loop whose period is near a divisor of it is
+ * caught at points that march through it at a fixed step, slower where the sample costs more
+ * (phases' 150 us phase read 11.0% for 12.9% at 499 Hz, event mode, the preemption watch
+ * taking the preempted thread where it was). */
+static uint64_t sleep_wait(const struct sched *s)
+{
+    return jittered(s->eff_interval_ns);
 }
 
 /* A thread has used `ns` more CPU: one sample is due per interval of it. One is taken per
@@ -350,12 +371,12 @@ static bool credit(struct sched *s, struct thread *th, uint64_t ns)
     /* Each sample after a random amount of CPU in [3/4, 5/4) of the interval (1 on
      * average): exactly periodic samples alias with periodic work, as alarm's would. */
     if (!th->cpu_thresh_ns)
-        th->cpu_thresh_ns = cpu_period(iv);
+        th->cpu_thresh_ns = jittered(iv);
     th->cpu_credit_ns += ns;
     if (th->cpu_credit_ns < th->cpu_thresh_ns)
         return false;
     th->cpu_credit_ns -= th->cpu_thresh_ns;
-    th->cpu_thresh_ns = cpu_period(iv);
+    th->cpu_thresh_ns = jittered(iv);
     if (th->cpu_credit_ns > 2 * iv) {
         s->missed += (th->cpu_credit_ns - 2 * iv) / iv;
         th->cpu_credit_ns = 2 * iv + th->cpu_credit_ns % iv;
@@ -396,7 +417,7 @@ static void cpu_credit_tick(struct sched *s)
     s->cost_ns += c;
     s->win_cost_ns += c;
     if (any)
-        run_tick(s, now_ns(), true);
+        run_tick(s, now_ns(), UINT64_MAX, true);
 }
 
 /* How many samples the perf source's rings gather between two reads. profd reads them on a
@@ -468,6 +489,7 @@ static uint64_t read_stacks(struct sched *s, struct thread *th)
 {
     uint64_t before = th->t->stats.samples_perf;
     sampler_drain_thread(th->t, th);
+    perfs_rejitter(&th->ps, PERIOD_DRAW_EVERY); /* (perfsample.c: against aliasing) */
     uint64_t n = th->t->stats.samples_perf - before;
     th->t->stats.ticks += n;
     s->ticks += n;
@@ -538,7 +560,7 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
      * ~0.1 ms since the overflow: 8% of the samples at 999 Hz. */
     struct target *t = th->t;
     pid_t tid = th->tid;
-    run_tick(s, now_ns(), true);
+    run_tick(s, now_ns(), UINT64_MAX, true);
     /* The tick waited for its stops, handling every tracee's events meanwhile: th may have
      * exited and been freed (found by ASan in test_chaos: a use after free here). The
      * target is freed only after the callback. */
@@ -615,16 +637,19 @@ static void alarm_tick(struct sched *s, uint64_t now, uint64_t due, struct tick_
 {
     s->queued = false;
     lateness_record(&s->lateness, due, now);
-    /* Ticks whose interval has passed entirely are missed, not made up in a burst. */
+    /* Ticks whose interval has passed entirely are missed, not made up in a burst: the one
+     * taken is now's. */
     if (now >= s->next_ns + s->eff_interval_ns) {
         uint64_t k = (now - s->next_ns) / s->eff_interval_ns;
         s->missed += k;
         s->next_ns += k * s->eff_interval_ns;
+        due = now;
     }
+    due = sample_instant(due, s->eff_interval_ns);
     if (b)
-        tick_sample(s, now, false); /* (its cost counted by alarm_run) */
+        tick_sample(s, now, due, false); /* (its cost counted by alarm_run) */
     else
-        run_tick(s, now, false);
+        run_tick(s, now, due, false);
     if (!s->running)
         return;
     s->next_ns += s->eff_interval_ns;
@@ -690,10 +715,11 @@ static void defer_arm(struct sched *s)
 static void on_defer_io(struct ev_loop *loop, ev_io *w, int revents);
 
 /* No deferral before a while from now: doubled while deferrals keep ending before they
- * took DEFER_PAYS_TICKS ticks. */
-static void defer_hold(struct sched *s, uint64_t now)
+ * took DEFER_PAYS_TICKS ticks, or (again) while they keep finding a running thread waiting
+ * for a CPU, however long they ran: a busy machine's, whose ticks are exact on time only. */
+static void defer_hold(struct sched *s, uint64_t now, bool again)
 {
-    s->defer_hold_ns = s->defer_hold_ns && s->defer_run_ticks < DEFER_PAYS_TICKS
+    s->defer_hold_ns = s->defer_hold_ns && (again || s->defer_run_ticks < DEFER_PAYS_TICKS)
                            ? s->defer_hold_ns * 2
                            : DEFER_HOLD_MIN_NS;
     if (s->defer_hold_ns > DEFER_HOLD_MAX_NS)
@@ -716,7 +742,7 @@ static void defer_try(struct sched *s, uint64_t tick_ns)
     if (b < 2 || !sampler_defer_begin(s->t, tick_ns, (unsigned)b, &batch, &fd)) {
         /* Begun and undone (a watch or a ring refused): not again at the next tick. */
         if (s->t->stats.defer_refused != refused)
-            defer_hold(s, tick_ns);
+            defer_hold(s, tick_ns, false);
         return;
     }
     s->deferred = true;
@@ -782,11 +808,16 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
         if (s->defer_span_ns < DEFER_MIN_SPAN_NS)
             s->defer_span_ns = DEFER_MIN_SPAN_NS;
     }
-    /* A running thread that had less than half a CPU: on time again (sampler.c). */
+    /* A running thread that waited for a CPU (sampler.c): on time again, and the next
+     * batch, after a longer hold, shorter (its waiting ticks have the clock's older
+     * samples). */
     if (starved) {
         s->defer_left_starved++;
         if (how == DEFER_KEEP)
             how = DEFER_LEAVE_PREEMPTED;
+        s->defer_span_ns /= 2;
+        if (s->defer_span_ns < DEFER_MIN_SPAN_NS)
+            s->defer_span_ns = DEFER_MIN_SPAN_NS;
     }
     if (how == DEFER_KEEP && !any && s->due_ns >= now && s->running &&
         t->state == T_ATTACHED && sampler_defer_resize(t, s->defer_batch)) {
@@ -798,7 +829,7 @@ static void defer_take(struct sched *s, uint64_t now, enum defer_how how)
     if (any || starved || how == DEFER_LEAVE_LATER || how == DEFER_LEAVE_PREEMPTED) {
         s->defer_changed += any;
         s->defer_left_preempted += !any && !starved && how == DEFER_LEAVE_PREEMPTED;
-        defer_hold(s, now);
+        defer_hold(s, now, starved);
     }
     if (!s->running)
         return;
@@ -932,9 +963,9 @@ static void on_timer(struct ev_loop *loop, ev_io *w, int revents)
     }
     case SCHED_SLEEP:
     case SCHED_EVENT:
-        run_tick(s, now, false);
+        run_tick(s, now, sample_instant(s->wait_until_ns, s->wait_ns), false);
         if (s->running)
-            timer_result(s, arm(s, s->eff_interval_ns));
+            timer_result(s, arm(s, sleep_wait(s)));
         break;
     case SCHED_CPUTIME:
         if (s->source == CPU_SRC_PERF)
@@ -1051,7 +1082,7 @@ static int start_sources(struct sched *s)
         s->next_ns = now + s->eff_interval_ns;
         return arm_alarm(s);
     }
-    return arm(s, s->eff_interval_ns);
+    return arm(s, sleep_wait(s));
 }
 
 int sched_start(struct sched *s, struct ev_loop *loop, struct target *t, enum sched_mode mode,
@@ -1147,10 +1178,10 @@ bool sched_event(struct sched *s)
         return false;
     s->events++;
     sampler_event_tick(true);
-    run_tick(s, now_ns(), false);
+    run_tick(s, now_ns(), UINT64_MAX, false);
     sampler_event_tick(false);
     if (s->running)
-        timer_result(s, arm(s, s->eff_interval_ns));
+        timer_result(s, arm(s, sleep_wait(s)));
     return true;
 }
 
@@ -1274,6 +1305,7 @@ struct cJSON *sched_describe(const struct sched *s)
         cJSON_AddNumberToObject(d, "left_for_preemptions", (double)s->defer_left_preempted);
         cJSON_AddNumberToObject(d, "left_for_threads_without_a_cpu",
                                 (double)s->defer_left_starved);
+        cJSON_AddNumberToObject(d, "left_for_waits_for_a_cpu", (double)s->t->stats.defer_waited);
         enum perfs_block_watch bw = perfs_block_watch();
         cJSON_AddStringToObject(d, "running_blocks_from",
                                 bw == PERFS_BLOCKS_SCHED_SWITCH   ? "sched_switch"
@@ -1518,7 +1550,7 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
         bool hold = over && !g.any_throttled && !g.over_before;
         g.over_before = over && !g.any_throttled;
         g.any_throttled = false;
-        qsort(v, n, sizeof(*v), by_demand);
+        sort_array(v, n, sizeof(*v), by_demand);
         double left = hold ? total : g.avail * g.mult;
         for (size_t i = 0; i < n; i++) {
             struct sched *s = v[i];

@@ -69,6 +69,7 @@ struct sched {
     ev_io tio;
     uint64_t next_ns;       /* alarm: start of the next tick's interval on the grid */
     uint64_t wait_until_ns; /* sleep, event: when the wait under way ends */
+    uint64_t wait_ns;       /* and how long it is */
     uint64_t due_ns;        /* alarm: when the armed tick is due (its lateness is measured) */
     /* alarm: its tick waits on the alarm schedules' one timer (schedule.c, alarm_queue);
      * its own timerfd is set only for a deferral's deadline (own_armed). */

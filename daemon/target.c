@@ -206,6 +206,7 @@ void target_thread_perf_close(struct thread *th)
     target_thread_defer_close(th);
     target_thread_watch_close(th);
     target_thread_latest_close(th);
+    target_thread_preempt_close(th);
     target_thread_stream_close(th);
 }
 
@@ -256,6 +257,18 @@ void target_thread_forget_latest(struct thread *th)
     th->pl_stack = STACK_NONE;
 }
 
+void target_thread_preempt_close(struct thread *th)
+{
+    if (th->pw_stack != STACK_NONE)
+        stacks_unref(&th->t->stacks, th->pw_stack);
+    th->pw_stack = STACK_NONE;
+    if (th->pw.fd < 0)
+        return;
+    memacct_sub(memory_samples(), perfs_bytes(&th->pw));
+    perfs_close(&th->pw);
+    fds_give(1);
+}
+
 void target_thread_latest_close(struct thread *th)
 {
     target_thread_forget_latest(th);
@@ -289,9 +302,10 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     }
     perfs_stream_init(&th->ps);
     perfs_stream_init(&th->pl);
+    perfs_stream_init(&th->pw);
     perfs_stream_init(&th->sw);
     perfs_stream_init(&th->chg);
-    th->pl_stack = STACK_NONE;
+    th->pl_stack = th->pw_stack = STACK_NONE;
     if (th->schedstat_fd < 0 || th->syscall_fd < 0)
         t->nthreads_nofiles++;
     if (err && err != ENOENT && err != ESRCH && !t->warned_task_files) {

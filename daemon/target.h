@@ -103,6 +103,15 @@ struct thread {
     uint64_t pl_last_ns;
     uint32_t pl_stack;
     bool pl_refused;            /* that event could not be opened: the one-shot is asked */
+    /* Beside that clock, its preemption watch (perfsample.h): where it waits for a CPU, and
+     * the stack of the preemption it waits since (one reference). */
+    struct perf_stream pw;
+    uint32_t pw_stack;
+    uint64_t pw_ns;             /* when the preemption of pw_stack was sampled */
+    uint64_t pw_tick_ns;        /* the latest tick that took pw_stack */
+    uint64_t blocked_tick_ns;   /* the latest wall-clock tick that did not find it running */
+    bool pw_refused;            /* could not be opened: ticks that find it waiting take its
+                                   clock's sample or a one-shot's */
     /* The wall-clock modes: its switch watch (perfsample.h), opened once it had not run at
      * most ticks (sampler.c WATCH_QUIET): while its head stays at sw_head (read before the
      * schedstat read that found the thread as run_ns/pcount say), that read is not needed. */
@@ -163,6 +172,11 @@ struct target_stats {
     uint64_t perf_latest;     /* a tick's running sample: the newest of the thread's clock */
     uint64_t perf_latest_reused; /* the same, taken by an earlier tick (no newer one yet) */
     uint64_t perf_latest_torn;   /* the newest overwritten while it was read */
+    uint64_t perf_preempted;  /* a tick's running sample: the thread waited for a CPU, at the
+                                 stack its preemption watch took */
+    uint64_t preempt_watch_failed; /* preemption watches that could not be opened */
+    uint64_t perf_latest_across_waits; /* a clock sample older than the tick's bound that
+                                          stood for it: the thread only waited for a CPU */
     uint64_t watch_skipped;   /* ticks a switch watch spared a schedstat read */
     uint64_t watch_opened, watch_closed_busy; /* switch watches opened, closed: ran often */
     uint64_t watch_released;  /* closed for a sampling event that lacked room */
@@ -172,6 +186,7 @@ struct target_stats {
     uint64_t defer_begun, defer_refused; /* batches of deferred ticks begun; begun and undone */
     uint64_t deferred_unsampled; /* a running thread's deferred tick without a clock sample
                                     near it */
+    uint64_t defer_waited;    /* batches left: a running thread waited for a CPU in them */
     uint64_t perf_latest_sliced; /* ticks whose clock sample (newest or reused) lay in a
                                     window already sliced: a one-shot asked instead */
     uint64_t perf_lost;       /* samples the kernel dropped (PERF_RECORD_LOST) */
@@ -353,6 +368,8 @@ void target_thread_perf_close(struct thread *th); /* all its events (and the lat
 void target_thread_stream_close(struct thread *th);
 /* Close the event of th whose newest sample stands for a tick (wall-clock modes). */
 void target_thread_latest_close(struct thread *th);
+/* Close its preemption watch (perfsample.h), if open. */
+void target_thread_preempt_close(struct thread *th);
 /* Drop the last stack of th's clock (its reference), so that no tick takes it again. */
 void target_thread_forget_latest(struct thread *th);
 /* Close th's change watch and its deferred ticks' clock, and drop their stack. */

@@ -1,7 +1,8 @@
 #!/bin/sh
 # run-all.sh: every test, three ways: the normal build; an ASan/UBSan build; valgrind (unit
-# tests under valgrind, integration tests with the daemon under valgrind); and every fuzz
-# target under libFuzzer for a short fixed time (FUZZ_SECONDS each, 3 by default). Expects
+# tests under valgrind, integration tests with the daemon under valgrind); every fuzz target
+# under libFuzzer for a short fixed time (FUZZ_SECONDS each, 3 by default); and the stateful
+# fuzzer against the ASan/UBSan daemon (STATEFUZZ_SECONDS, 60 by default). Expects
 # .ci/setup to have run (packages installed, ./build configured).
 #
 # The integration tests run one at a time, in the foreground: the normal build's, then the
@@ -62,7 +63,11 @@ step "ASan + UBSan tests"
 # test_chaos for 20 s (30 in the normal build, 60 by default).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     PROFD_CHAOS_BUDGET=20 meson test -C build-asan --no-rebuild --print-errorlogs \
-    --no-suite ptrace --no-suite external
+    --no-suite ptrace --no-suite external --no-suite accuracy
+
+step "stateful fuzzer: the ASan/UBSan daemon fed requests by several clients for ${STATEFUZZ_SECONDS:-60} s"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    python3 tests/fuzz/statefuzz.py --build build-asan --seconds "${STATEFUZZ_SECONDS:-60}"
 
 step "valgrind: integration tests with the daemon under valgrind; libFuzzer beside them"
 nice -n 10 tests/fuzz/run-libfuzzer.sh build-fuzz "${FUZZ_SECONDS:-3}" \
