@@ -38,6 +38,9 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
 
+# A thread stopped this long, its process not stopped by us meanwhile, is left stopped.
+LEFT_STOPPED_S = 10
+
 CODES = {"bad_request", "too_large", "handshake_required", "unknown_command", "unsupported_version",
          "no_such_process", "permission_denied", "already_attached", "not_attached", "limit",
          "attach_failed", "internal", "busy", "unavailable"}
@@ -129,6 +132,8 @@ class Fuzz:
         self.history = {}      # client -> its last requests
         self.stop_at = time.monotonic() + args.seconds
         self.daemon = None
+        self.stopped_since = {}  # (pid, tid) -> when first seen stopped, not by us
+        self.longest_stopped = 0.0
 
     # ---- bookkeeping ----
 
@@ -299,33 +304,37 @@ class Fuzz:
                                  "idlesvc", "python", "pytxn", "pytxn", "txnapp"]))
 
     def check_not_left_stopped(self):
-        """A target we did not stop is never found stopped (T) for long: profd's stops last
-        microseconds; two looks 0.5 s apart both finding a thread T is a thread left
-        stopped."""
-        def stopped_threads():
-            out = set()
-            with self.lock:
-                pids = [pid for pid in self.targets if pid not in self.stopped]
-            for pid in pids:
-                try:
-                    for tid in os.listdir("/proc/%d/task" % pid):
-                        with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                            s = f.read()
-                        if s[s.rindex(")") + 2] in "tT":
-                            out.add((pid, int(tid)))
-                except (OSError, ValueError):
-                    pass
-            return out
-        first = stopped_threads()
-        if not first:
-            return
-        time.sleep(0.5)
+        """A target we did not stop is never left stopped (T, t): profd's stops last
+        microseconds, and a group-stop it parks ends at our SIGCONT once profd reads that
+        event. A thread found stopped at every look for LEFT_STOPPED_S, while we had not
+        stopped its process at any of them, is left stopped. (How long threads stayed so is
+        reported: a loaded sanitized daemon may take a while to read a stop.)"""
+        now = time.monotonic()
+        seen = set()
+        with self.lock:
+            pids = [pid for pid in self.targets if pid not in self.stopped]
+        for pid in pids:
+            try:
+                for tid in os.listdir("/proc/%d/task" % pid):
+                    with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                        st = f.read()
+                    if st[st.rindex(")") + 2] in "tT":
+                        seen.add((pid, int(tid)))
+            except (OSError, ValueError):
+                pass
         with self.lock:
             ours = set(self.stopped)
-        left = {x for x in first & stopped_threads() if x[0] not in ours}
-        # (One we stopped and continued meanwhile is not profd's doing.)
-        if left:
-            self.fail("threads left stopped: %s" % sorted(left)[:10])
+        for key in list(self.stopped_since):
+            if key not in seen or key[0] in ours:
+                since = self.stopped_since.pop(key)
+                self.longest_stopped = max(self.longest_stopped, now - since)
+        for key in seen:
+            if key[0] not in ours:
+                self.stopped_since.setdefault(key, now)
+        for key, since in self.stopped_since.items():
+            if now - since > LEFT_STOPPED_S:
+                self.fail("thread %d of %d left stopped for %.1f s" % (key[1], key[0],
+                                                                        now - since))
 
     # ---- requests ----
 
@@ -533,7 +542,7 @@ class Fuzz:
             with self.lock:
                 self.target_churn()
             self.check_daemon()
-            if time.monotonic() - last_look > 2:
+            if time.monotonic() - last_look > 0.5:
                 last_look = time.monotonic()
                 self.check_not_left_stopped()
             # A process we stopped is continued within a few seconds.
@@ -719,6 +728,7 @@ def main():
     print("statefuzz: %d requests in %.0f s (%s)" % (
         sent, time.monotonic() - t0,
         ", ".join("%s %d" % kv for kv in sorted(f.counts.items(), key=lambda kv: -kv[1]))))
+    print("statefuzz: longest a thread stayed stopped, not by us: %.2f s" % f.longest_stopped)
     print("statefuzz: replies: %s" % ", ".join(
         "%s %d" % kv for kv in sorted(f.replies.items(), key=lambda kv: -kv[1])[:40]))
     if failure:
