@@ -230,6 +230,11 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(u, "signal_masks_spared", (double)t->unw.masks_spared);
     /* The housekeeping's looks at the maps that found VmSize, VmExe and VmLib unchanged. */
     cJSON_AddNumberToObject(u, "maps_rereads_spared", (double)t->maps_unchanged);
+    /* The seconds' looks spared whole (none of its threads ran), and the threads' names not
+     * read again (that thread had not run). */
+    cJSON *hk = cJSON_AddObjectToObject(o, "housekeeping");
+    cJSON_AddNumberToObject(hk, "spared", (double)t->housekeeping_spared);
+    cJSON_AddNumberToObject(hk, "names_spared", (double)t->names_spared);
     cJSON *sk = cJSON_AddObjectToObject(o, "skipped");
     cJSON_AddNumberToObject(sk, "still_stopping", (double)s->skipped_pending);
     cJSON_AddNumberToObject(sk, "job_control_stopped", (double)s->skipped_stopped);
@@ -623,6 +628,17 @@ static void slice_reply(struct slice_job *job)
             if (!m)
                 m = cJSON_AddObjectToObject(job->json, "profd");
             cJSON_AddStringToObject(m, "symbols_error", job->sym_error);
+        }
+        /* Built while the process's symbols were still being loaded (its first transactions,
+         * worker.c): its frames are [module+0xOFF], with their instruction_addr and images. */
+        if (job->symbols_pending) {
+            cJSON_AddBoolToObject(res, "symbols_pending", true);
+            if (notes) {
+                cJSON *m = cJSON_GetObjectItemCaseSensitive(job->json, "profd");
+                if (!m)
+                    m = cJSON_AddObjectToObject(job->json, "profd");
+                cJSON_AddBoolToObject(m, "symbols_pending", true);
+            }
         }
         if (job->summary) {
             cJSON_AddItemToObject(res, "summary", job->summary);

@@ -405,6 +405,7 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
     struct target *t = c->t;
     struct thread *th = c->th;
     (void)s;
+    target_thread_ran(th);
     uint32_t id = unwind_kernel_sample(t, th, ps);
     if (id == STACK_NONE)
         return;
@@ -1250,6 +1251,7 @@ bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
                 dsample_set(t, &row[k], ticks[k], th->last_stack, PATH_REUSED);
             t->stats.samples_reused += n;
         } else if (th->defer_kind == DEFER_RUNNING) {
+            target_thread_ran(th);
             /* The ticks before it blocked (if it did) from its clock. */
             size_t nr = n;
             while (th->defer_block_ns && nr > 0 && ticks[nr - 1] >= th->defer_block_ns)
@@ -1431,6 +1433,7 @@ static bool sample_running(struct target *t, struct thread *th, uint64_t tick_ns
                            uint64_t due_ns)
 {
     th->ran_last_tick = true;
+    target_thread_ran(th);
     target_thread_forget_stack(th);
     if (perf_preempted(t, th, tick_ns, due_ns) || perf_latest(t, th, tick_ns)) {
         /* A one-shot asked for two intervals ago and not taken (the kernel lost it) is not
@@ -1517,6 +1520,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         return false;
     }
     if (cpu_only) {
+        target_thread_ran(th);
         /* It used an interval of CPU: take it where it is now if that is on a CPU; if it
          * has blocked since, where it ran is unknown and its blocking stack is not CPU. */
         struct sysc_info si;
@@ -1543,6 +1547,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         watch_quiet(th, head);
         return false;
     }
+    target_thread_ran(th);
     uint64_t t0 = thread_cpu_ns();
     uint32_t id;
     enum unwind_end end;

@@ -134,6 +134,7 @@ struct thread {
     uint32_t defer_ticks, defer_clock; /* running: ticks taken, clock samples read, since
                                         * its share of the CPU was last judged */
     uint64_t py_tstate;         /* its CPython thread state, as found last (python.h) */
+    bool ran_since_name;        /* seen to have run since its name was last read */
     struct thread *hnext;       /* tid hash chain */
 };
 
@@ -263,6 +264,12 @@ struct target {
         uint64_t size_kb, exe_kb, lib_kb;
     } vm_now, vm_at_maps;
     uint64_t maps_unchanged; /* the housekeeping's re-reads spared by an unchanged VmSize */
+    /* Counts the times a thread of it was seen to have run (sampler.c target_ran), or its
+     * threads came or went: what it was at the last housekeeping and the last read of the
+     * maps. A process none of whose threads ran cannot have changed its mappings, names or
+     * signal dispositions: the housekeeping spares their reads (housekeeping_spared). */
+    uint64_t activity, hk_activity, maps_activity;
+    uint64_t housekeeping_spared, names_spared;
     int maps_err;           /* -errno of the last read of the maps that failed, 0 after one
                              * that worked (a failure is logged once) */
     bool warned_task_files; /* a thread's /proc files could not be opened (logged once) */
@@ -368,6 +375,13 @@ void target_thread_perf_close(struct thread *th); /* all its events (and the lat
 void target_thread_stream_close(struct thread *th);
 /* Close the event of th whose newest sample stands for a tick (wall-clock modes). */
 void target_thread_latest_close(struct thread *th);
+/* th was seen to have run (since its last sample): what the housekeeping reads may have
+ * changed. */
+static inline void target_thread_ran(struct thread *th)
+{
+    th->ran_since_name = true;
+    th->t->activity++;
+}
 /* Close its preemption watch (perfsample.h), if open. */
 void target_thread_preempt_close(struct thread *th);
 /* Drop the last stack of th's clock (its reference), so that no tick takes it again. */
