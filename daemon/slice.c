@@ -782,7 +782,7 @@ static void expand_ip(struct builder *b, uint32_t epoch, uint64_t ip, bool calle
             f->function = xstrdup(m->path);
         return;
     }
-    const char *jit = symbolizer_jit_lookup(b->sym, job->pid, ip);
+    const char *jit = b->sym ? symbolizer_jit_lookup(b->sym, job->pid, ip) : NULL;
     if (jit) {
         f->function = xstrdup(jit);
         f->jit = true;
@@ -1106,6 +1106,56 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
     return 0;
 }
 
+/* job's output in its format, from p. */
+static void slice_format(struct slice_job *job, const struct profile *p)
+{
+    int r;
+    switch (job->format) {
+    case SLICE_COLLAPSED: {
+        struct strbuf sb = {0};
+        r = profile_write_collapsed(p, &sb);
+        if (r < 0) {
+            strbuf_finish(&sb);
+            job->err = r;
+            break;
+        }
+        job->len = sb.len;
+        job->data = strbuf_steal(&sb);
+        break;
+    }
+    case SLICE_PPROF:
+    case SLICE_FLAMEGRAPH: {
+        struct strbuf sb = {0};
+        r = job->format == SLICE_PPROF ? profile_write_pprof(p, &sb)
+                                       : profile_write_flamegraph(p, &sb);
+        if (r < 0) {
+            strbuf_finish(&sb);
+            job->err = r;
+            break;
+        }
+        job->binary = job->format == SLICE_PPROF;
+        job->len = sb.len;
+        job->data = strbuf_steal(&sb);
+        break;
+    }
+    case SLICE_SUMMARY:
+        job->json = profile_to_summary(p, job->summary_limit, job->thread_filter,
+                                       job->sort_total);
+        if (!job->json)
+            job->err = -ENOMEM;
+        break;
+    case SLICE_SENTRY:
+    case SLICE_SENTRY_CHUNKS:
+    case SLICE_SPEEDSCOPE:
+        job->json = job->format == SLICE_SENTRY          ? profile_to_sentry(p)
+                    : job->format == SLICE_SENTRY_CHUNKS ? profile_to_sentry_chunks(p)
+                                                         : profile_to_speedscope(p);
+        if (!job->json)
+            job->err = -ENOMEM;
+        break;
+    }
+}
+
 void slice_run(struct slice_job *job, struct symbolizer *sym)
 {
     uint64_t t0 = now_ns();
@@ -1119,6 +1169,20 @@ void slice_run(struct slice_job *job, struct symbolizer *sym)
     }
     struct profile p;
     slice_tag_txns(job);
+    if (!sym) {
+        /* (worker.c's quick thread: no symbols, frames [module+0xOFF].) */
+        job->symbols_pending = true;
+        int r = slice_build_profile(job, NULL, &p);
+        if (r < 0) {
+            job->err = r;
+            return;
+        }
+        job->nthreads_out = p.nthreads;
+        slice_format(job, &p);
+        profile_free(&p);
+        job->build_ns = now_ns() - t0;
+        return;
+    }
     symbolizer_begin(sym, &job->creds);
     bool unread = prefetch(job, sym);
     int r = slice_build_profile(job, sym, &p);
@@ -1141,50 +1205,7 @@ void slice_run(struct slice_job *job, struct symbolizer *sym)
         return;
     }
     job->nthreads_out = p.nthreads;
-    switch (job->format) {
-    case SLICE_COLLAPSED: {
-        struct strbuf sb = {0};
-        r = profile_write_collapsed(&p, &sb);
-        if (r < 0) {
-            strbuf_finish(&sb);
-            job->err = r;
-            break;
-        }
-        job->len = sb.len;
-        job->data = strbuf_steal(&sb);
-        break;
-    }
-    case SLICE_PPROF:
-    case SLICE_FLAMEGRAPH: {
-        struct strbuf sb = {0};
-        r = job->format == SLICE_PPROF ? profile_write_pprof(&p, &sb)
-                                       : profile_write_flamegraph(&p, &sb);
-        if (r < 0) {
-            strbuf_finish(&sb);
-            job->err = r;
-            break;
-        }
-        job->binary = job->format == SLICE_PPROF;
-        job->len = sb.len;
-        job->data = strbuf_steal(&sb);
-        break;
-    }
-    case SLICE_SUMMARY:
-        job->json = profile_to_summary(&p, job->summary_limit, job->thread_filter,
-                                       job->sort_total);
-        if (!job->json)
-            job->err = -ENOMEM;
-        break;
-    case SLICE_SENTRY:
-    case SLICE_SENTRY_CHUNKS:
-    case SLICE_SPEEDSCOPE:
-        job->json = job->format == SLICE_SENTRY          ? profile_to_sentry(&p)
-                    : job->format == SLICE_SENTRY_CHUNKS ? profile_to_sentry_chunks(&p)
-                                                         : profile_to_speedscope(&p);
-        if (!job->json)
-            job->err = -ENOMEM;
-        break;
-    }
+    slice_format(job, &p);
     /* (Not for a transaction's profile: the application takes the profile alone, and the
      * worker's time is what its finish waits for.) */
     if (job->format != SLICE_SUMMARY && !job->err && !job->txn.id)

@@ -124,6 +124,9 @@ struct slice_job {
     size_t truncated;   /* samples whose stack is truncated (slice_run) */
     /* A warm-up (slice_warm): only load these modules' symbols into the symbolizer, one
      * offset each (references held). */
+    /* Built without the symbolizer (worker.c: a transaction's finish while the symbols of
+     * its files were still being loaded): frames [module+0xOFF], and the profile says so. */
+    bool symbols_pending;
     struct module **warm;
     uint64_t *warm_off;
     size_t nwarm;

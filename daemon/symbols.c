@@ -407,8 +407,15 @@ int symbolizer_lookup(struct symbolizer *s, struct module *m, uint64_t file_off,
 {
     static const struct sym_entry unknown = {.n = 1, .src = SYM_NONE};
     static const struct sym_frame unknown_frame;
-    if (!s || !m || !frames)
+    if (!m || !frames)
         return -EINVAL;
+    if (!s) {
+        /* (No symbolizer: a profile built without symbols, worker.c's quick thread.) */
+        *frames = &unknown_frame;
+        if (src)
+            *src = unknown.src;
+        return 1;
+    }
     s->lookups++;
     struct modcache *st = state_get(s, m);
     const struct sym_entry *e = u64map_get(&st->cache, file_off);

@@ -1,6 +1,8 @@
 /* txnbench.c: what the client library costs the application.
  *
- * Usage: txnbench SOCKET [N]
+ * Usage: txnbench SOCKET [N], or txnbench SOCKET cold MS K: K transactions of MS ms of work
+ * one after the other (the first attaches the process), printing "finish_ms I T PENDING" for
+ * each (T the finish's time, PENDING 1 if the profile says frames wait for symbols).
  * 0. The first two transactions of 200 ms of a process new to profd: how long each finish
  *    takes (the first one pays for what profd had not yet read of the process's files);
  * 1. N start + discard pairs on one thread (the process attached by the first): the
@@ -100,12 +102,44 @@ static void socket_floor(uint64_t *v, size_t n)
     waitpid(c, NULL, 0);
 }
 
+/* The cold mode: a process new to profd, its first transactions. */
+static int cold(const char *sock, int ms, int k)
+{
+    struct profd *p = profd_open(sock);
+    for (int i = 0; i < k; i++) {
+        uint64_t id;
+        if (!p || profd_txn_start(p, "cold", NULL, &id) != 0) {
+            fprintf(stderr, "txnbench: cannot reach profd at %s\n", sock);
+            return 1;
+        }
+        uint64_t x = 1, end = now_ns() + (uint64_t)ms * 1000000ull;
+        while (now_ns() < end)
+            for (int j = 0; j < 10000; j++)
+                x = x * 6364136223846793005ull + 1, sink = x;
+        char *json = NULL;
+        uint64_t t0 = now_ns();
+        int e = profd_txn_finish(p, id, &json);
+        double t = (double)(now_ns() - t0) / 1e6;
+        if (e != 0) {
+            fprintf(stderr, "txnbench: finish: %s\n", profd_strerror(e));
+            return 1;
+        }
+        printf("finish_ms %d %.2f %d\n", i, t, json && strstr(json, "\"symbols_pending\":true") != NULL);
+        fflush(stdout);
+        free(json);
+    }
+    profd_close(p);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: txnbench SOCKET [N]\n");
+        fprintf(stderr, "usage: txnbench SOCKET [N] | SOCKET cold MS K\n");
         return 2;
     }
+    if (argc > 4 && !strcmp(argv[2], "cold"))
+        return cold(argv[1], atoi(argv[3]), atoi(argv[4]));
     size_t n = argc > 2 ? (size_t)atoi(argv[2]) : 5000;
     struct profd *p = profd_open(argv[1]);
     uint64_t id;

@@ -21,8 +21,8 @@ import sys
 import tempfile
 import time
 
-from harness import (BUILD, PROFD, Daemon, Program, RawClient, check, check_timing, fail,
-                     listening, log, SLOW, PROGRAMS, thread_states, wait_until)
+from harness import (BUILD, PROFD, Daemon, Program, RawClient, check, check_timing, elf_read,
+                     fail, listening, log, SLOW, PROGRAMS, thread_states, wait_until)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit", "profile"))
@@ -37,13 +37,40 @@ WRAPPED = bool(os.environ.get("PROFD_WRAPPER"))
 APP_ENV = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0")
 
 
+_functions = {}
+
+
+def function_at(module, offset):
+    """The function of an ELF file (symbol table) at a virtual address: for the frames of a
+    profile built before profd had loaded the file's symbols ("symbols_pending": frames
+    with their instruction_addr and module, the image's load address in debug_meta)."""
+    if module not in _functions:
+        try:
+            _functions[module] = sorted((v, v + n, name)
+                                        for name, (v, n) in elf_read(module)[1].items() if n)
+        except (OSError, SystemExit):
+            _functions[module] = []
+    for lo, hi, name in _functions[module]:
+        if lo <= offset < hi:
+            return name
+    return None
+
+
 def functions_of_thread(prof, tid):
     frames = prof["profile"]["frames"]
     stacks = prof["profile"]["stacks"]
+    base = {im["code_file"]: int(im["image_addr"], 16)
+            for im in prof.get("debug_meta", {}).get("images", [])}
     names = set()
     for s in prof["profile"]["samples"]:
         if int(s["thread_id"]) == tid:
-            names.update(frames[i].get("function") for i in stacks[int(s["stack_id"])])
+            for i in stacks[int(s["stack_id"])]:
+                f = frames[i]
+                name = f.get("function")
+                if name is None and f.get("module") in base:
+                    name = function_at(f["module"],
+                                       int(f["instruction_addr"], 16) - base[f["module"]])
+                names.add(name)
     return names
 
 
@@ -144,7 +171,7 @@ with Daemon("--hz", "249" if SANITIZED else "999", "--max-cpu", "0", "--buffer",
                   for x in listed),
           "slice --by-transaction --format sentry: profd.transactions lists all %d "
           "transactions, with their threads and times (%d listed)" % (len(files), len(listed)))
-    bad, foreign, empty, early, single = [], [], [], [], []
+    bad, foreign, empty, early, single, pending = [], [], [], [], [], []
     for fn in files:
         with open(os.path.join(out, fn), "rb") as f:
             data = f.read()
@@ -158,6 +185,8 @@ with Daemon("--hz", "249" if SANITIZED else "999", "--max-cpu", "0", "--buffer",
             bad.append((fn, problems[:2]))
             continue
         prof = json.loads(data)
+        if prof.get("profd", {}).get("symbols_pending"):
+            pending.append(fn)
         n = int(fn.split("-")[0])
         inner = fn.endswith("-inner.json")
         txn = prof["transaction"]
@@ -183,6 +212,15 @@ with Daemon("--hz", "249" if SANITIZED else "999", "--max-cpu", "0", "--buffer",
           "sample of a starved daemon, below (%d bad: %s)" % (len(bad), bad[:3]))
     check(not foreign, "every profile names its transaction and its thread as the active one "
           "(%s)" % foreign[:3])
+    # The profiles finished while profd loaded the process's symbols (begun at its attach)
+    # are built without them rather than wait: their frames are addresses in their modules
+    # (resolved here from the ELF symbol table), and they say so. The last ones of each
+    # thread come after.
+    last = {"%d-%d.json" % (n, COUNT - 1) for n in range(THREADS)}
+    check(not last & set(pending),
+          "profiles are symbolized once the process's symbols are loaded (%d of %d built "
+          "before, without them; the last of each thread after: %s)"
+          % (len(pending), len(files), sorted(last & set(pending))))
     # A transaction runs ahead of the daemon now that a start does not wait for it: when the
     # machine's 2 CPUs are saturated by the 8 threads and the daemon gets no CPU for a
     # while, a transaction can end before any tick of its work. The daemon runs at nice -10
