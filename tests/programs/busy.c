@@ -3,7 +3,10 @@
  * Each worker thread loops forever: work_alpha (60% of iterations), work_beta (30%) and
  * work_gamma (10%), all spinning in spin(). work_gamma holds an 8 KiB array on its stack, so
  * samples taken inside spin() under it need a stack copy larger than 8 KiB to unwind.
- * Built -O2 without frame pointers. Usage: busy [THREADS] [SECONDS]; prints "ready PID". */
+ * With IDLE, that many more threads ("idle-N") that block: the odd ones in a read of a pipe
+ * nobody writes to, for good; the even ones in 100 ms sleeps (the main thread sleeps too).
+ * Built -O2 without frame pointers. Usage: busy [THREADS] [SECONDS] [IDLE]; prints
+ * "ready PID". */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -61,15 +64,40 @@ static void *worker(void *arg)
     return NULL;
 }
 
+static int idle_pipe[2];
+
+static void *idler(void *arg)
+{
+    char name[16];
+    int k = (int)(intptr_t)arg;
+    snprintf(name, sizeof(name), "idle-%d", k);
+    pthread_setname_np(pthread_self(), name);
+    for (;;) {
+        if (k % 2) {
+            char c;
+            if (read(idle_pipe[0], &c, 1) <= 0)
+                return NULL;
+        } else {
+            struct timespec ts = {0, 100000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 2;
     int secs = argc > 2 ? atoi(argv[2]) : 0;
-    pthread_t th[64];
+    int idle = argc > 3 ? atoi(argv[3]) : 0;
+    pthread_t th[64], ith[64];
     if (n < 1 || n > 64)
         n = 2;
+    if (idle < 0 || idle > 64 || pipe(idle_pipe) < 0)
+        idle = 0;
     for (int i = 0; i < n; i++)
         pthread_create(&th[i], NULL, worker, (void *)(intptr_t)(i + 1));
+    for (int i = 0; i < idle; i++)
+        pthread_create(&ith[i], NULL, idler, (void *)(intptr_t)(i + 1));
     printf("ready %d\n", getpid());
     fflush(stdout);
     if (secs > 0) {
