@@ -191,7 +191,7 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
                         "threads_seen", "stacks", "memory_bytes", "ring_dropped_full",
                         "sampling", "transaction_boundaries", "dropped_max_memory",
                         "threads_without_files", "paths", "perf", "tick_lateness",
-                        "running_again"}
+                        "running_again", "housekeeping"}
     ts = {x["pid"]: x for x in st["targets"]}
     check(sorted(ts) == sorted([p.pid, q.pid]) and set(ts[p.pid]) == sfields and
           set(ts[p.pid]["sampled"]) == {"stopped", "blocked_without_stop", "idle_reused",
