@@ -62,19 +62,20 @@ struct sched {
     uint64_t interval_ns;   /* requested interval */
     double scale;           /* budget's factor on the rate, (0, 1] */
     uint64_t eff_interval_ns; /* interval_ns / scale */
-    /* Wall-clock modes, and cputime's poll source: a timerfd (CLOCK_MONOTONIC, to the
-     * nanosecond: libev's own timers wait in epoll_wait, to the millisecond, rounded up,
-     * which at 999 Hz loses a tick in six) watched by the loop. */
-    int tfd;
-    ev_io tio;
+    /* (What a wake-up's walk of every schedule reads, alarm_run, kept together.) */
     uint64_t next_ns;       /* alarm: start of the next tick's interval on the grid */
-    uint64_t wait_until_ns; /* sleep, event: when the wait under way ends */
-    uint64_t wait_ns;       /* and how long it is */
     uint64_t due_ns;        /* alarm: when the armed tick is due (its lateness is measured) */
     /* alarm: its tick waits on the alarm schedules' one timer (schedule.c, alarm_queue);
      * its own timerfd is set only for a deferral's deadline (own_armed). */
     bool queued;
     bool own_armed;
+    /* Wall-clock modes, and cputime's poll source: a timerfd (CLOCK_MONOTONIC, to the
+     * nanosecond: libev's own timers wait in epoll_wait, to the millisecond, rounded up,
+     * which at 999 Hz loses a tick in six) watched by the loop. */
+    int tfd;
+    ev_io tio;
+    uint64_t wait_until_ns; /* sleep, event: when the wait under way ends */
+    uint64_t wait_ns;       /* and how long it is */
     /* alarm: in a wake-up's batch of ticks (alarm_run), the wall time of its own, and the
      * next schedule that ticked in it. */
     uint64_t batch_wall_ns;
