@@ -707,6 +707,7 @@ static bool perf_preempted(struct target *t, struct thread *th, uint64_t tick_ns
     stacks_ref(&t->stacks, th->pw_stack);
     push(t, th, due_ns, th->pw_stack, PATH_PERF);
     th->pw_tick_ns = tick_ns;
+    th->pw_due_ns = due_ns;
     t->stats.samples_perf++;
     t->stats.perf_preempted++;
     return true;
@@ -930,7 +931,10 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
         if (preempted_at(th, tick_ns)) {
             stacks_ref(&t->stacks, th->pw_stack);
             th->dc_stack = th->pw_stack;
-            th->dc_ns = tick_ns;
+            /* (At the time it is known to have waited there, the tick's due time, as
+             * perf_preempted stamped it: by tick_ns, later on a busy machine, it may have
+             * run on, into a transaction begun since.) */
+            th->dc_ns = th->pw_due_ns;
         } else {
             th->dc_stack = th->pl_stack; /* (the reference moves) */
             th->dc_ns = th->pl_last_ns;
@@ -1072,7 +1076,7 @@ bool sampler_defer_hung_up(struct target *t)
 }
 
 static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *pcount,
-                        uint32_t *id, enum unwind_end *end, uint64_t *sp);
+                        uint32_t *id, enum unwind_end *end, uint64_t *sp, uint64_t *seen_ns);
 
 /* A deferred tick's sample of one thread, before it is pushed: the ticks' samples are
  * gathered thread by thread, then pushed tick by tick (in time order: ring_push keeps the
@@ -1099,13 +1103,13 @@ static void defer_fill_blocked(struct target *t, struct thread *th, const uint64
                                struct dsample *row, size_t n)
 {
     uint64_t t0 = thread_cpu_ns();
-    uint64_t run, pcount, sp;
+    uint64_t run, pcount, sp, seen;
     uint32_t id = STACK_NONE;
     enum unwind_end end;
     bool back_in = true;
     int rb = proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0
                  ? -1
-                 : read_blocked(t, th, &run, &pcount, &id, &end, &sp);
+                 : read_blocked(t, th, &run, &pcount, &id, &end, &sp, &seen);
     if (rb > 0)
         perfs_first_block(&th->chg, &back_in);
     if (rb <= 0 || id == STACK_NONE || back_in) {
@@ -1383,11 +1387,13 @@ static void watch_quiet(struct thread *th, uint64_t head)
 /* A thread blocked in a system call, read without stopping it: where it is from /proc (sp,
  * pc), a copy of its stack and its Python frames, unwound. run and pcount: its schedstat read
  * before; the copy stands if a reading after it is the same (else it is looked at again,
- * once). Returns 1 with *id (one reference; STACK_NONE if the unwind failed), *end and *sp;
- * 0 if it is not blocked (running, or it ran during both copies); -1 if it vanished or its
+ * once). Returns 1 with *id (one reference; STACK_NONE if the unwind failed), *end, *sp and
+ * *seen_ns, a moment the thread was there (before the reading that confirmed it: not after
+ * the unwind, which takes long enough under load for the thread to have run on into a
+ * transaction that started since); 0 if it is not blocked (running, or it ran during both copies); -1 if it vanished or its
  * memory could not be copied (counted). */
 static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *pcount,
-                        uint32_t *id, enum unwind_end *end, uint64_t *sp)
+                        uint32_t *id, enum unwind_end *end, uint64_t *sp, uint64_t *seen_ns)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
         struct sysc_info si;
@@ -1409,6 +1415,7 @@ static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint
         /* Its Python frames too: the check below that it did not run covers them. */
         npy = py_capture(&t->py, th->tid, &th->py_tstate, pyframes);
         uint64_t run2, pcount2;
+        *seen_ns = now_ns();
         if (proc_read_schedstat(th->schedstat_fd, &run2, &pcount2) < 0) {
             t->stats.failed_vanished++;
             return -1;
@@ -1556,8 +1563,8 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
     uint64_t t0 = thread_cpu_ns();
     uint32_t id;
     enum unwind_end end;
-    uint64_t sp;
-    int rb = read_blocked(t, th, &run, &pcount, &id, &end, &sp);
+    uint64_t sp, seen;
+    int rb = read_blocked(t, th, &run, &pcount, &id, &end, &sp, &seen);
     if (rb < 0)
         return false;
     if (rb > 0) {
@@ -1578,7 +1585,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         } else {
             target_thread_forget_stack(th);
         }
-        push(t, th, now_ns(), id, PATH_PROC);
+        push(t, th, seen, id, PATH_PROC);
         t->stats.samples_blocked++;
         t->stats.ns_blocked += thread_cpu_ns() - t0;
         young_name(th);

@@ -109,6 +109,7 @@ struct thread {
     uint32_t pw_stack;
     uint64_t pw_ns;             /* when the preemption of pw_stack was sampled */
     uint64_t pw_tick_ns;        /* the latest tick that took pw_stack */
+    uint64_t pw_due_ns;         /* that tick's due time: known waiting there then */
     uint64_t blocked_tick_ns;   /* the latest wall-clock tick that did not find it running */
     bool pw_refused;            /* could not be opened: ticks that find it waiting take its
                                    clock's sample or a one-shot's */
