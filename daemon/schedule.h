@@ -16,7 +16,7 @@
  *            of one. On-CPU stacks only.
  * The wall-clock modes sample every thread at each tick, blocked ones without stopping them.
  *
- * The CPU budget (sched_budget_init) lowers the rates of the targets, fairly, when sampling
+ * The CPU budget (schedule.c's on_budget, set by sched_set_budget_pct) lowers the rates of the targets, fairly, when sampling
  * them all would cost more than the budget. */
 #pragma once
 
@@ -54,7 +54,7 @@ struct sched {
     struct target *t;
     bool running;
     /* Every running schedule, for the budget and the CPU timers' signal (schedule.c keeps
-     * them itself: it calls nothing in target.c). */
+     * its own list rather than walking target.c's targets). */
     LIST_ENTRY(sched) link;
     enum sched_mode mode;
     enum cpu_source source; /* in use (cputime only) */
