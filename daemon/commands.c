@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "fds.h"
 #include "lateness.h"
 #include "log.h"

@@ -100,3 +100,24 @@ int config_load(struct profd_config *c, const char *path, bool missing_ok, char 
 int config_check(const struct profd_config *c, char *err, size_t errlen);
 /* Is gid one of the groups allowed to profile other users' processes? */
 bool config_group_allowed(const struct profd_config *c, gid_t gid);
+
+/* What the server and the commands read of the settings (main.c fills it from struct
+ * profd_config at start and at each reload). */
+struct server_config {
+    const char *socket_path;
+    unsigned default_hz;
+    enum sched_mode default_mode;
+    enum sampler_kind default_sampler;
+    uint64_t default_buffer_ns;
+    unsigned max_hz;
+    uint64_t max_buffer_ns;
+    unsigned max_targets;
+    unsigned max_targets_per_user; /* for clients without CAP_SYS_PTRACE */
+    uint64_t max_memory;           /* all targets' samples and stacks; 0: no limit */
+    gid_t allow_groups[CONFIG_MAX_GROUPS]; /* members may profile any process */
+    size_t nallow_groups;
+    gid_t socket_gid;              /* group of the socket profd creates; -1: its own */
+    unsigned socket_mode;
+};
+
+extern struct server_config server_cfg;

@@ -14,6 +14,7 @@
 
 #include <ev.h>
 
+#include "commands.h"
 #include "config.h"
 #include "fds.h"
 #include "log.h"

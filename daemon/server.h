@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <ev.h>
 
+#include "config.h"
 #include "perms.h"
 #include "proto.h"
 #include "sampler.h"
@@ -50,24 +51,6 @@ struct pending {
     void *data;
 };
 
-struct server_config {
-    const char *socket_path;
-    unsigned default_hz;
-    enum sched_mode default_mode;
-    enum sampler_kind default_sampler;
-    uint64_t default_buffer_ns;
-    unsigned max_hz;
-    uint64_t max_buffer_ns;
-    unsigned max_targets;
-    unsigned max_targets_per_user; /* for clients without CAP_SYS_PTRACE */
-    uint64_t max_memory;           /* all targets' samples and stacks; 0: no limit */
-    gid_t allow_groups[32];        /* members may profile any process */
-    size_t nallow_groups;
-    gid_t socket_gid;              /* group of the socket profd creates; -1: its own */
-    unsigned socket_mode;
-};
-
-extern struct server_config server_cfg;
 /* Re-read the configuration (set by main): 0, or -1 with the reason in err (the running
  * configuration then stays). */
 extern int (*server_reload)(char *err, size_t errlen);
@@ -108,11 +91,3 @@ void pending_finish(struct pending *p, cJSON *reply);
 /* The same with a reply already encoded for the wire, request id included (the worker makes
  * slices' replies); its buffer may be taken over (frame is left empty). */
 void pending_finish_frame(struct pending *p, struct strbuf *frame);
-
-/* commands.c: handle one request. Returns the reply, or NULL when it will be sent later
- * through a pending (then reading from the client pauses until it is). */
-cJSON *commands_dispatch(struct client *c, const cJSON *req);
-/* Answer and free requests still waiting (at exit). */
-void commands_shutdown(void);
-/* Stops were reaped: start the slices that were waiting for them. */
-void commands_stops_reaped(void);

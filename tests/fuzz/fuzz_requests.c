@@ -15,7 +15,7 @@
  * reply must be one the protocol allows: NULL only for a request without reply, else an
  * object with "result" or "error" (a known code, a message), the request's id echoed.
  *
- * Fuzzing with libFuzzer (see the README's "Fuzzing"):
+ * Fuzzing with libFuzzer (see tests/README.md's "Fuzzing"):
  *
  *   build-fuzz/tests/fuzz/fuzz_requests-libfuzzer -max_len=4096 -dict=tests/fuzz/requests.dict \
  *       /tmp/requests-new tests/fuzz/corpus/requests
@@ -29,6 +29,7 @@
 
 #include <ev.h>
 
+#include "commands.h"
 #include "log.h"
 #include "memory.h"
 #include "proto.h"
