@@ -682,7 +682,9 @@ static bool preempted_at(const struct thread *th, uint64_t tick_ns)
 static bool perf_preempted(struct target *t, struct thread *th, uint64_t tick_ns,
                            uint64_t due_ns)
 {
-    if (th->pw.fd < 0 || boundary || due_ns <= t->sliced_to_ns)
+    /* (Nor for a stack deeper than the kernel copies: its preemptions' copies are cut short
+     * too, and its running samples are taken by a stop for a while.) */
+    if (th->pw.fd < 0 || boundary || due_ns <= t->sliced_to_ns || th->perf_deep_left)
         return false;
     struct perf_sample s;
     /* At the tick's time, not when profd came to it: on a busy machine profd gets a CPU
