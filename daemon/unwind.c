@@ -12,7 +12,7 @@
  * libunwind): that parsing is bounded (every read goes through the accessors below, which
  * serve only the snapshot and file-backed mappings) and fuzzed (tests/fuzz/fuzz_unwind.c),
  * rather than moved behind the helper's boundary, which would cost a round trip to another
- * process for every sample (see README, "Privilege separation"). */
+ * process for every sample (see daemon/DESIGN.md, "Privilege separation"). */
 #include "unwind.h"
 
 #include <elf.h>

@@ -9,7 +9,7 @@
  * every call must return 0 or one of the documented PROFD_E* codes, promptly (no hang: the
  * stream ends), and a finish that succeeds must hand back a JSON object.
  *
- * Fuzzing with libFuzzer (see the README's "Fuzzing"):
+ * Fuzzing with libFuzzer (see tests/README.md's "Fuzzing"):
  *
  *   build-fuzz/tests/fuzz/fuzz_client-libfuzzer -max_len=4096 -dict=tests/fuzz/client.dict \
  *       /tmp/client-new tests/fuzz/corpus/client

@@ -10,7 +10,7 @@
  *         can carry: no '#', newline, quote or blank at its ends).
  * config_check runs on the result either way.
  *
- * Fuzzing with libFuzzer (see the README's "Fuzzing"):
+ * Fuzzing with libFuzzer (see tests/README.md's "Fuzzing"):
  *
  *   build-fuzz/tests/fuzz/fuzz_config-libfuzzer -max_len=2048 -dict=tests/fuzz/config.dict \
  *       /tmp/config-new tests/fuzz/corpus/config

@@ -11,10 +11,10 @@
  *
  * libdw itself (elfutils 0.188, uninstrumented) is what parses most of the file: a crash
  * there is a crash of the sandboxed helper, which profd survives (it kills and restarts it,
- * and stops sending a file that made it fail twice); see the README's "Fuzzing" for what
+ * and stops sending a file that made it fail twice); see tests/README.md's "Fuzzing" for what
  * was found there.
  *
- * Fuzzing with libFuzzer (see the README's "Fuzzing"):
+ * Fuzzing with libFuzzer (see tests/README.md's "Fuzzing"):
  *
  *   build-fuzz/tests/fuzz/fuzz_elf-libfuzzer -max_len=16384 -rss_limit_mb=2560 \
  *       /tmp/elf-new tests/fuzz/corpus/elf

@@ -21,7 +21,7 @@
  * its root box holding every sample with a valid stack. The summary's sample count is
  * those samples too.
  *
- * Fuzzing with libFuzzer (see the README's "Fuzzing"):
+ * Fuzzing with libFuzzer (see tests/README.md's "Fuzzing"):
  *
  *   build-fuzz/tests/fuzz/fuzz_formats-libfuzzer -max_len=4096 -dict=tests/fuzz/formats.dict \
  *       /tmp/formats-new tests/fuzz/corpus/formats

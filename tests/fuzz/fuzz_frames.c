@@ -25,7 +25,7 @@
  *
  * Built without PROFD_LIBFUZZER (as meson does), replay.c's main() replays the files and
  * directories named on the command line: `meson test --suite fuzz` replays the corpus. With
- * clang, meson also builds fuzz_frames-libfuzzer (see tests/fuzz/meson.build and the README's
+ * clang, meson also builds fuzz_frames-libfuzzer (see tests/fuzz/meson.build and tests/README.md's
  * "Fuzzing"). */
 #include <ctype.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
  * must give exactly what one update of the whole file gives: entries sorted and disjoint,
  * every lookup equal; the later of two overlapping lines wins at its own start.
  *
- * Fuzzing with libFuzzer (see the README's "Fuzzing"):
+ * Fuzzing with libFuzzer (see tests/README.md's "Fuzzing"):
  *
  *   build-fuzz/tests/fuzz/fuzz_jitmap-libfuzzer -max_len=4096 -dict=tests/fuzz/jitmap.dict \
  *       /tmp/jitmap-new tests/fuzz/corpus/jitmap

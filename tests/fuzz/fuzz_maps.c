@@ -7,7 +7,7 @@
  * r/w/x, paths without NUL or newline, and maps_find must find exactly the entry holding an
  * address. The strict parse, when it accepts, must agree with the lenient one.
  *
- * Fuzzing with libFuzzer (clang; see the README's "Fuzzing" for the build directory):
+ * Fuzzing with libFuzzer (clang; see tests/README.md's "Fuzzing" for the build directory):
  *
  *   ninja -C build-fuzz tests/fuzz/fuzz_maps-libfuzzer
  *   mkdir -p /tmp/maps-new

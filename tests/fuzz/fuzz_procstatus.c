@@ -7,7 +7,7 @@
  * a memfd holding the same bytes must parse the same; the same text with its fields
  * re-printed from what was parsed must parse to the same values.
  *
- * Fuzzing with libFuzzer (see the README's "Fuzzing"):
+ * Fuzzing with libFuzzer (see tests/README.md's "Fuzzing"):
  *
  *   build-fuzz/tests/fuzz/fuzz_procstatus-libfuzzer -max_len=4096 \
  *       -dict=tests/fuzz/procstatus.dict /tmp/procstatus-new tests/fuzz/corpus/procstatus

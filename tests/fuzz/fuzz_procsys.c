@@ -9,7 +9,7 @@
  * proc_read_syscall must agree with sysc_parse on the same bytes; a failed read leaves the
  * caller's values alone.
  *
- * Fuzzing with libFuzzer (see the README's "Fuzzing"):
+ * Fuzzing with libFuzzer (see tests/README.md's "Fuzzing"):
  *
  *   build-fuzz/tests/fuzz/fuzz_procsys-libfuzzer -max_len=512 \
  *       /tmp/procsys-new tests/fuzz/corpus/procsys

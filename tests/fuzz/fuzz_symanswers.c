@@ -10,7 +10,7 @@
  * profd stops reading) or accepted with what it answers cached exactly, every entry sound
  * (check_entry); a description is either refused or within the ranges profd relies on.
  *
- * Fuzzing with libFuzzer (see the README's "Fuzzing"):
+ * Fuzzing with libFuzzer (see tests/README.md's "Fuzzing"):
  *
  *   build-fuzz/tests/fuzz/fuzz_symanswers-libfuzzer -max_len=8192 \
  *       -dict=tests/fuzz/symanswers.dict /tmp/symanswers-new tests/fuzz/corpus/symanswers

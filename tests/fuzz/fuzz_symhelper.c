@@ -9,7 +9,7 @@
  * malformed answer). Every answer to a well-formed request is decoded by profd's readers,
  * which must accept it, and must answer exactly what was asked (helperside.h).
  *
- * Fuzzing with libFuzzer (see the README's "Fuzzing"):
+ * Fuzzing with libFuzzer (see tests/README.md's "Fuzzing"):
  *
  *   build-fuzz/tests/fuzz/fuzz_symhelper-libfuzzer -max_len=8192 \
  *       /tmp/symhelper-new tests/fuzz/corpus/symhelper

@@ -15,7 +15,7 @@
  * copy is allocated to its exact size), and be as sound again from warm caches and after a
  * flush.
  *
- * Fuzzing with libFuzzer (see the README's "Fuzzing"):
+ * Fuzzing with libFuzzer (see tests/README.md's "Fuzzing"):
  *
  *   build-fuzz/tests/fuzz/fuzz_unwind-libfuzzer -max_len=16384 -timeout=10 \
  *       /tmp/unwind-new tests/fuzz/corpus/unwind
@@ -164,7 +164,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Again, from warm caches (libunwind's, the page cache, the tables), and after a flush:
      * as sound. Not asserted to be the same frames: on malformed CFI, libunwind's step from
      * its register-state cache can end where a fresh parse of the same CFI steps on to a
-     * garbage address (third-party; see the README's "Fuzzing"). */
+     * garbage address (third-party; see tests/README.md's "Fuzzing"). */
     s.bp_tried = false;
     int k2 = unwinder_unwind(&u, &s, again, max, &end2);
     if (getenv("FUZZ_VERBOSE")) {
