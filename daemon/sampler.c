@@ -748,20 +748,9 @@ static bool clock_sample_stands(struct target *t, struct thread *th, uint64_t ti
     return true;
 }
 
-/* A running thread's sample for a wall-clock tick without asking the kernel for anything:
- * the newest sample of its clock (one per interval of its CPU time, perfsample.h), at the
- * kernel's time, if it was taken since the last one used and within
- * LATEST_MAX_AGE_HALVES / 2 intervals of the tick; else the last one used, again (at its
- * own time), if that is as recent (the thread ran less than an interval of CPU since: it
- * waited for a CPU, or the tick came early in its interval). Returns false when neither
- * is: the one-shot (or a stop) takes this tick.
- *
- * Neither is taken if it lies in a window already sliced (t->sliced_to_ns): a window must
- * read the same when sliced again (in another format, or later), but the clock's sample
- * is older than the tick, so the tick after a slice that ends now often found one from
- * inside it (half of the slices at 49 Hz, test_sampler 1b). Stamping it after the window
- * instead moved stacks out of the transactions they were taken in (test_client). So that
- * tick takes a one-shot, a sample of its own moment. */
+/* A running thread's sample for a wall-clock tick: its clock's newest sample, or the last one
+ * used, if recent enough and outside any window already sliced. (daemon/DESIGN.md, "A running
+ * thread's tick from its clock".) */
 static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     if (t->sampler == SAMPLER_PTRACE || th->perf_refused || th->pl_refused || boundary ||
@@ -833,18 +822,7 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
 
 /* ---- deferred ticks (alarm): taken after the fact, in batches ----
  *
- * A wake-up of profd costs it 40-100 us of CPU on this VM, more than the samples of a tick.
- * While every thread of a target stays as it was at a tick (blocked where its last stack
- * says, or running), the ticks that follow need no wake-up: a blocked thread's sample is
- * its last stack; a running thread's is its clock's newest sample at the tick, as at a
- * tick taken on time (perf_latest), read from a ring that holds a batch of them. Each
- * thread's change watch wakes profd when the thread may have changed: a blocked thread's
- * at its first switch in, a running thread's at each switch out (a preemption, read and
- * found to be one, changes nothing; a block ends the batch, the thread read where it
- * blocked). The ticks before that moment are exact and are taken then, the later ones on
- * time again. Otherwise the
- * schedule takes the batch at its end, or before anything reads or adds to the buffer (a
- * slice, a transaction's boundary, a thread's birth or exit). */
+ * Why, and what it was measured against: daemon/DESIGN.md, "Deferred ticks". */
 
 /* A running thread's clock ring while deferred: at most this much locked memory, for the
  * batch's samples and DEFER_MARGIN more (profd late at the batch's end: a busy machine). */
@@ -1392,8 +1370,8 @@ static void watch_quiet(struct thread *th, uint64_t head)
  * once). Returns 1 with *id (one reference; STACK_NONE if the unwind failed), *end, *sp and
  * *seen_ns, a moment the thread was there (before the reading that confirmed it: not after
  * the unwind, which takes long enough under load for the thread to have run on into a
- * transaction that started since); 0 if it is not blocked (running, or it ran during both copies); -1 if it vanished or its
- * memory could not be copied (counted). */
+ * transaction that started since); 0 if it is not blocked (running, or it ran during both
+ * copies); -1 if it vanished or its memory could not be copied (counted). */
 static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *pcount,
                         uint32_t *id, enum unwind_end *end, uint64_t *sp, uint64_t *seen_ns)
 {
@@ -1619,21 +1597,8 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
  * stop arrives through SIGCHLD, without holding up the ticks. */
 #define STOP_WAIT_MAX_NS (250 * NS_PER_US)
 
-/* Wait for the stops we just asked for and handle them at once, without going back
- * through the event loop (epoll, then the SIGCHLD signalfd, then the wait). First poll
- * the wait (targets_wait_event, a waitid) for up to SPIN_NS, pausing between polls: a thread that is on a CPU stops within
- * 5-20 us, and a tracer that does not go to sleep for it neither pays the wake-up of an
- * idle vCPU nor makes the stopped thread wait for one. Measured here with
- * tests/bench/ptrace_floor at 1 kHz: 38 us of tracer CPU per stop and a 26 us pause of the
- * target when polling for up to 100 us (45 us and 33 us for 30 us), against 50 us and
- * 47 us when sleeping in waitpid. Only 30 us when the tick stopped as many threads as
- * there are CPUs: then some are likely waiting for a CPU, which they get only when the
- * tracer stops spinning. Then sleep in a blocking wait: it has no timeout,
- * so a per-thread POSIX timer interrupts it (EINTR) at the deadline and keeps firing every
- * period after it, so a firing that lands just before the call (and is missed) only costs
- * one more period. Events of other tracees that arrive meanwhile are handled too. Threads
- * that have not stopped by then (waiting for a CPU, exiting, in uninterruptible sleep) are
- * handled when their stop arrives via SIGCHLD. */
+/* Wait for the stops just asked for and handle them at once, spinning briefly on the wait
+ * before sleeping. (daemon/DESIGN.md, "Waiting for the stops of a tick".) */
 #define SPIN_NS (100 * NS_PER_US)
 #define SPIN_BUSY_NS (30 * NS_PER_US)
 

@@ -417,19 +417,8 @@ static void cpu_credit_tick(struct sched *s)
         run_tick(s, now_ns(), UINT64_MAX, true);
 }
 
-/* How many samples the perf source's rings gather between two reads. profd reads them on a
- * timer of its own (cputime_read), every `batch` intervals and at most every 500 ms, while
- * some thread's ring carries stacks: a read costs profd a wake-up (100-200 us of its CPU on
- * this VM when its vCPU was idle) whatever it finds, and the target nothing. At 101 Hz one
- * busy thread: 4.6 reads a second and 11.8-14.0 us of profd's CPU per sample with reads
- * every 250 ms, 2 reads and 9.1-11.5 us with 500 ms. Rings are sized for the largest batch
- * and 8 samples more whatever the rate, so that a change of rate (the budget) never leaves
- * a ring smaller than what gathers between two reads: 48 and 8 of 16 KiB copies fill 1 MiB
- * (a ring is a power of two). A ring with stacks is not watched: the
- * kernel would wake its reader once per ring's worth of samples written (the most its
- * watermark allows), read or not, and pay for it in the target's sampling interrupt (a
- * cross-CPU wake-up, ~35 us here). Before a slice the rings are read anyway
- * (sampler_flush). */
+/* How many samples the perf source's rings gather between two reads (profd's own timer).
+ * (daemon/DESIGN.md, "How often cputime's rings are read".) */
 #define CPUTIME_READ_NS (500 * NS_PER_MS)
 #define CPUTIME_BATCH_MAX 48
 
@@ -1527,18 +1516,8 @@ static void on_budget(struct ev_loop *loop, ev_timer *w, int revents)
          * loop got does not help: on a saturated machine the loop is late because it waits
          * for a CPU, however little it asks; it only spirals the rates down.) */
         g.avail = g.max_cpu_pct / 100.0 * 1e9;
-        /* The demands are estimates: a target's cost per tick measured at its current rate,
-         * times its full rate. A tick costs more at a lower rate (more of its threads have
-         * run since the last one), so a throttled target's demand is too high, and the
-         * division would leave part of the budget unused for good (100 services of 10
-         * threads at 101 Hz: 66 Hz where the budget allowed ~87). What the loop really used
-         * corrects them: while targets are throttled, the shares are multiplied by budget /
-         * used (by at most 1.25 or 0.8 a period), so that the loop converges on its budget.
-         * Not upwards when targets missed ticks: then the loop used little because it waited
-         * for a CPU (a busy machine), and raising the rates would only make it later (and,
-         * once the CPU is back, use several times its budget until the correction came back
-         * down). With no target throttled the correction decays towards 1 (not reset at
-         * once: that would throttle and unthrottle by turns around the budget). */
+        /* The demands are estimates, too high for a throttled target: the shares are corrected
+         * by what profd really used. (daemon/DESIGN.md, "The budget's correction".) */
         if (win_s > 0 && g.any_throttled) {
             double used = (double)loop_win / win_s;
             double f = used > 0 ? g.avail / used : 1.25;

@@ -881,51 +881,9 @@ int target_attach(pid_t pid, unsigned hz, uint64_t buffer_ns, enum sampler_kind 
     return r;
 }
 
-/* Stolen wake-ups. A signal sent to the process rather than to one thread (kill(2), even
- * when given a thread's id; a terminal's SIGWINCH; SIGCHLD; SIGURG) waits in the process's
- * shared queue, and the kernel wakes one thread that does not block it to take it
- * (kernel/signal.c complete_signal(): the thread named if it "wants" it, else the next one
- * that is neither in a stop nor has a signal pending already). But any thread that passes
- * through get_signal() dequeues from that queue, not only the one woken, which may then find
- * nothing: it returns without a signal-delivery-stop, so profd never sees it, and a call
- * that reports an interruption as a plain -EINTR (epoll waits, socket calls with
- * SO_RCVTIMEO: sysc_restartable) fails with EINTR. Untraced, an ignored signal is discarded
- * when it is sent and wakes nobody (sig_ignored()); traced, it is queued for the tracer to
- * see ("Tracers may want to know about even ignored signal"), and its wake-up is real. And
- * the tracer makes thieves: a thread leaving any ptrace stop makes a pass through
- * get_signal()'s dequeue on its way out (it stopped there, or ptrace_stop() set
- * TIF_SIGPENDING for the shared queue: "Queued signals ignored us while we were stopped for
- * tracing"), and complete_signal() passes over a thread in a ptrace stop, so a signal aimed
- * at it wakes another thread while it takes the signal itself once resumed. (So do threads
- * that recompute their pending state for their own reasons: sigprocmask, the mask restored
- * at the end of epoll_pwait or ppoll.) None of this happens with tgkill(2), whose signal
- * only its thread can take.
- *
- * Closed here: a thread is not resumed while an ignored signal that it could take waits in
- * the shared queue before every thread that may have been woken for it is interrupted. A
- * woken thread that has not reached get_signal() then stops there (job-control traps are
- * handled before the dequeue) and its -EINTR is repaired in that stop (rescue_stop); one
- * that has reached it finds the signal still queued (its would-be thief is held in its stop)
- * and takes it, unless a thread profd does not hold takes it first (below). Measured with
- * blocker (its computing thread idle), bursts of 30 SIGWINCH+SIGURG pairs sent with kill(2)
- * to one thread, 1 to 10 ms apart: 40 EINTR in 18 of 40 bursts before, 1 in 40 after (with a
- * CPU-bound process beside it: 154 in 38 of 80 bursts before, 1 in 80 after).
- *
- * Not closed, and not closable by a tracer that stays attached: a signal sent in the 20-50 us
- * between PTRACE_CONT and the resumed thread's first moment on a CPU (a halted vCPU's
- * wake-up here), when it makes its pass, or taken by a thread profd does not hold at all (one
- * ending its epoll_pwait restores its mask and recomputes). profd learns of such a theft only
- * afterwards, from the thief's signal-delivery-stop, when the woken thread is usually back
- * in user mode already (interrupting threads then was measured to catch few, and its stops
- * made more thieves). A busy thread sampled at 999 Hz is in that window 2-5% of the time:
- * the case reported, a thread in epoll_wait of such a process sent 30 SIGWINCH with
- * kill(2), still sees an EINTR in about one burst in four (16 EINTR in 11 of 48 bursts; 13
- * in 11 without this): there the busy thread, resumed from its sample, takes the signal
- * while the thread it woke waits for a CPU. No ptrace request prevents that pass: the last
- * one before user mode always uses the thread's own mask (PTRACE_SETSIGMASK would have to
- * stay in force while it runs, visible to it and inherited by a fork). Only not being
- * attached would: the kernel queues an ignored signal only when the thread it names is
- * traced, so threads sampled from /proc need not be attached between samples. */
+/* A signal sent to the process can wake a thread that another one, leaving a ptrace stop, robs
+ * of it: a thread is not resumed while such a signal waits. (daemon/DESIGN.md, "Stolen
+ * wake-ups".) */
 static void rescue_stolen_wakeups(struct target *t, struct thread *thief)
 {
     for (size_t i = 0; i < t->nthreads; i++) {
@@ -1112,21 +1070,9 @@ void target_detach(struct target *t, void (*done)(struct target *, void *, int),
     }
     t->state = T_DETACHING;
     hooks.stopped(t);
-    /* PTRACE_DETACH needs the thread in a ptrace stop it can be released from. A thread
-     * parked with PTRACE_LISTEN is not one (the kernel refuses with ESRCH): interrupt it too,
-     * and it re-traps at once with PTRACE_EVENT_STOP and its stop signal; the kernel then
-     * puts it back into the group-stop on detach. Running threads are interrupted and
-     * detached at their stop, passing on any signal they stop for meanwhile. An interrupt
-     * is sent even if one is pending (a stop for something else may have cleared it).
-     *
-     * The leader goes first, the others once it is released. A signal sent to the process
-     * that it ignores (SIGWINCH...) is dropped by the kernel at once, unless the leader is
-     * traced (kernel/signal.c sig_ignored looks at the task the pid names): then it is
-     * queued, and may be taken by any thread. A thread already released that takes it
-     * wakes from its wait for nothing: an epoll_wait returns EINTR, which it never does
-     * without a tracer (seen when a detach of 22 threads was held up 400 ms: 6 EINTRs in
-     * released threads). With the leader released first, such signals are dropped as they
-     * would be without profd, and threads still traced are repaired at their stop. */
+    /* PTRACE_DETACH needs a stop the thread can be released from; a thread parked with
+     * PTRACE_LISTEN is interrupted first. (daemon/DESIGN.md, "Detaching a thread parked with
+     * PTRACE_LISTEN".) */
     struct thread *leader = live_leader(t);
     if (!leader || !interrupt_for_detach(t, leader))
         interrupt_the_rest(t);
@@ -1249,18 +1195,8 @@ static struct thread *adopt_unknown(pid_t tid, int status)
     return NULL;
 }
 
-/* Between two repairs of one call the thread gives up the CPU exactly twice: when the
- * restarted call blocks again, and when the next signal puts it into its signal-delivery
- * stop. A call that ended in between (its timeout, an event) and a new call that blocked
- * make it three or more. (A signal already pending when the call restarts makes it one:
- * the chain then looks new and its wait starts over; accepting one would join a new call
- * that returned at once to the old one, and end it early, which is worse.) Counted in
- * voluntary context switches, which a preemption (a busy machine) does not add to, unlike
- * schedstat's count of times scheduled in. Two is also what a call that timed out and a
- * new one that met a signal already pending at its start make: such a new call is told
- * apart by time (the restarted one could not have timed out yet: chain_limit_ns) and, for
- * the epoll waits, by its timeout argument (a new call has the program's, not the one the
- * repair wrote). Seen with a SIGWINCH every 1-2 ms: about one wait in 150 ended at once. */
+/* Between two repairs of one call the thread gives up the CPU exactly twice (voluntary
+ * switches); three or more mean a new call. (daemon/DESIGN.md, "Chains of repairs".) */
 #define CHAIN_SWITCHES 2
 
 /* A thread's voluntary context switches (its status): it gave up the CPU to wait (blocking,

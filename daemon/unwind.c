@@ -41,24 +41,9 @@ struct uctx {
 };
 static struct uctx *cur;
 
-/* libunwind takes its register-state cache's lock at every unw_step (UNW_CACHE_GLOBAL: the
- * 1.6.2 of Debian 12 maps UNW_CACHE_PER_THREAD to it), and, built with its default
- * --enable-block-signals, blocks every signal while it holds it: two rt_sigprocmask system
- * calls per frame, which were half of profd's CPU per sample (a cputime sample at 101 Hz:
- * 24.6 us with them, 12.6 us without). The blocking guards against a signal handler that
- * unwinds the thread holding the lock; profd's unwinds are of other processes' copies, made by
- * no signal handler. So this definition, which libunwind's calls bind to (the executable's
- * symbol comes first), answers libunwind's pair itself while this thread is in unwind_pass,
- * which knows the thread's mask (mask_now): "block every signal, give me the old mask"
- * (SIG_SETMASK of a full set) gets the mask as it is, unchanged, and the restore of a mask
- * equal to it, which changes nothing, is not made either. Any other call, and any call outside
- * an unwind, is glibc's own (its sigprocmask is pthread_sigmask with errno set). The lock
- * itself is still taken.
- * The mask is read once per thread, and again after any call that sets it passes through
- * here (libev's, profd's own). One that does not (a direct pthread_sigmask) leaves mask_now
- * stale, which is harmless: the pair is answered without touching the real mask either way,
- * and nothing else calls sigprocmask on this thread during an unwind. Reading it at every
- * unwind was one system call per sample, most of profd's system calls with cputime. */
+/* libunwind blocks every signal around its cache lock at each step: two system calls per frame,
+ * answered here from the mask read once per unwind. (daemon/DESIGN.md, "libunwind's signal
+ * blocking".) */
 static __thread bool unwinding;
 static __thread bool mask_known;
 static __thread sigset_t mask_now; /* this thread's mask */
