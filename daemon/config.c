@@ -176,36 +176,12 @@ void config_defaults(struct profd_config *c)
             fatal("built-in default of %s: %s", keys[i].key, err);
 }
 
-int config_set(struct profd_config *c, const char *key, const char *v, char *err,
-               size_t errlen)
+/* A numeric key's value, checked against its bounds (config_set). */
+static int set_number(const struct config_key *k, void *field, const char *v, char *err,
+                      size_t errlen)
 {
-    const struct config_key *k = NULL;
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && !k; i++)
-        if (key_is(key, keys[i].key))
-            k = &keys[i];
-    if (!k) {
-        snprintf(err, errlen, "unknown key \"%s\"", key);
-        return -ENOENT;
-    }
-    void *field = (char *)c + k->off;
     const char *name = k->key;
     switch (k->type) {
-    case CFG_PATH:
-        if (v[0] != '/' || strlen(v) > k->hi)
-            return bad(err, errlen, "%s must be an absolute path of at most %" PRIu64
-                       " bytes, not \"%s\"", name, k->hi, v);
-        free(*(char **)field);
-        *(char **)field = xstrdup(v);
-        return 0;
-    case CFG_GROUP:
-        if (*v && !getgrnam(v)) {
-            uint64_t num;
-            if (parse_u64(v, &num) < 0 || num >= (gid_t)-1 || !getgrgid((gid_t)num))
-                return bad(err, errlen, "%s: no group named \"%s\"", name, v);
-        }
-        free(*(char **)field);
-        *(char **)field = *v ? xstrdup(v) : NULL;
-        return 0;
     case CFG_OCTAL: {
         char *end;
         errno = 0;
@@ -216,20 +192,6 @@ int config_set(struct profd_config *c, const char *key, const char *v, char *err
         *(unsigned *)field = (unsigned)m;
         return 0;
     }
-    case CFG_MODE:
-        if (sched_mode_parse(v, (enum sched_mode *)field) < 0)
-            return bad(err, errlen, "%s must be alarm, sleep, event or cputime, not \"%s\"",
-                       name, v);
-        return 0;
-    case CFG_CPUSRC:
-        if (cpu_source_parse(v, (enum cpu_source *)field) < 0)
-            return bad(err, errlen, "%s must be auto, perf, timer or poll, not \"%s\"", name,
-                       v);
-        return 0;
-    case CFG_SAMPLER:
-        if (sampler_kind_parse(v, (enum sampler_kind *)field) < 0)
-            return bad(err, errlen, "%s must be auto, perf or ptrace, not \"%s\"", name, v);
-        return 0;
     case CFG_UINT: {
         uint64_t n;
         if (parse_u64(v, &n) < 0 || n < k->lo || n > k->hi)
@@ -264,6 +226,62 @@ int config_set(struct profd_config *c, const char *key, const char *v, char *err
         *(uint64_t *)field = n;
         return 0;
     }
+    default:
+        break;
+    }
+    return bad(err, errlen, "%s: unknown type", name);
+}
+
+int config_set(struct profd_config *c, const char *key, const char *v, char *err,
+               size_t errlen)
+{
+    const struct config_key *k = NULL;
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && !k; i++)
+        if (key_is(key, keys[i].key))
+            k = &keys[i];
+    if (!k) {
+        snprintf(err, errlen, "unknown key \"%s\"", key);
+        return -ENOENT;
+    }
+    void *field = (char *)c + k->off;
+    const char *name = k->key;
+    switch (k->type) {
+    case CFG_PATH:
+        if (v[0] != '/' || strlen(v) > k->hi)
+            return bad(err, errlen, "%s must be an absolute path of at most %" PRIu64
+                       " bytes, not \"%s\"", name, k->hi, v);
+        free(*(char **)field);
+        *(char **)field = xstrdup(v);
+        return 0;
+    case CFG_GROUP:
+        if (*v && !getgrnam(v)) {
+            uint64_t num;
+            if (parse_u64(v, &num) < 0 || num >= (gid_t)-1 || !getgrgid((gid_t)num))
+                return bad(err, errlen, "%s: no group named \"%s\"", name, v);
+        }
+        free(*(char **)field);
+        *(char **)field = *v ? xstrdup(v) : NULL;
+        return 0;
+    case CFG_MODE:
+        if (sched_mode_parse(v, (enum sched_mode *)field) < 0)
+            return bad(err, errlen, "%s must be alarm, sleep, event or cputime, not \"%s\"",
+                       name, v);
+        return 0;
+    case CFG_CPUSRC:
+        if (cpu_source_parse(v, (enum cpu_source *)field) < 0)
+            return bad(err, errlen, "%s must be auto, perf, timer or poll, not \"%s\"", name,
+                       v);
+        return 0;
+    case CFG_SAMPLER:
+        if (sampler_kind_parse(v, (enum sampler_kind *)field) < 0)
+            return bad(err, errlen, "%s must be auto, perf or ptrace, not \"%s\"", name, v);
+        return 0;
+    case CFG_OCTAL:
+    case CFG_UINT:
+    case CFG_DURATION:
+    case CFG_PERCENT:
+    case CFG_SIZE:
+        return set_number(k, field, v, err, errlen);
     case CFG_GROUPS:
         return set_groups(c, v, err, errlen);
     case CFG_BOOL:
