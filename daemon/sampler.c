@@ -846,8 +846,11 @@ static unsigned defer_ring_batch(unsigned b)
     return b + DEFER_MARGIN > 8 ? b + DEFER_MARGIN - 8 : 0;
 }
 
-bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
-                         unsigned *batch, int *epfd)
+/* Whether every thread of t is as a deferral needs it at this tick (blocked where its last
+ * stack says, or running with a recent sample), and the batch (at most max_batch ticks, less
+ * where a thread's ring would be too large) with the bytes of rings it takes. */
+static bool defer_possible(const struct target *t, uint64_t tick_ns, unsigned max_batch,
+                           unsigned *batch, size_t *ring_bytes)
 {
     if (t->deferred || t->sampler == SAMPLER_PTRACE || t->py.status == PYS_OK ||
         t->state != T_ATTACHED || t->maps_dirty || !t->nthreads)
@@ -865,8 +868,8 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
         if (th->ran_last_tick) {
             /* Running, its sample this tick its clock's (a stop or a one-shot: not yet), or
              * its preemption's: waiting for a CPU (profd's own, often, at its tick). */
-            if (!preempted_at(th, tick_ns) &&
-                (th->pl.fd < 0 || th->pl_stack == STACK_NONE || tick_ns - th->pl_last_ns >= max_age))
+            if (!preempted_at(th, tick_ns) && (th->pl.fd < 0 || th->pl_stack == STACK_NONE ||
+                                               tick_ns - th->pl_last_ns >= max_age))
                 return false;
             while (b >= DEFER_MIN_BATCH &&
                    perfs_ring_bytes(want_stack(th), true, defer_ring_batch(b)) > DEFER_RING_MAX)
@@ -877,6 +880,38 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
         }
         rings += perfs_changes_bytes(th->ran_last_tick);
     }
+    *batch = b;
+    *ring_bytes = rings;
+    return true;
+}
+
+/* What a deferral saw at the tick still holds now that its watches are open: a blocked
+ * thread has not run since its stack was read, a running one is not in a system call. */
+static bool defer_still_holds(const struct target *t)
+{
+    for (size_t i = 0; i < t->nthreads; i++) {
+        const struct thread *th = t->threads[i];
+        if (th->defer_kind == DEFER_BLOCKED) {
+            uint64_t run, pcount;
+            if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0 ||
+                run != th->run_ns || pcount != th->pcount)
+                return false;
+        } else {
+            struct sysc_info si;
+            if (proc_read_syscall(th->syscall_fd, &si) < 0 || si.state == SYSC_IN_SYSCALL)
+                return false;
+        }
+    }
+    return true;
+}
+
+bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
+                         unsigned *batch, int *epfd)
+{
+    unsigned b;
+    size_t rings;
+    if (!defer_possible(t, tick_ns, max_batch, &b, &rings))
+        return false;
     if (b < DEFER_MIN_BATCH || !ring_room(rings) || !fds_take(1))
         return false;
     t->defer_epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -928,21 +963,8 @@ bool sampler_defer_begin(struct target *t, uint64_t tick_ns, unsigned max_batch,
                            defer_ring_batch(b)) < 0)
             goto undo;
     }
-    /* What it saw at the tick still holds now that the watches are open: a blocked thread
-     * has not run since its stack was read, a running one is not in a system call. */
-    for (size_t i = 0; i < t->nthreads; i++) {
-        struct thread *th = t->threads[i];
-        if (th->defer_kind == DEFER_BLOCKED) {
-            uint64_t run, pcount;
-            if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0 ||
-                run != th->run_ns || pcount != th->pcount)
-                goto undo;
-        } else {
-            struct sysc_info si;
-            if (proc_read_syscall(th->syscall_fd, &si) < 0 || si.state == SYSC_IN_SYSCALL)
-                goto undo;
-        }
-    }
+    if (!defer_still_holds(t))
+        goto undo;
     t->stats.defer_begun++;
     *batch = b;
     *epfd = t->defer_epfd;

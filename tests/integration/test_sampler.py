@@ -53,6 +53,21 @@ def split_ok(shares):
     return shares and all(abs(shares[f] - want[f]) <= 5 for f in want)
 
 
+def run_delay_ns(pid, name):
+    """Time pid's threads named name waited on a run queue for a CPU, from their schedstat."""
+    tot = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if f.read().strip() != name:
+                    continue
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                tot += int(f.read().split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return tot
+
+
 def busy_cpu_ns(pid):
     """CPU time of pid's threads named busy-*, from their schedstat (ns)."""
     tot = 0
@@ -190,11 +205,14 @@ for defer in (True, False):
               "... a clock per running thread and at most a one-shot event beside it, their rings "
               "counted (%d events, %d bytes)" % (pf["events"], pf["ring_bytes"]))
         # (Loose: a busy thread given a third of a CPU by a loaded machine has a new sample of
-        # its clock every third tick, and a one-shot at most others.)
-        check(defer or pf["latest"] + pf["latest_reused"] >= 0.15 * perf and pf["latest"] >= 0.1 * perf,
+        # its clock every third tick, and a one-shot at most others; where it waits for a CPU
+        # at the tick, its preemption's sample stands for it, also read without asking.)
+        unasked = pf["latest"] + pf["latest_reused"] + pf["preempted"]
+        check(defer or unasked >= 0.15 * perf and pf["latest"] + pf["preempted"] >= 0.1 * perf,
               "... nothing asked of the kernel at most ticks: the newest sample of each busy "
-              "thread's clock stands for the tick (%d newest, %d again, %d one-shots of %d "
-              "kernel copies)" % (pf["latest"], pf["latest_reused"], pf["oneshot_asked"], perf))
+              "thread's clock, or where it waits for a CPU, stands for the tick (%d newest, %d "
+              "again, %d preempted, %d one-shots of %d kernel copies)"
+              % (pf["latest"], pf["latest_reused"], pf["preempted"], pf["oneshot_asked"], perf))
         r = d.ctl("slice", p.pid, "--last", 1, "--format", "sentry")
         meta = json.loads(r.stdout)
         text = json.dumps(meta)
@@ -255,9 +273,21 @@ with Daemon() as d, Program("sleeper", 1, 1) as p:
     d.wait_samples(p.pid, 3 * 101, timeout=60)
     a = d.target_status(p.pid)
     t0 = time.monotonic_ns()
-    wait_until(lambda: d.target_status(p.pid)["sampling"]["deferred"]["cut_short_by_a_change"]
-               >= a["sampling"]["deferred"]["cut_short_by_a_change"] + 3, 30,
-               "three batches cut short by the napper")
+    # On a machine too busy for the burner to keep a CPU, its deferrals are left for its
+    # waits for one (and held off, doubling up to 10 s): then not three cut short in 30 s.
+    deadline = time.monotonic() + 30 * SLOW
+    busy = False
+    while True:
+        cur = d.target_status(p.pid)["sampling"]["deferred"]
+        if cur["cut_short_by_a_change"] >= a["sampling"]["deferred"]["cut_short_by_a_change"] + 3:
+            break
+        if time.monotonic() > deadline:
+            busy = cur["left_for_waits_for_a_cpu"] > a["sampling"]["deferred"][
+                "left_for_waits_for_a_cpu"]
+            if not busy:
+                fail("timed out waiting for three batches cut short by the napper (%s)" % cur)
+            break
+        time.sleep(0.05)
     t1 = time.monotonic_ns()
     b = d.target_status(p.pid)
     prof = d.slice(p.pid, "--from", t0, "--to", t1)
@@ -270,10 +300,15 @@ with Daemon() as d, Program("sleeper", 1, 1) as p:
     burn = per.get("burner-1", {})
     in_nap = sum(c for st, c in nap.items() if ";nap;" in st + ";")
     in_burn = sum(c for st, c in burn.items() if ";burn;" in st + ";")
-    check(dfr["ticks"] - a["sampling"]["deferred"]["ticks"] > 0 and
-          dfr["batches"] > a["sampling"]["deferred"]["batches"],
-          "deferred: batches begin again after one is cut short (%d batches, %d cut short)"
-          % (dfr["batches"], dfr["cut_short_by_a_change"]))
+    if busy:
+        log("not checked, the machine too busy for the burner to keep a CPU (deferrals left "
+            "for its waits for one %d times): batches begin again after one is cut short"
+            % dfr["left_for_waits_for_a_cpu"])
+    else:
+        check(dfr["ticks"] - a["sampling"]["deferred"]["ticks"] > 0 and
+              dfr["batches"] > a["sampling"]["deferred"]["batches"],
+              "deferred: batches begin again after one is cut short (%d batches, %d cut short)"
+              % (dfr["batches"], dfr["cut_short_by_a_change"]))
     check(nap and in_nap >= 0.98 * sum(nap.values()) and burn and
           in_burn >= 0.98 * sum(burn.values()),
           "... each thread's samples where it was: the napper in nap() (%d of %d), the "
@@ -299,8 +334,10 @@ for watch in ("sched_switch", "context_switches", "batch_end"):
         d.wait_samples(p.pid, 2 * 101, timeout=60)
         a = d.target_status(p.pid)
         t0 = time.monotonic_ns()
+        rd0 = run_delay_ns(p.pid, "phaser")
         time.sleep(3.0)
         t1 = time.monotonic_ns()
+        waited = (run_delay_ns(p.pid, "phaser") - rd0) / (t1 - t0)
         b = d.target_status(p.pid)
         per = thread_stacks(d.slice(p.pid, "--from", t0, "--to", t1))
         ph = per.get("phaser", {})
@@ -318,6 +355,11 @@ for watch in ("sched_switch", "context_switches", "batch_end"):
             log("SKIP (this part): tracefs is not mounted here, the sched_switch tracepoint's "
                 "id unreadable (blocks seen from %s)" % dfr["running_blocks_from"])
             continue
+        if dfr["running_blocks_from"] == "none yet" and waited > 0.1:
+            log("not checked, the machine busy with other work (the phaser waited for a CPU "
+                "%.0f%% of the time, and no batch began while it ran): its blocks seen from %s"
+                % (100 * waited, watch))
+            continue
         check(dfr["running_blocks_from"] == watch,
               "deferred: a running thread's blocks seen from %s" % watch)
         # Each batch cut short closes its watches; were they the tracepoint's last perf
@@ -331,9 +373,16 @@ for watch in ("sched_switch", "context_switches", "batch_end"):
               "... batches cut short by a thread's phases (%d cut short; %d samples of a "
               "running thread read where it blocked)"
               % (dfr["cut_short_by_a_change"], dfr["samples_read_after_blocking"]))
-        check(tot and work + rest >= 0.98 * tot and 35 <= 100.0 * work / tot <= 65,
-              "... its samples in its two phases, about half in each (%d computing, %d "
-              "asleep, of %d)" % (work, rest, tot))
+        check(tot and work + rest >= 0.98 * tot, "... its samples in its two phases (%d "
+              "computing, %d asleep, of %d)" % (work, rest, tot))
+        # Woken from its sleep, it waits for a CPU still inside rest_phase (nanosleep has not
+        # returned): a busy machine lengthens that phase, in truth as in the profile.
+        msg = ("... about half in each (%d computing, %d asleep; it waited for a CPU %.0f%% "
+               "of the time)" % (work, rest, 100 * waited))
+        if waited > 0.1:
+            log("not checked, the machine busy with other work:", msg)
+        else:
+            check(35 <= 100.0 * work / max(tot, 1) <= 65, msg)
         if watch == "batch_end":
             # A block seen only at the batch's end: one it woke from within the batch
             # leaves its ticks since unknown (counted missed; the next batches shorter).
@@ -363,10 +412,13 @@ with Daemon(env={"PROFD_DEFER": "0"}) as d, Program("busy", NBUSY) as p:
     ticks = st1["ticks"] - st0["ticks"]
     kc = st1["sampled"]["kernel_copy"] - st0["sampled"]["kernel_copy"]
     waited = st1["perf"]["oneshot_waited_for"] - st0["perf"]["oneshot_waited_for"]
-    check(ticks > 0 and kc >= 0.95 * NBUSY * ticks and waited > 0,
+    # (Or, mostly now, the sample of its preemption, from its preemption watch.)
+    preempted = st1["perf"]["preempted"] - st0["perf"]["preempted"]
+    check(ticks > 0 and kc >= 0.95 * NBUSY * ticks and waited + preempted > 0,
           "%d busy threads on %d CPUs (alarm): a sample of each at nearly every tick (%d kernel "
-          "copies for %d x %d ticks; %d of them a one-shot's that ticks waited for)"
-          % (NBUSY, os.cpu_count(), kc, NBUSY, ticks, waited))
+          "copies for %d x %d ticks; %d of them a one-shot's that ticks waited for, %d where "
+          "the thread was preempted)"
+          % (NBUSY, os.cpu_count(), kc, NBUSY, ticks, waited, preempted))
     # A one-shot given up (not taken after two intervals) was disabled, and the kernel keeps
     # its event's limit of samples: a REFRESH after it allowed two, the second dropped for
     # want of room (PERF_RECORD_LOST) after interrupting the thread again. Such an arm is
