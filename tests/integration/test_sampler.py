@@ -53,34 +53,30 @@ def split_ok(shares):
     return shares and all(abs(shares[f] - want[f]) <= 5 for f in want)
 
 
-def run_delay_ns(pid, name):
-    """Time pid's threads named name waited on a run queue for a CPU, from their schedstat."""
+def schedstat_sum(pid, named, field):
+    """A field of the schedstat of pid's threads whose name passes named (ns): 0 the CPU
+    time, 1 the time waited on a run queue for a CPU."""
     tot = 0
     for tid in os.listdir("/proc/%d/task" % pid):
         try:
             with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
-                if f.read().strip() != name:
+                if not named(f.read().strip()):
                     continue
             with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                tot += int(f.read().split()[1])
+                tot += int(f.read().split()[field])
         except (FileNotFoundError, ProcessLookupError):
             pass
     return tot
+
+
+def run_delay_ns(pid, name):
+    """Time pid's threads named name waited on a run queue for a CPU."""
+    return schedstat_sum(pid, lambda n: n == name, 1)
 
 
 def busy_cpu_ns(pid):
-    """CPU time of pid's threads named busy-*, from their schedstat (ns)."""
-    tot = 0
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
-                if not f.read().startswith("busy-"):
-                    continue
-            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                tot += int(f.read().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return tot
+    """CPU time of pid's threads named busy-*."""
+    return schedstat_sum(pid, lambda n: n.startswith("busy-"), 0)
 
 
 def check_copy_shrunk(st):
