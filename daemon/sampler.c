@@ -1839,13 +1839,13 @@ void sampler_tick(struct target *t, uint64_t tick_ns, uint64_t due_ns, bool cpu_
     for (size_t i = 0; i < t->nthreads; i++) {
         struct thread *th = t->threads[i];
         if (th->zombie || !th->born) {
-            th->cpu_due = false;
+            th->sched.cpu_due = false;
             continue;
         }
         if (cpu_only) {
-            if (!th->cpu_due)
+            if (!th->sched.cpu_due)
                 continue;
-            th->cpu_due = false;
+            th->sched.cpu_due = false;
             if (th->state == TH_GROUP_STOP || th->interrupt_pending || th->rescue_pending) {
                 t->stats.skipped_off_cpu += th->state == TH_GROUP_STOP;
                 t->stats.skipped_pending += th->interrupt_pending || th->rescue_pending;

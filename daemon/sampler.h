@@ -41,7 +41,7 @@ void sampler_finish(void);
 /* One tick for t, taken at tick_ns (now) for the moment due_ns (when it was due, at most
  * now): sample each thread (reuse, blocked path, or PTRACE_INTERRUPT). A thread found
  * waiting for a CPU is taken where it waited at due_ns. With cpu_only, only the threads
- * marked cpu_due, and only if they are on a CPU (running, or runnable): on-CPU stacks for
+ * marked sched.cpu_due, and only if they are on a CPU (running, or runnable): on-CPU stacks for
  * the cputime schedule. */
 void sampler_tick(struct target *t, uint64_t tick_ns, uint64_t due_ns, bool cpu_only);
 /* The ticks until sampler_event_tick(false) are events' (event mode: a sample of now): a

@@ -367,18 +367,18 @@ static bool credit(struct sched *s, struct thread *th, uint64_t ns)
     uint64_t iv = s->eff_interval_ns;
     /* Each sample after a random amount of CPU in [3/4, 5/4) of the interval (1 on
      * average): exactly periodic samples alias with periodic work, as alarm's would. */
-    if (!th->cpu_thresh_ns)
-        th->cpu_thresh_ns = jittered(iv);
-    th->cpu_credit_ns += ns;
-    if (th->cpu_credit_ns < th->cpu_thresh_ns)
+    if (!th->sched.cpu_thresh_ns)
+        th->sched.cpu_thresh_ns = jittered(iv);
+    th->sched.cpu_credit_ns += ns;
+    if (th->sched.cpu_credit_ns < th->sched.cpu_thresh_ns)
         return false;
-    th->cpu_credit_ns -= th->cpu_thresh_ns;
-    th->cpu_thresh_ns = jittered(iv);
-    if (th->cpu_credit_ns > 2 * iv) {
-        s->missed += (th->cpu_credit_ns - 2 * iv) / iv;
-        th->cpu_credit_ns = 2 * iv + th->cpu_credit_ns % iv;
+    th->sched.cpu_credit_ns -= th->sched.cpu_thresh_ns;
+    th->sched.cpu_thresh_ns = jittered(iv);
+    if (th->sched.cpu_credit_ns > 2 * iv) {
+        s->missed += (th->sched.cpu_credit_ns - 2 * iv) / iv;
+        th->sched.cpu_credit_ns = 2 * iv + th->sched.cpu_credit_ns % iv;
     }
-    th->cpu_due = true;
+    th->sched.cpu_due = true;
     return true;
 }
 
@@ -401,13 +401,13 @@ static void cpu_credit_tick(struct sched *s)
         uint64_t run, pcount;
         if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0)
             continue;
-        if (!th->cpu_seen_valid) {
-            th->cpu_seen_valid = true;
-            th->cpu_seen_ns = run;
+        if (!th->sched.cpu_seen_valid) {
+            th->sched.cpu_seen_valid = true;
+            th->sched.cpu_seen_ns = run;
             continue;
         }
-        uint64_t d = run - th->cpu_seen_ns;
-        th->cpu_seen_ns = run;
+        uint64_t d = run - th->sched.cpu_seen_ns;
+        th->sched.cpu_seen_ns = run;
         any |= credit(s, th, d);
     }
     uint64_t c = thread_cpu_ns() - c0; /* the reads: the budget counts them too */
@@ -540,7 +540,7 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
         return;
     }
     s->missed += n - 1;
-    th->cpu_due = true;
+    th->sched.cpu_due = true;
     /* The period stays exact here (as with perf record -c): re-setting it at each overflow
      * (to randomize it, as credit() does) restarts the count from the ioctl, which lost the
      * ~0.1 ms since the overflow: 8% of the samples at 999 Hz. */
@@ -1017,9 +1017,9 @@ static int start_cputime(struct sched *s)
             return r;
     }
     for (size_t i = 0; i < t->nthreads; i++) {
-        t->threads[i]->cpu_seen_valid = false;
-        t->threads[i]->cpu_credit_ns = 0;
-        t->threads[i]->cpu_thresh_ns = 0;
+        t->threads[i]->sched.cpu_seen_valid = false;
+        t->threads[i]->sched.cpu_credit_ns = 0;
+        t->threads[i]->sched.cpu_thresh_ns = 0;
     }
     if (want == CPU_SRC_AUTO || want == CPU_SRC_TIMER) {
         int r = g.sigfd >= 0 ? timer_open(s) : g.sig_err;

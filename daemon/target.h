@@ -12,6 +12,7 @@
 #include "perms.h"
 #include "python.h"
 #include "ring.h"
+#include "sched_thread.h"
 #include "stacks.h"
 #include "unwind.h"
 
@@ -72,12 +73,7 @@ struct thread {
     uint8_t name_checks;        /* times the name was read since the thread appeared */
     uint64_t added_ns;          /* when profd started following it */
     char name[16];
-    /* cputime schedule: CPU time seen, credit towards the next sample, a sample due. */
-    bool cpu_seen_valid;
-    bool cpu_due;
-    uint64_t cpu_seen_ns;
-    uint64_t cpu_credit_ns;
-    uint64_t cpu_thresh_ns;     /* CPU to the next sample (random around the interval) */
+    struct sched_thread sched;  /* the schedule's (sched_thread.h): cputime's credit */
     /* Its perf event (perfsample.h): continuous in cputime (perf source), one-shot in the
      * wall-clock modes (opened the first time it is seen running). */
     struct perf_stream ps;

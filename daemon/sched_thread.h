@@ -1,0 +1,16 @@
+/* sched_thread.h: what the schedule keeps per thread (cputime's credit of CPU time),
+ * embedded in struct thread (target.h) as th->sched; set and reset by cputime.c. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* cputime schedule: CPU time seen, credit towards the next sample, a sample due. It holds
+ * nothing to release: it goes with its thread. */
+struct sched_thread {
+    bool cpu_seen_valid;
+    bool cpu_due;               /* a sample is due (sampler_tick's cpu_only takes it) */
+    uint64_t cpu_seen_ns;
+    uint64_t cpu_credit_ns;
+    uint64_t cpu_thresh_ns;     /* CPU to the next sample (random around the interval) */
+};
