@@ -14,3 +14,8 @@ struct sched_thread {
     uint64_t cpu_credit_ns;
     uint64_t cpu_thresh_ns;     /* CPU to the next sample (random around the interval) */
 };
+
+/* cputime.c: c zeroed (a new thread: the schedule's thread_added hook); c's CPU time and
+ * credit forgotten, a sample due kept (cputime starts counting by schedstat). */
+void sched_thread_init(struct sched_thread *c);
+void sched_thread_restart(struct sched_thread *c);

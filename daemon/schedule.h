@@ -16,8 +16,13 @@
  *            of one. On-CPU stacks only.
  * The wall-clock modes sample every thread at each tick, blocked ones without stopping them.
  *
- * The CPU budget (schedule.c's on_budget, set by sched_set_budget_pct) lowers the rates of the targets, fairly, when sampling
- * them all would cost more than the budget. */
+ * The CPU budget (budget.c's on_budget and budget_divide, set by sched_set_budget_pct) lowers
+ * the rates of the targets, fairly, when sampling them all would cost more than the budget.
+ *
+ * The files: schedule.c (the modes, their timers and ticks), cputime.c (cputime), sched_defer.c
+ * (alarm's deferred ticks), budget.c (the budget), sched_ticks.h (their arithmetic). They call
+ * down into sampler.c, and into target.c to attach, detach and find threads; target.c tells
+ * them of its threads' lives through sched_target_hooks. */
 #pragma once
 
 #include <stdbool.h>
@@ -53,8 +58,8 @@ struct sched {
     struct ev_loop *loop;
     struct target *t;
     bool running;
-    /* Every running schedule, for the budget and the CPU timers' signal (schedule.c keeps
-     * its own list rather than walking target.c's targets). */
+    /* Every running schedule, for the budget and the CPU timers' signal (their own list,
+     * sched_live, rather than a walk of target.c's targets). */
     LIST_ENTRY(sched) link;
     enum sched_mode mode;
     enum cpu_source source; /* in use (cputime only) */
@@ -65,7 +70,7 @@ struct sched {
     /* (What a wake-up's walk of every schedule reads, alarm_run, kept together.) */
     uint64_t next_ns;       /* alarm: start of the next tick's interval on the grid */
     uint64_t due_ns;        /* alarm: when the armed tick is due (its lateness is measured) */
-    /* alarm: its tick waits on the alarm schedules' one timer (schedule.c, alarm_queue);
+    /* alarm: its tick waits on the alarm schedules' one timer (schedule.c, sched_alarm_queue);
      * its own timerfd is set only for a deferral's deadline (own_armed). */
     bool queued;
     bool own_armed;
@@ -117,7 +122,7 @@ struct sched {
     ev_io dio;
     uint64_t defer_hold_until_ns, defer_hold_ns;
     uint64_t defer_run_ticks; /* ticks taken since the deferral began */
-    uint64_t defer_span_ns;   /* a batch's span now (schedule.c: DEFER_MAX_NS at most) */
+    uint64_t defer_span_ns;   /* a batch's span now (sched_defer.c: DEFER_MAX_NS at most) */
     uint64_t defer_begin_ns;  /* when the deferral began */
     uint64_t defer_run_preempts; /* wake-ups for a running thread's preemption since then */
     uint64_t defer_batches, defer_ticks, defer_wakes, defer_changed;
