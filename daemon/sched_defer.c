@@ -44,17 +44,63 @@ void sched_defer_init(void)
     defer_off = d && !strcmp(d, "0");
 }
 
+/* ---- the arithmetic (test_schedule_ticks) ---- */
+
+uint64_t sched_defer_batch_max(uint64_t iv)
+{
+    uint64_t b = DEFER_MAX_NS / iv;
+    return b > DEFER_MAX_TICKS ? DEFER_MAX_TICKS : b;
+}
+
+uint64_t sched_defer_deadline_ns(uint64_t next, uint64_t iv, uint64_t span_ns, unsigned batch)
+{
+    uint64_t span = span_ns / iv;
+    if (span > batch)
+        span = batch;
+    if (span < 2)
+        span = 2;
+    return next + (span - 1) * iv + iv / ALARM_JITTER_DIV;
+}
+
+uint64_t sched_defer_hold_ns(uint64_t hold_ns, bool again, uint64_t run_ticks)
+{
+    /* One that paid halves the hold, rather than ending it: a target whose threads wake now
+     * and then, some of its deferrals long and most short, began one every 1.7 s, and 100
+     * mostly idle services cost profd more with their deferrals (opening, mapping and
+     * closing a watch per thread each time) than on time: 8.8% of a CPU against 7.6%. */
+    if (!hold_ns)
+        hold_ns = DEFER_HOLD_MIN_NS;
+    else if (again || run_ticks < DEFER_PAYS_TICKS)
+        hold_ns *= 2;
+    else if (hold_ns / 2 >= DEFER_HOLD_MIN_NS)
+        hold_ns /= 2;
+    return hold_ns > DEFER_HOLD_MAX_NS ? DEFER_HOLD_MAX_NS : hold_ns;
+}
+
+uint64_t sched_defer_span_halved(uint64_t span_ns)
+{
+    span_ns /= 2;
+    return span_ns < DEFER_MIN_SPAN_NS ? DEFER_MIN_SPAN_NS : span_ns;
+}
+
+uint64_t sched_defer_span_doubled(uint64_t span_ns)
+{
+    return span_ns * 2 > DEFER_MAX_NS ? DEFER_MAX_NS : span_ns * 2;
+}
+
+bool sched_defer_preempted_often(uint64_t run_preempts, uint64_t ticks)
+{
+    return run_preempts > 2 && run_preempts * DEFER_TICKS_PER_PREEMPT > ticks;
+}
+
+/* ---- deferrals ---- */
+
 static void defer_leave(struct sched *s);
 
 void sched_defer_arm(struct sched *s)
 {
-    uint64_t span = s->defer_span_ns / s->eff_interval_ns;
-    if (span > s->defer_batch)
-        span = s->defer_batch;
-    if (span < 2)
-        span = 2;
-    s->defer_deadline_ns = s->next_ns + (span - 1) * s->eff_interval_ns +
-                           s->eff_interval_ns / ALARM_JITTER_DIV;
+    s->defer_deadline_ns = sched_defer_deadline_ns(s->next_ns, s->eff_interval_ns,
+                                                   s->defer_span_ns, s->defer_batch);
     /* Preemptions are counted batch by batch (on_defer_io). */
     s->defer_begin_ns = s->next_ns - s->eff_interval_ns;
     s->defer_run_preempts = 0;
@@ -74,18 +120,7 @@ static void on_defer_io(struct ev_loop *loop, ev_io *w, int revents);
  * for a CPU, however long they ran: a busy machine's, whose ticks are exact on time only. */
 static void defer_hold(struct sched *s, uint64_t now, bool again)
 {
-    /* One that paid halves the hold, rather than ending it: a target whose threads wake now
-     * and then, some of its deferrals long and most short, began one every 1.7 s, and 100
-     * mostly idle services cost profd more with their deferrals (opening, mapping and
-     * closing a watch per thread each time) than on time: 8.8% of a CPU against 7.6%. */
-    if (!s->defer_hold_ns)
-        s->defer_hold_ns = DEFER_HOLD_MIN_NS;
-    else if (again || s->defer_run_ticks < DEFER_PAYS_TICKS)
-        s->defer_hold_ns *= 2;
-    else if (s->defer_hold_ns / 2 >= DEFER_HOLD_MIN_NS)
-        s->defer_hold_ns /= 2;
-    if (s->defer_hold_ns > DEFER_HOLD_MAX_NS)
-        s->defer_hold_ns = DEFER_HOLD_MAX_NS;
+    s->defer_hold_ns = sched_defer_hold_ns(s->defer_hold_ns, again, s->defer_run_ticks);
     s->defer_hold_until_ns = now + s->defer_hold_ns;
 }
 
@@ -95,9 +130,7 @@ void sched_defer_try(struct sched *s, uint64_t tick_ns)
     if (defer_off || s->mode != SCHED_ALARM || !s->running || s->deferred ||
         s->t->state != T_ATTACHED || tick_ns < s->defer_hold_until_ns)
         return;
-    uint64_t b = DEFER_MAX_NS / s->eff_interval_ns;
-    if (b > DEFER_MAX_TICKS)
-        b = DEFER_MAX_TICKS;
+    uint64_t b = sched_defer_batch_max(s->eff_interval_ns);
     unsigned batch;
     int fd;
     uint64_t refused = s->t->stats.defer_refused;
@@ -164,9 +197,7 @@ void sched_defer_take(struct sched *s, uint64_t now, enum defer_how how)
     /* A change seen more than an interval after it (a running thread's, at the batch's
      * end) cost the ticks since. */
     if (changed != UINT64_MAX && changed + s->eff_interval_ns < now) {
-        s->defer_span_ns /= 2;
-        if (s->defer_span_ns < DEFER_MIN_SPAN_NS)
-            s->defer_span_ns = DEFER_MIN_SPAN_NS;
+        s->defer_span_ns = sched_defer_span_halved(s->defer_span_ns);
     }
     /* A running thread that waited for a CPU (sampler.c): on time again, and the next
      * batch, after a longer hold, shorter (its waiting ticks have the clock's older
@@ -175,9 +206,7 @@ void sched_defer_take(struct sched *s, uint64_t now, enum defer_how how)
         s->defer_left_starved++;
         if (how == DEFER_KEEP)
             how = DEFER_LEAVE_PREEMPTED;
-        s->defer_span_ns /= 2;
-        if (s->defer_span_ns < DEFER_MIN_SPAN_NS)
-            s->defer_span_ns = DEFER_MIN_SPAN_NS;
+        s->defer_span_ns = sched_defer_span_halved(s->defer_span_ns);
     }
     if (how == DEFER_KEEP && !any && s->due_ns >= now && s->running &&
         t->state == T_ATTACHED && sampler_defer_resize(t, s->defer_batch)) {
@@ -221,7 +250,7 @@ static void on_defer_io(struct ev_loop *loop, ev_io *w, int revents)
     s->defer_preempts++;
     s->defer_run_preempts++;
     uint64_t ticks = (now - s->defer_begin_ns) / s->eff_interval_ns;
-    if (s->defer_run_preempts > 2 && s->defer_run_preempts * DEFER_TICKS_PER_PREEMPT > ticks)
+    if (sched_defer_preempted_often(s->defer_run_preempts, ticks))
         sched_defer_take(s, now, DEFER_LEAVE_PREEMPTED);
 }
 
@@ -238,8 +267,7 @@ void sched_defer_deadline(struct sched *s, uint64_t now)
     sched_defer_take(s, now, DEFER_KEEP);
     /* (Ran to its end, nothing changed: a longer span from the next batch on.) */
     if (s->deferred)
-        s->defer_span_ns = s->defer_span_ns * 2 > DEFER_MAX_NS ? DEFER_MAX_NS
-                                                             : s->defer_span_ns * 2;
+        s->defer_span_ns = sched_defer_span_doubled(s->defer_span_ns);
 }
 
 void sched_defer_describe(const struct sched *s, cJSON *o)

@@ -87,3 +87,15 @@ void sched_defer_take(struct sched *s, uint64_t now, enum defer_how how);
 void sched_defer_deadline(struct sched *s, uint64_t now);
 /* status: the "deferred" object of s (alarm). */
 void sched_defer_describe(const struct sched *s, struct cJSON *o);
+/* Its arithmetic (test_schedule_ticks): the most ticks a batch may take at interval iv (under
+ * 2: no deferral); a batch's deadline, the last of its ticks' windows' end (its span's worth
+ * of ticks, within [2, batch], from the interval that starts at next); the hold after a
+ * deferral cut short (again: it found a thread waiting for a CPU; run_ticks: the ticks it
+ * took); a batch's span halved or doubled within its bounds; whether a deferral woken so
+ * often by preemptions is left. */
+uint64_t sched_defer_batch_max(uint64_t iv);
+uint64_t sched_defer_deadline_ns(uint64_t next, uint64_t iv, uint64_t span_ns, unsigned batch);
+uint64_t sched_defer_hold_ns(uint64_t hold_ns, bool again, uint64_t run_ticks);
+uint64_t sched_defer_span_halved(uint64_t span_ns);
+uint64_t sched_defer_span_doubled(uint64_t span_ns);
+bool sched_defer_preempted_often(uint64_t run_preempts, uint64_t ticks);

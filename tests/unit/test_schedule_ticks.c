@@ -2,7 +2,9 @@
  * daemon: alarm's due times in the first quarter of their interval, the [3/4, 5/4) jitter of
  * sleep's waits and cputime's thresholds, the sample instant, ticks missed, the window a
  * wake-up's tick may be taken in, a new grid after a change of rate, cputime's credit and
- * its ring's batch. */
+ * its ring's batch, and alarm's deferred batches' length, deadline, span and hold
+ * (daemon/sched_defer.c). */
+#include "sched_internal.h"
 #include "sched_ticks.h"
 #include "check.h"
 
@@ -211,6 +213,82 @@ static void test_cputime_batch(void)
     CHECK_INT(cputime_batch(0), 48);
 }
 
+/* A deferred batch takes at most 500 ms and 64 ticks; under 2, none. */
+static void test_defer_batch_max(void)
+{
+    CHECK_U64(sched_defer_batch_max(NS_PER_MS), 64);
+    CHECK_U64(sched_defer_batch_max(10 * NS_PER_MS), 50);
+    CHECK_U64(sched_defer_batch_max(NS_PER_SEC / 101), 50);
+    CHECK_U64(sched_defer_batch_max(250 * NS_PER_MS), 2);
+    CHECK_U64(sched_defer_batch_max(300 * NS_PER_MS), 1);
+    CHECK_U64(sched_defer_batch_max(NS_PER_SEC), 0);
+}
+
+/* A batch ends where the window of its last tick ends: its span's worth of ticks (at least
+ * 2, at most the batch) from the interval that starts at next. */
+static void test_defer_deadline(void)
+{
+    uint64_t next = NS_PER_SEC, iv = 1000;
+    CHECK_U64(sched_defer_deadline_ns(next, iv, 10 * iv, 64), next + 9 * iv + iv / 4);
+    CHECK_U64(sched_defer_deadline_ns(next, iv, 10 * iv + 999, 64), next + 9 * iv + iv / 4);
+    CHECK_U64(sched_defer_deadline_ns(next, iv, 10 * iv, 4), next + 3 * iv + iv / 4);
+    CHECK_U64(sched_defer_deadline_ns(next, iv, iv / 2, 64), next + iv + iv / 4);
+    CHECK_U64(sched_defer_deadline_ns(next, iv, 10 * iv, 1), next + iv + iv / 4);
+    /* Every tick of the batch is due before it, none of the tick after. */
+    uint64_t end = sched_defer_deadline_ns(next, iv, 5 * iv, 64);
+    for (int i = 0; i < DRAWS; i++) {
+        uint64_t last = alarm_due(next + 4 * iv, iv), after = alarm_due(next + 5 * iv, iv);
+        if (last >= end || after < end) {
+            CHECK(last < end && after >= end);
+            break;
+        }
+    }
+}
+
+/* The hold after a deferral cut short: 100 ms at first, doubled while they do not pay (under
+ * 16 ticks) or keep finding a thread waiting for a CPU, halved by one that paid (not under
+ * 100 ms), 10 s at most. */
+static void test_defer_hold(void)
+{
+    const uint64_t ms = NS_PER_MS;
+    CHECK_U64(sched_defer_hold_ns(0, false, 100), 100 * ms);
+    CHECK_U64(sched_defer_hold_ns(0, true, 0), 100 * ms);
+    CHECK_U64(sched_defer_hold_ns(100 * ms, false, 15), 200 * ms);
+    CHECK_U64(sched_defer_hold_ns(100 * ms, true, 1000), 200 * ms);
+    CHECK_U64(sched_defer_hold_ns(400 * ms, false, 16), 200 * ms);
+    CHECK_U64(sched_defer_hold_ns(200 * ms, false, 16), 100 * ms);
+    CHECK_U64(sched_defer_hold_ns(150 * ms, false, 16), 150 * ms);
+    CHECK_U64(sched_defer_hold_ns(100 * ms, false, 16), 100 * ms);
+    CHECK_U64(sched_defer_hold_ns(8000 * ms, false, 1), 10000 * ms);
+    CHECK_U64(sched_defer_hold_ns(10000 * ms, true, 1), 10000 * ms);
+}
+
+/* A batch's span: halved after a change seen late or a thread left waiting (not under
+ * 50 ms), doubled after one that ran to its end (not over 500 ms). */
+static void test_defer_span(void)
+{
+    const uint64_t ms = NS_PER_MS;
+    CHECK_U64(sched_defer_span_halved(500 * ms), 250 * ms);
+    CHECK_U64(sched_defer_span_halved(120 * ms), 60 * ms);
+    CHECK_U64(sched_defer_span_halved(80 * ms), 50 * ms);
+    CHECK_U64(sched_defer_span_halved(50 * ms), 50 * ms);
+    CHECK_U64(sched_defer_span_doubled(50 * ms), 100 * ms);
+    CHECK_U64(sched_defer_span_doubled(250 * ms), 500 * ms);
+    CHECK_U64(sched_defer_span_doubled(300 * ms), 500 * ms);
+    CHECK_U64(sched_defer_span_doubled(500 * ms), 500 * ms);
+}
+
+/* A deferral is left for preemptions when more than 2 woke profd, and more than one for
+ * every 4 of its ticks. */
+static void test_defer_preempted_often(void)
+{
+    CHECK(!sched_defer_preempted_often(2, 0));
+    CHECK(sched_defer_preempted_often(3, 11));
+    CHECK(!sched_defer_preempted_often(3, 12));
+    CHECK(sched_defer_preempted_often(10, 39));
+    CHECK(!sched_defer_preempted_often(10, 40));
+}
+
 int main(void)
 {
     RUN(test_jittered_bounds);
@@ -221,5 +299,10 @@ int main(void)
     RUN(test_regrid_never_puts_off);
     RUN(test_credit);
     RUN(test_cputime_batch);
+    RUN(test_defer_batch_max);
+    RUN(test_defer_deadline);
+    RUN(test_defer_hold);
+    RUN(test_defer_span);
+    RUN(test_defer_preempted_often);
     return check_status("test_schedule_ticks");
 }
