@@ -123,7 +123,7 @@ int main(int argc, char **argv)
         return 2;
     }
     /* profd's loop thread waits for the ELF headers the "modules" helper reads
-     * (daemon/modules.c): that one keeps profd's priority. */
+     * (daemon/symbols/modules.c): that one keeps profd's priority. */
     so.keep_priority = !strcmp(role, "modules");
     if (sandbox_enter(&so) < 0)
         return 1;

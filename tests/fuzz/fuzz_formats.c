@@ -1,5 +1,5 @@
 /* fuzz_formats.c: libFuzzer target for the output formats' handling of hostile names
- * (daemon/profile_collapsed.c, daemon/profile_sentry.c).
+ * (daemon/formats/profile_collapsed.c, daemon/formats/profile_sentry.c).
  *
  * Input: a profile: threads, frames, stacks, samples, transactions and images, every name
  * (thread, function, file, module, transaction, process) any NUL-free bytes: invalid UTF-8,

@@ -1,4 +1,4 @@
-/* fuzz_maps.c: libFuzzer target for the /proc/PID/maps parser (daemon/maps.c).
+/* fuzz_maps.c: libFuzzer target for the /proc/PID/maps parser (daemon/symbols/maps.c).
  *
  * Input: the maps text, any bytes. It goes through maps_parse_text as maps_read reads a
  * process (lenient: overlapping entries dropped) and as the tests do (strict), and through

@@ -1,5 +1,5 @@
 /* fuzz_symanswers.c: libFuzzer target for profd's reading of what its helper answers
- * (daemon/symbols.c: take_frames, the JIT names; daemon/modules.c: the description of a
+ * (daemon/symbols/symbols.c: take_frames, the JIT names; daemon/symbols/modules.c: the description of a
  * file). The helper parses hostile files and may have been subverted by one: to profd, its
  * answers are hostile input too.
  *

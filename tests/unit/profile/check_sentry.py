@@ -22,7 +22,7 @@ and serde's: a missing required field, a wrong type, a duplicate field of a stru
 string that is not UTF-8 make the whole item invalid; unknown fields are ignored.
 vroom (internal/sample/sample.go) then builds call trees from transaction.active_thread_id.
 Problems marked "profd:" are not relay rejections but our own contract (see
-daemon/profile_sentry.c): exact id forms, string thread ids, sorted samples, no duplicate or
+daemon/formats/profile_sentry.c): exact id forms, string thread ids, sorted samples, no duplicate or
 unreferenced entries, debug_id derived from the build-id, platform "native".
 """
 
