@@ -1,5 +1,6 @@
 /* cmd_status.c: the status and list commands: the daemon's figures and each target's
  * summary and counters. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -39,44 +40,43 @@ cJSON *target_summary(const struct target *t, uint64_t now)
     return o;
 }
 
-static cJSON *target_status(const struct target *t, uint64_t now)
+/* ---- a target's status: its counters from target.h's lists ---- */
+
+/* A counter of one of target.h's lists: its key, and where its uint64_t is in its group's
+ * struct. */
+struct stat_key {
+    const char *name;
+    size_t off;
+};
+#define STAT_KEY(T, name) {#name, offsetof(T, name)},
+
+static void add_counters(cJSON *o, const void *group, const struct stat_key *keys, size_t n)
 {
-    cJSON *o = target_summary(t, now);
-    const struct target_stats *s = &t->stats;
-    uint64_t end = t->state == T_EXITED ? t->exit_ns : now;
-    double secs = end > t->attach_ns ? (double)(end - t->attach_ns) / 1e9 : 0;
-    cJSON_AddNumberToObject(o, "ticks", (double)s->ticks);
-    cJSON_AddNumberToObject(o, "achieved_hz", secs > 0 ? (double)s->ticks / secs : 0);
-    cJSON_AddItemToObject(o, "sampling", sched_describe(t->sched));
-    /* alarm: how late its ticks ran against the grid (the loop thread busy elsewhere). */
-    cJSON_AddItemToObject(o, "tick_lateness", lateness_describe(&t->sched->lateness));
-    /* Ticks that found a thread running that ran at its previous tick too: known from its
-     * syscall file alone (sampler.c). Not a kind of sample: outside "sampled". */
-    cJSON_AddNumberToObject(o, "running_again", (double)s->schedstat_spared);
-    cJSON *k = cJSON_AddObjectToObject(o, "sampled");
-    cJSON_AddNumberToObject(k, "stopped", (double)s->samples_stopped);
-    cJSON_AddNumberToObject(k, "blocked_without_stop", (double)s->samples_blocked);
-    cJSON_AddNumberToObject(k, "idle_reused", (double)s->samples_reused);
-    cJSON_AddNumberToObject(k, "kernel_copy", (double)s->samples_perf);
-    /* Per path: samples, and profd's time per sample on the loop thread (for stops: from
-     * the interrupt through the wait, the copy and the unwind). */
-    cJSON *paths = cJSON_AddObjectToObject(o, "paths");
-    struct {
-        const char *name;
-        uint64_t n, ns;
-    } pv[] = {{"perf", s->samples_perf, s->ns_perf},
-              {"proc", s->samples_blocked, s->ns_blocked},
-              {"ptrace", s->samples_stopped, s->ns_stopped}};
-    for (size_t i = 0; i < 3; i++) {
-        cJSON *p = cJSON_AddObjectToObject(paths, pv[i].name);
-        cJSON_AddNumberToObject(p, "samples", (double)pv[i].n);
-        cJSON_AddNumberToObject(p, "us_per_sample",
-                                pv[i].n ? (double)pv[i].ns / (double)pv[i].n / 1e3 : 0);
-    }
-    cJSON *pf = cJSON_AddObjectToObject(o, "perf");
-    cJSON_AddStringToObject(pf, "sampler", sampler_kind_name(t->sampler));
-    /* The sampling events, and apart from them the switch watches of threads that seldom
-     * run (read at each tick instead of their schedstat). */
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddNumberToObject(o, keys[i].name,
+                                (double)*(const uint64_t *)((const char *)group + keys[i].off));
+}
+
+/* Every counter of LIST (one of target.h's) added to o, in its order: group points to the
+ * T that LIST made (checked by the compiler). */
+#define ADD_COUNTERS(o, LIST, T, group)                                                    \
+    do {                                                                                   \
+        static const struct stat_key keys_[] = {LIST(STAT_KEY, T)};                        \
+        const T *group_ = (group);                                                         \
+        add_counters(o, group_, keys_, ARRAY_SIZE(keys_));                                 \
+    } while (0)
+/* One counter of target_stats' top level, where it is placed: its key its member's name. */
+#define ADD_COUNTER(o, s, name) cJSON_AddNumberToObject(o, #name, (double)(s)->name)
+
+/* Its perf events: the sampling events, and apart from them the switch watches of threads
+ * that seldom run (read at each tick instead of their schedstat). */
+struct perf_usage {
+    size_t streams, ring, watches, watch_bytes;
+    uint32_t copy_min, copy_max; /* stack bytes per sample of the events open */
+};
+
+static void perf_usage(const struct target *t, struct perf_usage *u)
+{
     size_t streams = 0, ring = 0, watches = 0, watch_bytes = 0;
     uint32_t copy_min = 0, copy_max = 0; /* stack bytes per sample of the events open */
     for (size_t i = 0; i < t->nthreads; i++) {
@@ -95,65 +95,94 @@ static cJSON *target_status(const struct target *t, uint64_t now)
         watches += th->sw.fd >= 0;
         watch_bytes += perfs_bytes(&th->sw);
     }
-    cJSON_AddNumberToObject(pf, "events", (double)streams);
-    cJSON_AddNumberToObject(pf, "ring_bytes", (double)ring);
-    cJSON_AddNumberToObject(pf, "oneshot_asked", (double)s->perf_armed);
-    cJSON_AddNumberToObject(pf, "oneshot_expired", (double)s->perf_expired);
-    cJSON_AddNumberToObject(pf, "oneshot_waited_for", (double)s->perf_waited);
-    cJSON_AddNumberToObject(pf, "latest", (double)s->perf_latest);
-    cJSON_AddNumberToObject(pf, "latest_reused", (double)s->perf_latest_reused);
-    cJSON_AddNumberToObject(pf, "latest_torn", (double)s->perf_latest_torn);
-    cJSON_AddNumberToObject(pf, "preempted", (double)s->perf_preempted);
-    cJSON_AddNumberToObject(pf, "preempt_watch_failed", (double)s->preempt_watch_failed);
-    cJSON_AddNumberToObject(pf, "latest_across_waits", (double)s->perf_latest_across_waits);
-    cJSON_AddNumberToObject(pf, "latest_in_sliced_window", (double)s->perf_latest_sliced);
-    cJSON_AddNumberToObject(pf, "lost", (double)s->perf_lost);
-    cJSON_AddNumberToObject(pf, "without_registers", (double)s->perf_no_regs);
-    cJSON_AddNumberToObject(pf, "copy_too_short", (double)s->perf_short);
-    cJSON_AddNumberToObject(pf, "copy_shrunk", (double)s->perf_shrunk);
+    *u = (struct perf_usage){.streams = streams, .ring = ring, .watches = watches,
+                             .watch_bytes = watch_bytes, .copy_min = copy_min,
+                             .copy_max = copy_max};
+}
+
+static void add_perf(cJSON *o, const struct target *t)
+{
+    const struct stats_perf *s = &t->stats.perf;
+    cJSON *pf = cJSON_AddObjectToObject(o, "perf");
+    cJSON_AddStringToObject(pf, "sampler", sampler_kind_name(t->sampler));
+    struct perf_usage u;
+    perf_usage(t, &u);
+    cJSON_AddNumberToObject(pf, "events", (double)u.streams);
+    cJSON_AddNumberToObject(pf, "ring_bytes", (double)u.ring);
+    ADD_COUNTERS(pf, TARGET_STATS_PERF, struct stats_perf, s);
     cJSON *cb = cJSON_AddObjectToObject(pf, "copy_bytes");
-    cJSON_AddNumberToObject(cb, "min", copy_min);
-    cJSON_AddNumberToObject(cb, "max", copy_max);
-    cJSON_AddNumberToObject(pf, "stopped_stack_too_deep", (double)s->fallback_deep);
-    cJSON_AddNumberToObject(pf, "stopped_no_event", (double)s->fallback_refused);
-    cJSON_AddNumberToObject(pf, "stopped_first_interval", (double)s->fallback_first);
-    cJSON_AddNumberToObject(pf, "stopped_without_files", (double)s->fallback_no_files);
-    cJSON_AddNumberToObject(pf, "stopped_for_python", (double)s->fallback_python);
+    cJSON_AddNumberToObject(cb, "min", u.copy_min);
+    cJSON_AddNumberToObject(cb, "max", u.copy_max);
+    ADD_COUNTERS(pf, TARGET_STATS_PERF_STOPPED, struct stats_perf, s);
     cJSON *sw = cJSON_AddObjectToObject(pf, "switch_watch");
-    cJSON_AddNumberToObject(sw, "threads", (double)watches);
-    cJSON_AddNumberToObject(sw, "ring_bytes", (double)watch_bytes);
-    cJSON_AddNumberToObject(sw, "reads_spared", (double)s->watch_skipped);
-    cJSON_AddNumberToObject(sw, "opened", (double)s->watch_opened);
-    cJSON_AddNumberToObject(sw, "closed_running_often", (double)s->watch_closed_busy);
-    cJSON_AddNumberToObject(sw, "closed_for_room", (double)s->watch_released);
+    cJSON_AddNumberToObject(sw, "threads", (double)u.watches);
+    cJSON_AddNumberToObject(sw, "ring_bytes", (double)u.watch_bytes);
+    ADD_COUNTERS(sw, TARGET_STATS_SWITCH_WATCH, struct stats_switch_watch, &s->switch_watch);
     if (t->perf_err)
         cJSON_AddStringToObject(pf, "error", strerror(-t->perf_err));
-    if (t->py.status != PYS_NONE) {
-        cJSON *py = cJSON_AddObjectToObject(o, "python");
-        char v[16];
-        snprintf(v, sizeof(v), "%lu.%lu", (t->py.rt.version_hex >> 24) & 0xff,
-                 (t->py.rt.version_hex >> 16) & 0xff);
-        if (t->py.rt.version_hex)
-            cJSON_AddStringToObject(py, "version", v);
-        cJSON_AddBoolToObject(py, "frames", t->py.status == PYS_OK);
-        if (t->py.status == PYS_UNSUPPORTED)
-            cJSON_AddStringToObject(py, "error", t->py.why);
-        cJSON_AddNumberToObject(py, "samples", (double)t->py.samples);
-        cJSON_AddNumberToObject(py, "torn", (double)t->py.torn);
-        cJSON_AddNumberToObject(py, "unreadable", (double)t->py.unreadable);
-        cJSON_AddNumberToObject(py, "code_objects", (double)t->py.ncodes);
-        cJSON_AddNumberToObject(py, "code_objects_failed", (double)t->py.codes_failed);
-        cJSON_AddNumberToObject(py, "us_per_read",
-                                t->py.captures ? (double)t->py.capture_ns / 1e3 /
-                                                     (double)t->py.captures
-                                               : 0);
+}
+
+static void add_python(cJSON *o, const struct target *t)
+{
+    cJSON *py = cJSON_AddObjectToObject(o, "python");
+    char v[16];
+    snprintf(v, sizeof(v), "%lu.%lu", (t->py.rt.version_hex >> 24) & 0xff,
+             (t->py.rt.version_hex >> 16) & 0xff);
+    if (t->py.rt.version_hex)
+        cJSON_AddStringToObject(py, "version", v);
+    cJSON_AddBoolToObject(py, "frames", t->py.status == PYS_OK);
+    if (t->py.status == PYS_UNSUPPORTED)
+        cJSON_AddStringToObject(py, "error", t->py.why);
+    cJSON_AddNumberToObject(py, "samples", (double)t->py.samples);
+    cJSON_AddNumberToObject(py, "torn", (double)t->py.torn);
+    cJSON_AddNumberToObject(py, "unreadable", (double)t->py.unreadable);
+    cJSON_AddNumberToObject(py, "code_objects", (double)t->py.ncodes);
+    cJSON_AddNumberToObject(py, "code_objects_failed", (double)t->py.codes_failed);
+    cJSON_AddNumberToObject(py, "us_per_read",
+                            t->py.captures ? (double)t->py.capture_ns / 1e3 /
+                                                 (double)t->py.captures
+                                           : 0);
+}
+
+static cJSON *target_status(const struct target *t, uint64_t now)
+{
+    cJSON *o = target_summary(t, now);
+    const struct target_stats *s = &t->stats;
+    uint64_t end = t->state == T_EXITED ? t->exit_ns : now;
+    double secs = end > t->attach_ns ? (double)(end - t->attach_ns) / 1e9 : 0;
+    ADD_COUNTER(o, s, ticks);
+    cJSON_AddNumberToObject(o, "achieved_hz", secs > 0 ? (double)s->ticks / secs : 0);
+    cJSON_AddItemToObject(o, "sampling", sched_describe(t->sched));
+    /* alarm: how late its ticks ran against the grid (the loop thread busy elsewhere). */
+    cJSON_AddItemToObject(o, "tick_lateness", lateness_describe(&t->sched->lateness));
+    /* Ticks that found a thread running that ran at its previous tick too: known from its
+     * syscall file alone (sampler.c). Not a kind of sample: outside "sampled". */
+    ADD_COUNTER(o, s, running_again);
+    cJSON *k = cJSON_AddObjectToObject(o, "sampled");
+    ADD_COUNTERS(k, TARGET_STATS_SAMPLED, struct stats_sampled, &s->sampled);
+    /* Per path: samples, and profd's time per sample on the loop thread (for stops: from
+     * the interrupt through the wait, the copy and the unwind). */
+    cJSON *paths = cJSON_AddObjectToObject(o, "paths");
+    struct {
+        const char *name;
+        uint64_t n, ns;
+    } pv[] = {{"perf", s->sampled.kernel_copy, s->ns_perf},
+              {"proc", s->sampled.blocked_without_stop, s->ns_blocked},
+              {"ptrace", s->sampled.stopped, s->ns_stopped}};
+    for (size_t i = 0; i < 3; i++) {
+        cJSON *p = cJSON_AddObjectToObject(paths, pv[i].name);
+        cJSON_AddNumberToObject(p, "samples", (double)pv[i].n);
+        cJSON_AddNumberToObject(p, "us_per_sample",
+                                pv[i].n ? (double)pv[i].ns / (double)pv[i].n / 1e3 : 0);
     }
+    add_perf(o, t);
+    if (t->py.status != PYS_NONE)
+        add_python(o, t);
     cJSON *u = cJSON_AddObjectToObject(o, "unwind");
-    cJSON_AddNumberToObject(u, "complete", (double)s->unwind_complete);
-    cJSON_AddNumberToObject(u, "truncated", (double)s->unwind_truncated);
-    cJSON_AddNumberToObject(u, "too_deep", (double)s->unwind_too_deep);
-    uint64_t unw = s->unwind_complete + s->unwind_truncated + s->unwind_too_deep;
-    cJSON_AddNumberToObject(u, "complete_pct", unw ? 100.0 * (double)s->unwind_complete / (double)unw : 0);
+    ADD_COUNTERS(u, TARGET_STATS_UNWIND, struct stats_unwind, &s->unwind);
+    uint64_t unw = s->unwind.complete + s->unwind.truncated + s->unwind.too_deep;
+    cJSON_AddNumberToObject(u, "complete_pct",
+                            unw ? 100.0 * (double)s->unwind.complete / (double)unw : 0);
     cJSON_AddNumberToObject(u, "signal_masks_spared", (double)t->unw.masks_spared);
     /* The housekeeping's looks at the maps that found VmSize, VmExe and VmLib unchanged. */
     cJSON_AddNumberToObject(u, "maps_rereads_spared", (double)t->maps_unchanged);
@@ -163,28 +192,19 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     cJSON_AddNumberToObject(hk, "spared", (double)t->housekeeping_spared);
     cJSON_AddNumberToObject(hk, "names_spared", (double)t->names_spared);
     cJSON *sk = cJSON_AddObjectToObject(o, "skipped");
-    cJSON_AddNumberToObject(sk, "still_stopping", (double)s->skipped_pending);
-    cJSON_AddNumberToObject(sk, "job_control_stopped", (double)s->skipped_stopped);
-    cJSON_AddNumberToObject(sk, "resuming_from_job_control", (double)s->skipped_resuming);
-    cJSON_AddNumberToObject(sk, "off_cpu_when_due", (double)s->skipped_off_cpu);
+    ADD_COUNTERS(sk, TARGET_STATS_SKIPPED, struct stats_skipped, &s->skipped);
     cJSON *b = cJSON_AddObjectToObject(o, "transaction_boundaries");
-    cJSON_AddNumberToObject(b, "sampled", (double)s->boundary_taken);
-    cJSON_AddNumberToObject(b, "skipped_within_interval", (double)s->boundary_skipped);
+    ADD_COUNTERS(b, TARGET_STATS_BOUNDARIES, struct stats_boundaries, &s->transaction_boundaries);
     cJSON *f = cJSON_AddObjectToObject(o, "failed");
-    cJSON_AddNumberToObject(f, "thread_exited", (double)s->failed_vanished);
-    cJSON_AddNumberToObject(f, "registers", (double)s->failed_regs);
-    cJSON_AddNumberToObject(f, "stack_copy", (double)s->failed_copy);
-    cJSON_AddNumberToObject(f, "torn_copy_retried", (double)s->torn);
-    cJSON_AddNumberToObject(o, "threads_stopped", (double)s->interrupts);
+    ADD_COUNTERS(f, TARGET_STATS_FAILED, struct stats_failed, &s->failed);
+    ADD_COUNTER(o, s, threads_stopped);
     cJSON_AddNumberToObject(o, "threads_stopped_per_tick",
-                            s->ticks ? (double)s->interrupts / (double)s->ticks : 0);
+                            s->ticks ? (double)s->threads_stopped / (double)s->ticks : 0);
     cJSON_AddNumberToObject(o, "stop_latency_us_avg",
-                            s->interrupts ? (double)s->stop_latency_ns / (double)s->interrupts / 1e3 : 0);
-    cJSON_AddNumberToObject(o, "syscalls_restarted", (double)s->eintr_repaired);
-    cJSON_AddNumberToObject(o, "wakeups_rescued", (double)s->wakeups_rescued);
-    cJSON_AddNumberToObject(o, "signals_forwarded", (double)s->signals_forwarded);
-    cJSON_AddNumberToObject(o, "group_stops", (double)s->group_stops);
-    cJSON_AddNumberToObject(o, "threads_seen", (double)s->threads_seen);
+                            s->threads_stopped ? (double)s->stop_latency_ns /
+                                                     (double)s->threads_stopped / 1e3
+                                               : 0);
+    ADD_COUNTERS(o, TARGET_STATS_THREADS, struct target_stats, s);
     /* Threads that went without their /proc files (profd's descriptors, fds.h). */
     cJSON_AddNumberToObject(o, "threads_without_files", (double)t->nthreads_nofiles);
     cJSON_AddNumberToObject(o, "stacks", t->stacks.used);
