@@ -126,10 +126,10 @@ static int perf_open(struct sched *s, struct thread *th)
  * read. Returns how many; the caller accounts the CPU. */
 static uint64_t read_stacks(struct sched *s, struct thread *th)
 {
-    uint64_t before = th->t->stats.samples_perf;
+    uint64_t before = th->t->stats.sampled.kernel_copy;
     sampler_drain_thread(th->t, th);
     perfs_rejitter(&th->ps, PERIOD_DRAW_EVERY); /* (perfsample.c: against aliasing) */
-    uint64_t n = th->t->stats.samples_perf - before;
+    uint64_t n = th->t->stats.sampled.kernel_copy - before;
     th->t->stats.ticks += n;
     s->ticks += n;
     s->win_ticks += n;

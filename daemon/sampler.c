@@ -150,14 +150,14 @@ static uint32_t unwind_and_intern(struct target *t, struct thread *th, enum unwi
     uint16_t flags = boundary_sample ? STACK_BOUNDARY : 0;
     switch (end) {
     case UNWIND_COMPLETE:
-        t->stats.unwind_complete++;
+        t->stats.unwind.complete++;
         break;
     case UNWIND_TOO_DEEP:
-        t->stats.unwind_too_deep++;
+        t->stats.unwind.too_deep++;
         flags |= STACK_TRUNCATED;
         break;
     default:
-        t->stats.unwind_truncated++;
+        t->stats.unwind.truncated++;
         flags |= STACK_TRUNCATED;
         break;
     }
@@ -218,14 +218,14 @@ static void set_last(struct thread *th, uint32_t stack, uint64_t run_ns, uint64_
 static bool interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0) {
-        t->stats.failed_vanished++;
+        t->stats.failed.thread_exited++;
         return false;
     }
     th->interrupt_pending = true;
     th->boundary_stop = boundary;
     th->interrupt_sent_ns = now_ns();
     th->sample_tick_ns = tick_ns;
-    t->stats.interrupts++;
+    t->stats.threads_stopped++;
     return true;
 }
 
@@ -244,7 +244,7 @@ static void young_name(struct thread *th);
  * sample go without one (where it runs next may be elsewhere). */
 static void oneshot_unwait(struct target *t, struct thread *th)
 {
-    t->stats.skipped_pending += th->oneshot_waiting;
+    t->stats.skipped.still_stopping += th->oneshot_waiting;
     th->oneshot_waiting = 0;
 }
 
@@ -255,7 +255,7 @@ static bool push_last(struct target *t, struct thread *th, uint64_t tick_ns)
         return false;
     stacks_ref(&t->stacks, th->last_stack);
     push(t, th, tick_ns, th->last_stack, PATH_REUSED);
-    t->stats.samples_reused++;
+    t->stats.sampled.idle_reused++;
     return true;
 }
 
@@ -342,7 +342,7 @@ static void learn_perf_stack(struct thread *th, uint64_t sp)
     if (least < want_stack(th)) {
         th->perf_stack = least;
         th->stack_shrunk = true;
-        th->t->stats.perf_shrunk++;
+        th->t->stats.perf.copy_shrunk++;
     }
     stack_look_restart(th);
 }
@@ -361,7 +361,7 @@ static uint32_t unwind_copy(struct target *t, struct thread *th, uint32_t stack_
          * kernel's limit; past it, stop the thread for its running samples for a while.
          * A copy shrunk too far is shrunk again only after twice as many complete
          * unwinds. */
-        t->stats.perf_short++;
+        t->stats.perf.copy_too_short++;
         if (th->stack_shrunk) {
             th->stack_look = th->stack_look ? th->stack_look * 2 : STACK_LOOK_FIRST * 2;
             if (th->stack_look > STACK_LOOK_MAX)
@@ -390,7 +390,7 @@ static uint32_t unwind_kernel_sample(struct target *t, struct thread *th,
                                      const struct perf_sample *ps)
 {
     if (!ps->user || ps->tid != th->tid) {
-        t->stats.perf_no_regs++;
+        t->stats.perf.without_registers++;
         return STACK_NONE;
     }
     uint32_t id = unwind_copy(t, th, th->ps.stack_size);
@@ -410,7 +410,7 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
     if (id == STACK_NONE)
         return;
     push(t, th, ps->time_ns, id, PATH_PERF);
-    t->stats.samples_perf++;
+    t->stats.sampled.kernel_copy++;
     if (th->ps.continuous)
         return;
     /* A one-shot's: also the sample of each tick that found the thread waiting for it
@@ -419,8 +419,8 @@ static void on_perf_sample(void *arg, const struct perf_sample *ps, struct snaps
     for (; th->oneshot_waiting; th->oneshot_waiting--) {
         stacks_ref(&t->stacks, id);
         push(t, th, ps->time_ns, id, PATH_PERF);
-        t->stats.samples_perf++;
-        t->stats.perf_waited++;
+        t->stats.sampled.kernel_copy++;
+        t->stats.perf.oneshot_waited_for++;
     }
 }
 
@@ -438,7 +438,7 @@ void sampler_drain_thread(struct target *t, struct thread *th)
     uint64_t t0 = thread_cpu_ns();
     if (perfs_drain(&th->ps, &snap, on_perf_sample, &c, &lost))
         t->stats.ns_perf += thread_cpu_ns() - t0;
-    t->stats.perf_lost += lost; /* (missed ticks too: the schedule counts them) */
+    t->stats.perf.lost += lost; /* (missed ticks too: the schedule counts them) */
 }
 
 void sampler_flush(struct target *t)
@@ -562,10 +562,10 @@ static void perf_expire(struct target *t, struct thread *th)
     if (th->ps.fd < 0 || !th->ps.armed)
         return;
     perfs_disarm(&th->ps);
-    uint64_t before = t->stats.samples_perf + t->stats.perf_no_regs;
+    uint64_t before = t->stats.sampled.kernel_copy + t->stats.perf.without_registers;
     sampler_drain_thread(t, th); /* taken just before the disarm */
-    if (t->stats.samples_perf + t->stats.perf_no_regs == before)
-        t->stats.perf_expired++;
+    if (t->stats.sampled.kernel_copy + t->stats.perf.without_registers == before)
+        t->stats.perf.oneshot_expired++;
 }
 
 /* perf_event_open's refusals that asking again will not change (permissions, a filter, a
@@ -587,22 +587,22 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
     if (t->sampler == SAMPLER_PTRACE || boundary)
         return false;
     if (th->perf_refused) { /* (refused for good, or no room for stacks in its ring) */
-        t->stats.fallback_refused++;
+        t->stats.perf.stopped_no_event++;
         return false;
     }
     if (t->py.status == PYS_OK) {
-        t->stats.fallback_python++;
+        t->stats.perf.stopped_for_python++;
         return false;
     }
     if (th->ps.fd >= 0 && th->ps.continuous) {
         /* cputime's counting event (the thread's first interval of CPU): this sample by a
          * stop. (With no room for stacks in its ring, th->perf_refused: above.) */
-        t->stats.fallback_first++;
+        t->stats.perf.stopped_first_interval++;
         return false;
     }
     if (th->perf_deep_left) {
         th->perf_deep_left--;
-        t->stats.fallback_deep++;
+        t->stats.perf.stopped_stack_too_deep++;
         return false;
     }
     if (th->ps.fd >= 0 && th->ps.stack_size != want_stack(th))
@@ -614,7 +614,7 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
              * descriptors or memory: ask again later (the next tick). */
             if (refused_for_good(r))
                 th->perf_refused = true;
-            t->stats.fallback_refused++;
+            t->stats.perf.stopped_no_event++;
             return false;
         }
     }
@@ -627,20 +627,20 @@ static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
             if (th->oneshot_waiting < ONESHOT_MAX_WAITING)
                 th->oneshot_waiting++;
             else
-                t->stats.skipped_pending++;
+                t->stats.skipped.still_stopping++;
             return true;
         }
         /* (Not taken: the tick that asked for it waits for the next one too.) */
-        uint64_t expired = t->stats.perf_expired;
+        uint64_t expired = t->stats.perf.oneshot_expired;
         perf_expire(t, th);
-        if (t->stats.perf_expired != expired && th->oneshot_waiting < ONESHOT_MAX_WAITING)
+        if (t->stats.perf.oneshot_expired != expired && th->oneshot_waiting < ONESHOT_MAX_WAITING)
             th->oneshot_waiting++;
     }
     if (perfs_arm(&th->ps, tick_ns) < 0) {
-        t->stats.fallback_refused++;
+        t->stats.perf.stopped_no_event++;
         return false;
     }
-    t->stats.perf_armed++;
+    t->stats.perf.oneshot_asked++;
     return true;
 }
 
@@ -663,7 +663,7 @@ static void preempt_watch_open(struct target *t, struct thread *th, uint32_t sta
     if (r < 0 && refused_for_good(r))
         th->pw_refused = true;
     if (r < 0)
-        t->stats.preempt_watch_failed++;
+        t->stats.perf.preempt_watch_failed++;
 }
 
 /* Whether th's sample at tick_ns was where it waited for a CPU (perf_preempted). */
@@ -701,7 +701,7 @@ static bool perf_preempted(struct target *t, struct thread *th, uint64_t tick_ns
         t->stats.ns_perf += thread_cpu_ns() - t0;
     } else if (r != 2) {
         if (r == -EAGAIN)
-            t->stats.perf_latest_torn++;
+            t->stats.perf.latest_torn++;
         return false;
     }
     if (th->pw_stack == STACK_NONE)
@@ -710,8 +710,8 @@ static bool perf_preempted(struct target *t, struct thread *th, uint64_t tick_ns
     push(t, th, due_ns, th->pw_stack, PATH_PERF);
     th->pw_tick_ns = tick_ns;
     th->pw_due_ns = due_ns;
-    t->stats.samples_perf++;
-    t->stats.perf_preempted++;
+    t->stats.sampled.kernel_copy++;
+    t->stats.perf.preempted++;
     return true;
 }
 
@@ -744,7 +744,7 @@ static bool clock_sample_stands(struct target *t, struct thread *th, uint64_t ti
     int blocked = perfs_blocked_since(&th->pw, sample_ns);
     if (blocked > 0 || (blocked < 0 && th->blocked_tick_ns >= sample_ns))
         return false;
-    t->stats.perf_latest_across_waits++;
+    t->stats.perf.latest_across_waits++;
     return true;
 }
 
@@ -779,7 +779,7 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
     struct perf_sample s;
     int r = perfs_latest(&th->pl, &snap, &s);
     if (r == -EAGAIN)
-        t->stats.perf_latest_torn++;
+        t->stats.perf.latest_torn++;
     bool fresh = r > 0 && s.tid == th->tid && s.time_ns > th->pl_last_ns;
     bool refused_sliced = false; /* a sample that lies in a window already sliced */
     if (fresh && s.time_ns <= t->sliced_to_ns)
@@ -795,8 +795,8 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
             stacks_ref(&t->stacks, id);
             th->pl_stack = id;
             push(t, th, s.time_ns, id, PATH_PERF);
-            t->stats.samples_perf++;
-            t->stats.perf_latest++;
+            t->stats.sampled.kernel_copy++;
+            t->stats.perf.latest++;
             t->stats.ns_perf += thread_cpu_ns() - t0;
             return true;
         }
@@ -810,13 +810,13 @@ static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
          * since must not get (or lose) a stack from outside it. */
         stacks_ref(&t->stacks, th->pl_stack);
         push(t, th, th->pl_last_ns, th->pl_stack, PATH_PERF);
-        t->stats.samples_perf++;
-        t->stats.perf_latest_reused++;
+        t->stats.sampled.kernel_copy++;
+        t->stats.perf.latest_reused++;
         t->stats.ns_perf += thread_cpu_ns() - t0;
         return true;
     }
     if (refused_sliced)
-        t->stats.perf_latest_sliced++; /* (once per tick) */
+        t->stats.perf.latest_in_sliced_window++; /* (once per tick) */
     return false;
 }
 
@@ -1122,8 +1122,8 @@ static void defer_fill_blocked(struct target *t, struct thread *th, const uint64
     }
     for (size_t k = 0; k < n; k++)
         dsample_set(t, &row[k], ticks[k], id, k ? PATH_REUSED : PATH_PROC);
-    t->stats.samples_blocked++;
-    t->stats.samples_reused += n - 1;
+    t->stats.sampled.blocked_without_stop++;
+    t->stats.sampled.idle_reused += n - 1;
     t->stats.deferred_blocked += n;
     t->stats.ns_blocked += thread_cpu_ns() - t0;
     /* The next tick on time finds it blocked where it was, if it has not run since. */
@@ -1160,7 +1160,7 @@ static void defer_assign(struct defer_ctx *c, uint32_t cur, uint64_t cur_ns)
     if (c->waited[c->k] != STACK_NONE) {
         /* Waiting for a CPU then, where its preemption watch has it (as perf_preempted). */
         dsample_set(t, &c->row[c->k], tk, c->waited[c->k], PATH_PERF);
-        t->stats.perf_preempted++;
+        t->stats.perf.preempted++;
         return;
     }
     /* Not blocked since (or the batch would have ended before this tick), and with less
@@ -1173,7 +1173,7 @@ static void defer_assign(struct defer_ctx *c, uint32_t cur, uint64_t cur_ns)
     else if (cur != STACK_NONE && cur_ns - tk < c->max_age && cur_ns > t->sliced_to_ns)
         id = cur, at = cur_ns;
     if (recent && th->dc_ns <= t->sliced_to_ns)
-        t->stats.perf_latest_sliced++;
+        t->stats.perf.latest_in_sliced_window++;
     if (id == STACK_NONE) {
         t->stats.deferred_unsampled++;
         return;
@@ -1260,7 +1260,7 @@ bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
             }
             for (size_t k = 0; k < n; k++)
                 dsample_set(t, &row[k], ticks[k], th->last_stack, PATH_REUSED);
-            t->stats.samples_reused += n;
+            t->stats.sampled.idle_reused += n;
         } else if (th->defer_kind == DEFER_RUNNING) {
             target_thread_ran(th);
             /* The ticks before it blocked (if it did) from its clock. */
@@ -1298,7 +1298,7 @@ bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
             for (size_t k = 0; k < nr; k++)
                 if (waited[k] != STACK_NONE)
                     stacks_unref(&t->stacks, waited[k]);
-            t->stats.perf_lost += lost;
+            t->stats.perf.lost += lost;
             t->stats.ns_perf += thread_cpu_ns() - t0;
             if (nr < n)
                 defer_fill_blocked(t, th, ticks + nr, row + nr, n - nr);
@@ -1312,7 +1312,7 @@ bool sampler_defer_ticks(struct target *t, const uint64_t *ticks, size_t n)
             struct thread *th = t->threads[i];
             push(t, th, d->at, d->id, d->path); /* (the reference moves to the buffer) */
             t->stats.deferred++;
-            t->stats.samples_perf += d->path == PATH_PERF;
+            t->stats.sampled.kernel_copy += d->path == PATH_PERF;
         }
     return starved;
 }
@@ -1343,7 +1343,7 @@ static bool watches_release(uint64_t now)
         for (size_t i = 0; i < t->nthreads; i++)
             if (t->threads[i]->sw.fd >= 0) {
                 target_thread_watch_close(t->threads[i]);
-                t->stats.watch_released++;
+                t->stats.perf.switch_watch.closed_for_room++;
                 any = true;
             }
     return any;
@@ -1371,7 +1371,7 @@ static void watch_open(struct target *t, struct thread *th, uint64_t now)
     memacct_add(memory_samples(), perfs_bytes(&th->sw));
     th->sw_valid = false; /* a switch before the open is not in it: read schedstat once */
     th->sw_ticks = th->sw_moved = 0;
-    t->stats.watch_opened++;
+    t->stats.perf.switch_watch.opened++;
 }
 
 /* The thread had not run since its last sample (schedstat read after head was): what the
@@ -1400,7 +1400,7 @@ static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint
     for (int attempt = 0; attempt < 2; attempt++) {
         struct sysc_info si;
         if (proc_read_syscall(th->syscall_fd, &si) < 0) {
-            t->stats.failed_vanished++;
+            t->stats.failed.thread_exited++;
             return -1;
         }
         if (si.state != SYSC_IN_SYSCALL)
@@ -1411,7 +1411,7 @@ static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint
         snap.regs.rip = si.pc;
         snap.full_regs = false;
         if (snapshot_copy_stack(th->tid, si.sp, stack_limit(t, th, si.sp), &snap) < 0) {
-            t->stats.failed_copy++;
+            t->stats.failed.stack_copy++;
             return -1;
         }
         /* Its Python frames too: the check below that it did not run covers them. */
@@ -1419,12 +1419,12 @@ static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint
         uint64_t run2, pcount2;
         *seen_ns = now_ns();
         if (proc_read_schedstat(th->schedstat_fd, &run2, &pcount2) < 0) {
-            t->stats.failed_vanished++;
+            t->stats.failed.thread_exited++;
             return -1;
         }
         if (pcount2 != *pcount || run2 != *run) {
             /* It ran while we copied: the copy may be torn. Look again. */
-            t->stats.torn++;
+            t->stats.failed.torn_copy_retried++;
             npy = 0;
             *run = run2;
             *pcount = pcount2;
@@ -1497,9 +1497,9 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         if (busy) {
             target_thread_watch_close(th);
             th->sw_retry_ns = tick_ns + WATCH_RETRY_NS;
-            t->stats.watch_closed_busy++;
+            t->stats.perf.switch_watch.closed_running_often++;
         } else if (!moved && th->have_sched && push_last(t, th, tick_ns)) {
-            t->stats.watch_skipped++;
+            t->stats.perf.switch_watch.reads_spared++;
             return false;
         } else {
             th->sw_valid = false; /* (set again below if it had not run) */
@@ -1509,7 +1509,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         /* Without its /proc files (profd's descriptors for threads are used up, fds.h)
          * whether it ran or waits cannot be seen: stop it for its stack. */
         target_thread_forget_stack(th);
-        t->stats.fallback_no_files++;
+        t->stats.perf.stopped_without_files++;
         return interrupt(t, th, tick_ns);
     }
     /* Running at its last tick: most likely running still, which its syscall file says in
@@ -1520,17 +1520,17 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
     if (was_running && !cpu_only && !th->stop_eintr && !th->chain_valid) {
         struct sysc_info si;
         if (proc_read_syscall(th->syscall_fd, &si) < 0) {
-            t->stats.failed_vanished++;
+            t->stats.failed.thread_exited++;
             return false;
         }
         if (si.state != SYSC_IN_SYSCALL) {
-            t->stats.schedstat_spared++;
+            t->stats.running_again++;
             return sample_running(t, th, tick_ns, due_ns);
         }
         /* (blocked since: as any thread, below) */
     }
     if (proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0) {
-        t->stats.failed_vanished++;
+        t->stats.failed.thread_exited++;
         return false;
     }
     if (cpu_only) {
@@ -1539,15 +1539,15 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
          * has blocked since, where it ran is unknown and its blocking stack is not CPU. */
         struct sysc_info si;
         if (proc_read_syscall(th->syscall_fd, &si) < 0) {
-            t->stats.failed_vanished++;
+            t->stats.failed.thread_exited++;
             return false;
         }
         if (si.state == SYSC_IN_SYSCALL) {
-            t->stats.skipped_off_cpu++;
+            t->stats.skipped.off_cpu_when_due++;
             return false;
         }
         if (th->stop_eintr && run - th->stop_eintr_run_ns < PAST_STOP_EINTR_NS) {
-            t->stats.skipped_resuming++;
+            t->stats.skipped.resuming_from_job_control++;
             return false;
         }
         th->stop_eintr = false;
@@ -1588,14 +1588,14 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             target_thread_forget_stack(th);
         }
         push(t, th, seen, id, PATH_PROC);
-        t->stats.samples_blocked++;
+        t->stats.sampled.blocked_without_stop++;
         t->stats.ns_blocked += thread_cpu_ns() - t0;
         young_name(th);
         return false;
     }
     if (th->stop_eintr) {
         if (run - th->stop_eintr_run_ns < PAST_STOP_EINTR_NS) {
-            t->stats.skipped_resuming++;
+            t->stats.skipped.resuming_from_job_control++;
             return false;
         }
         th->stop_eintr = false;
@@ -1606,7 +1606,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
      * repair_ignored_signal); its last stack is where it is. */
     if (th->chain_valid && run - th->chain_run_ns < PAST_STOP_EINTR_NS) {
         if (!push_last(t, th, tick_ns))
-            t->stats.skipped_resuming++;
+            t->stats.skipped.resuming_from_job_control++;
         return false;
     }
     return sample_running(t, th, tick_ns, due_ns);
@@ -1764,11 +1764,11 @@ static bool sample_wall(struct target *t, struct thread *th, uint64_t tick_ns,
     if (th->state == TH_GROUP_STOP) {
         /* Stopped by job control: where it stopped is where its time goes. */
         if (!push_last(t, th, tick_ns))
-            t->stats.skipped_stopped++;
+            t->stats.skipped.job_control_stopped++;
         return false;
     }
     if (th->interrupt_pending || th->rescue_pending) {
-        t->stats.skipped_pending++;
+        t->stats.skipped.still_stopping++;
         return false;
     }
     return sample_thread(t, th, tick_ns, due_ns, false);
@@ -1816,11 +1816,11 @@ void sampler_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t
     uint64_t iv = t->interval_ns;
     if (th->boundary_ns && now - th->boundary_ns < iv &&
         !(window_ns && now - window_ns >= iv && !two_samples_since(t, tid, window_ns))) {
-        t->stats.boundary_skipped++;
+        t->stats.transaction_boundaries.skipped_within_interval++;
         return;
     }
     th->boundary_ns = now;
-    t->stats.boundary_taken++;
+    t->stats.transaction_boundaries.sampled++;
     sample_one(t, th, now);
 }
 
@@ -1847,8 +1847,8 @@ void sampler_tick(struct target *t, uint64_t tick_ns, uint64_t due_ns, bool cpu_
                 continue;
             th->sched.cpu_due = false;
             if (th->state == TH_GROUP_STOP || th->interrupt_pending || th->rescue_pending) {
-                t->stats.skipped_off_cpu += th->state == TH_GROUP_STOP;
-                t->stats.skipped_pending += th->interrupt_pending || th->rescue_pending;
+                t->stats.skipped.off_cpu_when_due += th->state == TH_GROUP_STOP;
+                t->stats.skipped.still_stopping += th->interrupt_pending || th->rescue_pending;
                 continue;
             }
             interrupted += sample_thread(t, th, tick_ns, tick_ns, true);
@@ -1905,7 +1905,7 @@ static void sample_stopped(struct thread *th)
             th->stop_eintr = false; /* past the job-control EINTR, if there was one */
         } else if (!th->stop_eintr && sysc_repair_eintr(th->tid, &regs, 0) &&
                    ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0) {
-            t->stats.eintr_repaired++;
+            t->stats.syscalls_restarted++;
         }
         /* Its Python frames, while it cannot change them. */
         npy = py_capture(&t->py, th->tid, &th->py_tstate, pyframes);
@@ -1913,11 +1913,11 @@ static void sample_stopped(struct thread *th)
     target_resume(th, 0);
     young_name(th);
     if (!have_regs) {
-        t->stats.failed_regs++;
+        t->stats.failed.registers++;
         return;
     }
     if (copy_err < 0) {
-        t->stats.failed_copy++;
+        t->stats.failed.stack_copy++;
         npy = 0;
         return;
     }
@@ -1930,7 +1930,7 @@ static void sample_stopped(struct thread *th)
     if (id == STACK_NONE)
         return;
     push(t, th, stopped, id, PATH_PTRACE);
-    t->stats.samples_stopped++;
+    t->stats.sampled.stopped++;
     /* Handling the stop (inside await_stops that is counted there). */
     if (!awaiting)
         t->stats.ns_stopped += thread_cpu_ns() - c0;

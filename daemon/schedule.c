@@ -400,12 +400,12 @@ static void set_interval(struct sched *s)
     s->t->interval_ns = s->eff_interval_ns;
 }
 
-/* Samples the kernel dropped (the sampler counts them in the target's perf_lost) are
+/* Samples the kernel dropped (the sampler counts them in the target's stats.perf.lost) are
  * missed too. */
 void sched_fold_lost(struct sched *s)
 {
-    s->missed += s->t->stats.perf_lost - s->lost_seen;
-    s->lost_seen = s->t->stats.perf_lost;
+    s->missed += s->t->stats.perf.lost - s->lost_seen;
+    s->lost_seen = s->t->stats.perf.lost;
 }
 
 static void stop_sources(struct sched *s)
@@ -449,7 +449,7 @@ int sched_start(struct sched *s, struct ev_loop *loop, struct target *t, enum sc
     memset(s, 0, sizeof(*s));
     s->loop = loop;
     s->t = t;
-    s->lost_seen = t->stats.perf_lost;
+    s->lost_seen = t->stats.perf.lost;
     s->mode = mode;
     s->hz = hz;
     s->scale = 1.0;
@@ -637,7 +637,7 @@ struct cJSON *sched_describe(const struct sched *s)
     cJSON_AddNumberToObject(o, "recent_ticks_per_s", s->recent_hz);
     cJSON_AddNumberToObject(o, "recent_samples_per_s", s->recent_sps);
     cJSON_AddNumberToObject(o, "ticks", (double)s->ticks);
-    uint64_t lost = s->t->stats.perf_lost - s->lost_seen;
+    uint64_t lost = s->t->stats.perf.lost - s->lost_seen;
     cJSON_AddNumberToObject(o, "missed", (double)(s->missed + lost));
     if (s->mode == SCHED_EVENT)
         cJSON_AddNumberToObject(o, "event_samples", (double)s->events);

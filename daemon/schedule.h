@@ -92,7 +92,7 @@ struct sched {
     /* Counters, since attach. */
     uint64_t ticks;         /* times the sampler ran */
     uint64_t missed;        /* ticks (alarm) or CPU intervals (cputime) not sampled: late */
-    uint64_t lost_seen;     /* the target's perf_lost counted in missed so far */
+    uint64_t lost_seen;     /* the target's stats.perf.lost counted in missed so far */
     uint64_t coalesced;     /* alarm: ticks run in another schedule's wake-up */
     bool reading;           /* cputime, perf: its timer reads the rings (some carry stacks) */
     uint64_t events;        /* event mode: samples taken at an event */

@@ -963,7 +963,7 @@ void target_resume(struct thread *th, int sig)
      * creator stop twice per clone.) */
     if (th->interrupt_pending) {
         th->interrupt_pending = false;
-        th->t->stats.skipped_pending++;
+        th->t->stats.skipped.still_stopping++;
     }
     th->rescue_pending = false;
     guard_shared_signals(th);
@@ -1278,7 +1278,7 @@ static void repair_ignored_wakeup(struct thread *th, struct user_regs_struct *re
     th->chain_vcsw = vcsw;
     if (sysc_repair_ignored(regs, now - th->chain_start_ns, timeout) &&
         ptrace(PTRACE_SETREGS, th->tid, 0, regs) == 0)
-        t->stats.eintr_repaired++;
+        t->stats.syscalls_restarted++;
     if ((long)regs->rax != -KERNEL_ERESTARTNOHAND) {
         th->chain_valid = false; /* completed: the next call is a new one */
         return;
@@ -1337,7 +1337,7 @@ static void repair_interrupted_syscall(struct thread *th)
     if (ptrace(PTRACE_GETREGS, th->tid, 0, &regs) < 0)
         return;
     if (sysc_repair_eintr(th->tid, &regs, 0) && ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0)
-        th->t->stats.eintr_repaired++;
+        th->t->stats.syscalls_restarted++;
 }
 
 /* Handle one wait status of a traced thread (or of a child that exited). */

@@ -155,71 +155,129 @@ enum target_state {
     T_GONE,   /* forgotten; memory freed after the current callback (targets_collect) */
 };
 
+/* A target's counters. Those its status reports (cmd_status.c; common/PROTOCOL.md, "Target
+ * status") are named once, in the lists below: each list is a group, a struct of that name
+ * here and an object of that name in the reply, and each X(T, name) in it a uint64_t member
+ * and the key it is reported under, in the list's order. X is called with the list's second
+ * argument as T (cmd_status.c passes the group's struct type, for offsetof). */
+#define STATS_MEMBER(T, name) uint64_t name;
+
+/* "sampled": how the samples were taken. */
+#define TARGET_STATS_SAMPLED(X, T)                                                                 \
+    X(T, stopped)              /* taken in a ptrace stop */                                        \
+    X(T, blocked_without_stop) /* taken without stopping (thread blocked in a syscall) */          \
+    X(T, idle_reused)          /* thread had not run: previous stack recorded again */             \
+    X(T, kernel_copy)          /* the kernel's copy at a perf sample (no stop) */
+
+/* "perf": the kernel's copies, from the one-shots asked for to the copies' sizes. */
+#define TARGET_STATS_PERF(X, T)                                                                    \
+    X(T, oneshot_asked)       /* one-shot samples asked for */                                     \
+    X(T, oneshot_expired)     /* one-shot asked for, not taken (the thread blocked first) */       \
+    X(T, oneshot_waited_for)  /* ticks of a thread waiting for a CPU given its one-shot's          \
+                                 sample when it came */                                            \
+    X(T, latest)              /* a tick's running sample: the newest of the thread's clock */      \
+    X(T, latest_reused)       /* the same, taken by an earlier tick (no newer one yet) */          \
+    X(T, latest_torn)         /* the newest overwritten while it was read */                       \
+    X(T, preempted)           /* a tick's running sample: the thread waited for a CPU, at          \
+                                 the stack its preemption watch took */                            \
+    X(T, preempt_watch_failed) /* preemption watches that could not be opened */                   \
+    X(T, latest_across_waits) /* a clock sample older than the tick's bound that stood for         \
+                                 it: the thread only waited for a CPU */                           \
+    X(T, latest_in_sliced_window) /* ticks whose clock sample (newest or reused) lay in a          \
+                                     window already sliced: a one-shot asked instead */            \
+    X(T, lost)                /* samples the kernel dropped (PERF_RECORD_LOST) */                  \
+    X(T, without_registers)   /* samples without user registers */                                 \
+    X(T, copy_too_short)      /* copies too short for a complete unwind (copy enlarged) */         \
+    X(T, copy_shrunk)         /* copies made smaller: the complete unwinds needed less */
+
+/* "perf", after "copy_bytes": threads stopped where the kernel's copy was not taken. */
+#define TARGET_STATS_PERF_STOPPED(X, T)                                                            \
+    X(T, stopped_stack_too_deep) /* running: stack deeper than the kernel copies */                \
+    X(T, stopped_no_event)       /* running: no perf event for them */                             \
+    X(T, stopped_first_interval) /* running: cputime's counting event (its first interval          \
+                                    of CPU, no copy yet) */                                        \
+    X(T, stopped_without_files)  /* without their /proc files (fds.h), not known to be             \
+                                    blocked, and no event asked for */                             \
+    X(T, stopped_for_python)     /* running: Python frames are read in the stop (python.h) */
+
+/* "perf"."switch_watch": the switch watches of threads that seldom run (sampler.c). */
+#define TARGET_STATS_SWITCH_WATCH(X, T)                                                            \
+    X(T, reads_spared)         /* ticks a switch watch spared a schedstat read */                  \
+    X(T, opened)               /* switch watches opened */                                         \
+    X(T, closed_running_often) /* closed: their thread ran often */                                \
+    X(T, closed_for_room)      /* closed for a sampling event that lacked room */
+
+/* "unwind": how far the unwinds went. */
+#define TARGET_STATS_UNWIND(X, T) X(T, complete) X(T, truncated) X(T, too_deep)
+
+/* "skipped": ticks that took no sample of a thread. */
+#define TARGET_STATS_SKIPPED(X, T)                                                                 \
+    X(T, still_stopping)            /* previous stop still outstanding */                          \
+    X(T, job_control_stopped)       /* thread in group-stop with no earlier stack */               \
+    X(T, resuming_from_job_control) /* thread on its way back from a job-control stop */           \
+    X(T, off_cpu_when_due)          /* cputime: due, but blocked by the time we looked */
+
+/* "transaction_boundaries": samples at transactions' starts and finishes. */
+#define TARGET_STATS_BOUNDARIES(X, T)                                                              \
+    X(T, sampled)                 /* transaction-boundary samples */                               \
+    X(T, skipped_within_interval) /* not taken: the thread had one less than an interval ago */
+
+/* "failed": samples not taken. */
+#define TARGET_STATS_FAILED(X, T)                                                                  \
+    X(T, thread_exited)     /* thread exited while being sampled */                                \
+    X(T, registers)         /* GETREGS failed */                                                   \
+    X(T, stack_copy)        /* stack copy failed */                                                \
+    X(T, torn_copy_retried) /* blocked-thread copy raced with the thread running */
+
+/* The top level, after "threads_stopped" and its averages: the ptrace side's repairs. */
+#define TARGET_STATS_THREADS(X, T)                                                                 \
+    X(T, syscalls_restarted) /* system calls restarted instead of failing with EINTR */            \
+    X(T, wakeups_rescued)    /* threads stopped because a signal they may have been woken          \
+                                for was taken by another thread */                                 \
+    X(T, signals_forwarded)                                                                        \
+    X(T, group_stops)                                                                              \
+    X(T, threads_seen)
+
 struct target_stats {
+    /* The top level, each where target_status places it (its key its name). */
+    uint64_t samples;         /* entries added to the buffer (in the summary) */
     uint64_t ticks;
-    uint64_t samples;         /* entries added to the buffer */
-    uint64_t samples_stopped; /* taken in a ptrace stop */
-    uint64_t samples_blocked; /* taken without stopping (thread blocked in a syscall) */
-    uint64_t samples_reused;  /* thread had not run: previous stack recorded again */
-    uint64_t samples_perf;    /* the kernel's copy at a perf sample (no stop) */
+    uint64_t running_again;   /* running at its last tick and now: its schedstat not read */
+    struct stats_sampled {
+        TARGET_STATS_SAMPLED(STATS_MEMBER, )
+    } sampled;
+    struct stats_perf {
+        TARGET_STATS_PERF(STATS_MEMBER, )
+        TARGET_STATS_PERF_STOPPED(STATS_MEMBER, )
+        struct stats_switch_watch {
+            TARGET_STATS_SWITCH_WATCH(STATS_MEMBER, )
+        } switch_watch;
+    } perf;
+    struct stats_unwind {
+        TARGET_STATS_UNWIND(STATS_MEMBER, )
+    } unwind;
+    struct stats_skipped {
+        TARGET_STATS_SKIPPED(STATS_MEMBER, )
+    } skipped;
+    struct stats_boundaries {
+        TARGET_STATS_BOUNDARIES(STATS_MEMBER, )
+    } transaction_boundaries;
+    struct stats_failed {
+        TARGET_STATS_FAILED(STATS_MEMBER, )
+    } failed;
+    uint64_t threads_stopped; /* threads stopped (ptrace interrupts) */
+    TARGET_STATS_THREADS(STATS_MEMBER, )
+    /* Reported through figures made of them (target_status): "paths"' us_per_sample and
+     * stop_latency_us_avg. */
     uint64_t ns_stopped, ns_blocked, ns_perf; /* profd's CPU time (loop thread) per path */
-    uint64_t perf_armed;      /* one-shot samples asked for */
-    uint64_t perf_expired;    /* one-shot asked for, not taken (the thread blocked first) */
-    uint64_t perf_waited;     /* ticks of a thread waiting for a CPU given its one-shot's
-                                 sample when it came */
-    uint64_t perf_latest;     /* a tick's running sample: the newest of the thread's clock */
-    uint64_t perf_latest_reused; /* the same, taken by an earlier tick (no newer one yet) */
-    uint64_t perf_latest_torn;   /* the newest overwritten while it was read */
-    uint64_t perf_preempted;  /* a tick's running sample: the thread waited for a CPU, at the
-                                 stack its preemption watch took */
-    uint64_t preempt_watch_failed; /* preemption watches that could not be opened */
-    uint64_t perf_latest_across_waits; /* a clock sample older than the tick's bound that
-                                          stood for it: the thread only waited for a CPU */
-    uint64_t watch_skipped;   /* ticks a switch watch spared a schedstat read */
-    uint64_t watch_opened, watch_closed_busy; /* switch watches opened, closed: ran often */
-    uint64_t watch_released;  /* closed for a sampling event that lacked room */
-    uint64_t schedstat_spared; /* running at its last tick and now: its schedstat not read */
+    uint64_t stop_latency_ns;    /* sum of interrupt -> stop */
+    /* alarm's deferred ticks (sampler.c): sched_defer.c reports them, in its "sampling". */
     uint64_t deferred;        /* samples taken for deferred ticks (alarm, sampler.c) */
     uint64_t deferred_blocked; /* of those, a running thread's after it blocked (read then) */
     uint64_t defer_begun, defer_refused; /* batches of deferred ticks begun; begun and undone */
     uint64_t deferred_unsampled; /* a running thread's deferred tick without a clock sample
                                     near it */
     uint64_t defer_waited;    /* batches left: a running thread waited for a CPU in them */
-    uint64_t perf_latest_sliced; /* ticks whose clock sample (newest or reused) lay in a
-                                    window already sliced: a one-shot asked instead */
-    uint64_t perf_lost;       /* samples the kernel dropped (PERF_RECORD_LOST) */
-    uint64_t perf_no_regs;    /* samples without user registers */
-    uint64_t perf_short;      /* copies too short for a complete unwind (copy enlarged) */
-    uint64_t perf_shrunk;     /* copies made smaller: the complete unwinds needed less */
-    uint64_t fallback_deep;   /* running threads stopped: stack deeper than the kernel copies */
-    uint64_t fallback_refused; /* running threads stopped: no perf event for them */
-    uint64_t fallback_no_files; /* threads stopped: without their /proc files (fds.h), not
-                                   known to be blocked, and no event asked for */
-    uint64_t fallback_first;   /* running threads stopped: cputime's counting event (the
-                                  thread's first interval of CPU, no copy yet) */
-    uint64_t fallback_python;  /* running threads stopped: their Python frames are read in
-                                  the stop (python.h) */
-    uint64_t unwind_complete;
-    uint64_t unwind_truncated;
-    uint64_t unwind_too_deep;
-    uint64_t skipped_pending;    /* previous stop still outstanding */
-    uint64_t skipped_stopped;    /* thread in group-stop with no earlier stack */
-    uint64_t skipped_resuming;   /* thread on its way back from a job-control stop */
-    uint64_t skipped_off_cpu;    /* cputime: due, but blocked by the time we looked */
-    uint64_t failed_vanished;    /* thread exited while being sampled */
-    uint64_t failed_regs;        /* GETREGS failed */
-    uint64_t failed_copy;        /* stack copy failed */
-    uint64_t torn;               /* blocked-thread copy raced with the thread running */
-    uint64_t interrupts;         /* threads stopped */
-    uint64_t stop_latency_ns;    /* sum of interrupt -> stop */
-    uint64_t eintr_repaired;     /* system calls restarted instead of failing with EINTR */
-    uint64_t wakeups_rescued;    /* threads stopped because a signal they may have been woken
-                                    for was taken by another thread */
-    uint64_t signals_forwarded;
-    uint64_t group_stops;
-    uint64_t threads_seen;
-    uint64_t boundary_taken;     /* transaction-boundary samples */
-    uint64_t boundary_skipped;   /* not taken: the thread had one less than an interval ago */
 };
 
 struct target {

@@ -1,6 +1,6 @@
 /* fuzz_requests.c: libFuzzer target for the daemon's handling of requests' JSON
- * (daemon/commands.c: validation in its fixed order and every command's arguments;
- * daemon/txn.c: the transactions' bookkeeping), without a socket.
+ * (daemon/commands.c and its cmd_*.c: validation in its fixed order and every command's
+ * arguments; daemon/txn.c: the transactions' bookkeeping), without a socket.
  *
  * Input: byte 0 picks who the client is (its pid: profd's own, which exists, or one that
  * does not), the rest is requests separated by NUL bytes, each parsed with cJSON and, when

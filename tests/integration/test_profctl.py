@@ -209,6 +209,34 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
                                               "last_second", "histogram_us"},
           "status --json: every target with the documented fields (%s)"
           % sorted(set(ts[p.pid]) ^ sfields))
+    # Every counter of daemon/target.h's lists, in its group (cmd_status.c emits them from
+    # those lists: a list or its table broken drops or misplaces keys here).
+    pf = ts[p.pid]["perf"]
+    pfields = {"sampler", "events", "ring_bytes", "oneshot_asked", "oneshot_expired",
+               "oneshot_waited_for", "latest", "latest_reused", "latest_torn", "preempted",
+               "preempt_watch_failed", "latest_across_waits", "latest_in_sliced_window",
+               "lost", "without_registers", "copy_too_short", "copy_shrunk", "copy_bytes",
+               "stopped_stack_too_deep", "stopped_no_event", "stopped_first_interval",
+               "stopped_without_files", "stopped_for_python", "switch_watch"}
+    counters = [ts[p.pid].get(k) for k in ("ticks", "running_again", "threads_stopped",
+                                           "syscalls_restarted", "wakeups_rescued",
+                                           "signals_forwarded", "group_stops",
+                                           "threads_seen")]
+    counters += [v for g in ("sampled", "skipped", "transaction_boundaries", "failed")
+                 for v in ts[p.pid][g].values()]
+    counters += [ts[p.pid]["unwind"].get(k) for k in ("complete", "truncated", "too_deep")]
+    counters += [pf.get(k) for k in pfields - {"sampler", "copy_bytes", "switch_watch"}]
+    counters += list(pf.get("switch_watch", {}).values())
+    check(set(pf) - {"error"} == pfields and
+          set(pf.get("switch_watch", {})) == {"threads", "ring_bytes", "reads_spared",
+                                              "opened", "closed_running_often",
+                                              "closed_for_room"} and
+          set(pf.get("copy_bytes", {})) == {"min", "max"} and
+          all(set(x) == {"samples", "us_per_sample"} for x in ts[p.pid]["paths"].values()) and
+          all(isinstance(v, int) and v >= 0 for v in counters) and
+          ts[p.pid]["sampled"]["kernel_copy"] == ts[p.pid]["paths"]["perf"]["samples"],
+          "status --json: every counter in its group, a whole number (%s; %s)"
+          % (sorted((set(pf) - {"error"}) ^ pfields), sorted(pf.get("switch_watch", {}))))
     check(ts[p.pid]["ticks"] > 0 and 0 < ts[p.pid]["achieved_hz"] < 600,
           "status --json: ticks counted, achieved_hz at most about the 499 asked")
     lat = ts[p.pid]["tick_lateness"]
