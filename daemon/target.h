@@ -54,7 +54,7 @@ struct thread {
     uint64_t run_ns, pcount;
     uint32_t last_stack;        /* holds a reference; STACK_NONE if none */
     uint64_t stack_top;         /* highest stack address a complete unwind needed; 0: unknown */
-    /* The call that ignored signals keep interrupting (see repair_ignored_signal). */
+    /* The call that ignored signals keep interrupting (sigrepair.c). */
     bool chain_valid;
     long chain_nr;
     uint64_t chain_args[3];

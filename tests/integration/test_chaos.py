@@ -28,7 +28,7 @@ equal to the unprofiled run's; the targets exit 0; the daemon's symbolizers gone
 An EINTR a target sees after a SIGKILL is counted, not failed: a thread the kernel stopped
 in a waiting call whose repair profd had not made yet resumes with it (nothing can repair
 it after the tracer is gone). Under a slow wrapper an EINTR after a SIGTERM is only counted
-too (a stolen wake-up, see target.c rescue_stolen_wakeups, is then seen now and then).
+too (a stolen wake-up, see sigrepair.c rescue_stolen_wakeups, is then seen now and then).
 
 Trials are drawn from a seed printed first; a failure names its trial:
 PROFD_CHAOS_SEED=S PROFD_CHAOS_TRIAL=N replays it. PROFD_CHAOS_TRIALS=N runs N trials
@@ -434,7 +434,7 @@ def run_trial(i, seed=None, kinds=None):
             if e and plan["end"] == "term" and plan["action"] == "stop":
                 # Under a slow wrapper, a wake-up stolen by a thread resumed from a stop (a
                 # process-directed SIGWINCH taken by another thread than the one woken for
-                # it, target.c rescue_stolen_wakeups: the case it cannot close) became
+                # it, sigrepair.c rescue_stolen_wakeups: the case it cannot close) became
                 # frequent enough to be seen here (once in some 50 such trials under valgrind;
                 # never in the ~360 stop trials, about half ended by SIGTERM, of the normal
                 # build): counted there, a failure elsewhere.
