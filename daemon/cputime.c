@@ -11,7 +11,7 @@
 
 #include "log.h"
 #include "perfsample.h"
-#include "ptrace_util.h"
+#include "procfs.h"
 #include "sampler.h"
 #include "target.h"
 #include "util.h"

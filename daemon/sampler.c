@@ -24,7 +24,8 @@
 #include "log.h"
 #include "memory.h"
 #include "perfsample.h"
-#include "ptrace_util.h"
+#include "procfs.h"
+#include "syscalls.h"
 #include "target.h"
 #include "util.h"
 

@@ -1,6 +1,6 @@
 /* sigrepair.c: what profd does so that a sampled thread never sees an EINTR of profd's
  * making nor loses a wake-up: the interrupted system calls restarted (the tables in
- * ptrace_util.c), ignored signals' interruptions repaired in chains, wake-ups another
+ * syscalls.c), ignored signals' interruptions repaired in chains, wake-ups another
  * thread stole rescued. Called by target.c at the stops it handles; calls nothing above it.
  * (daemon/DESIGN.md: "Stolen wake-ups", "Chains of repairs".) */
 #include "sigrepair.h"
@@ -12,7 +12,8 @@
 #include <sys/syscall.h>
 
 #include "procstatus.h"
-#include "ptrace_util.h"
+#include "procfs.h"
+#include "syscalls.h"
 #include "target.h"
 #include "util.h"
 

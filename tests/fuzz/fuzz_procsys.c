@@ -1,4 +1,4 @@
-/* fuzz_procsys.c: libFuzzer target for the sample path's /proc readers (daemon/ptrace_util.c):
+/* fuzz_procsys.c: libFuzzer target for the sample path's /proc readers (daemon/procfs.c):
  * /proc/PID/task/TID/syscall (sysc_parse, proc_read_syscall) and .../schedstat
  * (proc_read_schedstat).
  *
@@ -20,7 +20,7 @@
 #include <errno.h>
 #include <unistd.h>
 
-#include "ptrace_util.h"
+#include "procfs.h"
 
 static void check_sysc(int r, const struct sysc_info *si)
 {

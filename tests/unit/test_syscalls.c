@@ -1,7 +1,8 @@
-/* test_ptrace_util.c: /proc syscall and schedstat parsing, signal dispositions, which
- * system calls may be restarted, the EINTR repair on hand-made registers, and the /proc
- * readers on live threads of this process (one blocked in read(), one spinning). */
-#include "ptrace_util.h"
+/* test_syscalls.c: the /proc readers (procfs.c: syscall and schedstat parsing) and the
+ * repair rules (syscalls.c: signal dispositions, which system calls may be restarted, the
+ * EINTR repair on hand-made registers), and the readers on live threads of this process (one blocked in read(), one spinning). */
+#include "procfs.h"
+#include "syscalls.h"
 #include "check.h"
 #include "util.h"
 
@@ -269,7 +270,7 @@ static void test_repair_epoll_pwait2(void)
  * (a thread that is gone) and closed descriptors. */
 static int text_file(const char *text)
 {
-    char path[] = "/tmp/test_ptrace_util-XXXXXX";
+    char path[] = "/tmp/test_syscalls-XXXXXX";
     int fd = mkstemp(path);
     REQUIRE(fd >= 0);
     unlink(path);
@@ -516,5 +517,5 @@ int main(void)
     RUN(test_timeout_of_own_socket);
     RUN(test_readers_on_known_text);
     RUN(test_live_threads);
-    return check_status("test_ptrace_util");
+    return check_status("test_syscalls");
 }
