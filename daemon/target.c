@@ -709,6 +709,56 @@ static size_t ring_max_entries(unsigned hz, uint64_t buffer_ns)
     return (size_t)(n > RING_MAX_ENTRIES ? RING_MAX_ENTRIES : n);
 }
 
+/* Is pid a process profd may keep as t (its credentials and name read into t)? Returns 0 or
+ * -errno, why saying why. */
+static int identify_process(pid_t pid, struct target *t, char *why, size_t whylen)
+{
+    pid_t tgid = read_tgid(pid);
+    if (tgid == -EMFILE || tgid == -ENFILE || tgid == -ENOMEM) {
+        snprintf(why, whylen, "profd cannot read /proc/%d/status now: %s", pid,
+                 strerror(-tgid));
+        return tgid;
+    }
+    if (tgid < 0) {
+        snprintf(why, whylen, "no such process: %d", pid);
+        return -ESRCH;
+    }
+    /* Kept to check clients against once the process has exited: credentials that cannot
+     * be read for certain are no credentials to keep. */
+    int cr = proc_creds_read(pid, &t->creds, why, whylen);
+    if (cr < 0) {
+        return cr == -ESRCH || cr == -EMFILE || cr == -ENFILE || cr == -ENOMEM ? cr : -EPERM;
+    }
+    if (tgid != pid) {
+        snprintf(why, whylen, "%d is a thread of process %d: attach to the process", pid, tgid);
+        return -EINVAL;
+    }
+    bool zombie = false;
+    if (read_thread_stat(pid, pid, t->comm, &zombie) < 0) {
+        snprintf(why, whylen, "no such process: %d", pid);
+        return -ESRCH;
+    }
+    return 0;
+}
+
+/* The process's own files kept open: its status (signal dispositions, read now) and a pidfd
+ * (its sockets' timeouts). Either may be missing: said in the log, the repairs do less. */
+static void open_process_files(struct target *t)
+{
+    pid_t pid = t->pid;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    t->status_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (t->status_fd < 0 && errno != ENOENT)
+        log_warn("pid %d: cannot open %s (%s): signals it ignores may make its waits fail "
+                 "with EINTR", pid, path, strerror(errno));
+    sigrepair_read_sigstate(t, NULL);
+    t->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (t->pidfd < 0 && errno != ESRCH)
+        log_warn("pid %d: pidfd_open: %s: socket timeouts of its interrupted calls are "
+                 "unknown (they restart with the whole timeout)", pid, strerror(errno));
+}
+
 static int seize_and_set_up(pid_t pid, unsigned hz, uint64_t buffer_ns,
                             enum sampler_kind sampler, struct sched *sched, bool *taken,
                             struct target **out, char *why, size_t whylen)
@@ -738,42 +788,13 @@ static int seize_and_set_up(pid_t pid, unsigned hz, uint64_t buffer_ns,
     t->status_fd = -1;
     t->pidfd = -1;
     t->defer_epfd = -1;
-    pid_t tgid = read_tgid(pid);
-    if (tgid == -EMFILE || tgid == -ENFILE || tgid == -ENOMEM) {
-        snprintf(why, whylen, "profd cannot read /proc/%d/status now: %s", pid,
-                 strerror(-tgid));
+    int idr = identify_process(pid, t, why, whylen);
+    if (idr < 0) {
         free(t); /* (sched too: see target_attach) */
         *taken = false;
-        return tgid;
-    }
-    if (tgid < 0) {
-        snprintf(why, whylen, "no such process: %d", pid);
-        free(t); /* (sched too: see target_attach) */
-        *taken = false;
-        return -ESRCH;
-    }
-    /* Kept to check clients against once the process has exited: credentials that cannot
-     * be read for certain are no credentials to keep. */
-    int cr = proc_creds_read(pid, &t->creds, why, whylen);
-    if (cr < 0) {
-        free(t); /* (sched too: see target_attach) */
-        *taken = false;
-        return cr == -ESRCH || cr == -EMFILE || cr == -ENFILE || cr == -ENOMEM ? cr : -EPERM;
-    }
-    if (tgid != pid) {
-        snprintf(why, whylen, "%d is a thread of process %d: attach to the process", pid, tgid);
-        free(t); /* (sched too: see target_attach) */
-        *taken = false;
-        return -EINVAL;
+        return idr;
     }
     char path[64], buf[4096];
-    bool zombie = false;
-    if (read_thread_stat(pid, pid, t->comm, &zombie) < 0) {
-        snprintf(why, whylen, "no such process: %d", pid);
-        free(t); /* (sched too: see target_attach) */
-        *taken = false;
-        return -ESRCH;
-    }
     if (read_start_time(pid, &t->start_time) < 0)
         t->start_time = 0; /* unknown: never taken for a previous process */
     /* A leader that called pthread_exit is a zombie while its other threads run: still a
@@ -806,16 +827,7 @@ static int seize_and_set_up(pid_t pid, unsigned hz, uint64_t buffer_ns,
             snprintf(why, whylen, "no such process: %d", pid);
         return r;
     }
-    snprintf(path, sizeof(path), "/proc/%d/status", pid);
-    t->status_fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (t->status_fd < 0 && errno != ENOENT)
-        log_warn("pid %d: cannot open %s (%s): signals it ignores may make its waits fail "
-                 "with EINTR", pid, path, strerror(errno));
-    sigrepair_read_sigstate(t, NULL);
-    t->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (t->pidfd < 0 && errno != ESRCH)
-        log_warn("pid %d: pidfd_open: %s: socket timeouts of its interrupted calls are "
-                 "unknown (they restart with the whole timeout)", pid, strerror(errno));
+    open_process_files(t);
     /* Without its maps nothing unwinds (every sample would be one frame): no attach. */
     r = maps_read(mm_tid(t), true, NULL, &t->maps);
     if (r < 0) {
@@ -1110,6 +1122,84 @@ static void rescue_stop(struct thread *th)
 
 
 /* Handle one wait status of a traced thread (or of a child that exited). */
+/* th exited (or was killed): forgotten, and its process's end or its detach's seen to. */
+static void thread_ended(struct thread *th, int status)
+{
+    struct target *t = th->t;
+    pid_t tid = th->tid;
+    bool leader = tid == t->pid;
+    if (!leader && t->state == T_ATTACHED)
+        hooks.thread_exited(th);
+    thread_remove(th);
+    /* The leader is reported last, once the whole group is gone (__WALL). */
+    if (leader)
+        target_exited(t, status);
+    else if (t->state == T_DETACHING && t->nthreads == 0)
+        detach_finished(t);
+    else if (t->state == T_ATTACHED && t->nthreads == 0)
+        /* A leader that had exited before the attach (a zombie: pthread_exit, or the
+         * process exiting as it was attached) was not traced (seize_all), so its exit
+         * goes to its parent alone: the last traced thread's is the process's end. */
+        target_exited(t, -1);
+}
+
+/* th entered a group-stop (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU). */
+static void group_stop(struct thread *th, bool detaching)
+{
+    struct target *t = th->t;
+    pid_t tid = th->tid;
+    /* Group-stop. PTRACE_LISTEN keeps it stopped as job control wants, yet lets
+     * SIGCONT through; PTRACE_CONT here would break Ctrl-Z and SIGSTOP. A pending
+     * interrupt of ours was consumed by this stop. */
+    th->interrupt_pending = false;
+    th->rescue_pending = false;
+    t->stats.group_stops++;
+    /* A stop signal makes an epoll wait fail with EINTR even without a tracer
+     * (signal(7)); the SIGCONT that ends the stop reaches a traced thread as a
+     * signal-delivery-stop, where that EINTR must not be mistaken for ours. */
+    struct user_regs_struct regs;
+    uint64_t pcount;
+    th->stop_eintr = ptrace(PTRACE_GETREGS, tid, 0, &regs) == 0 &&
+                     (long)regs.rax == -EINTR && sysc_restartable((long)regs.orig_rax);
+    if (th->stop_eintr &&
+        proc_read_schedstat(th->schedstat_fd, &th->stop_eintr_run_ns, &pcount) < 0)
+        th->stop_eintr_run_ns = 0;
+    if (detaching && !(tid != t->pid && live_leader(t))) {
+        detach_thread(th, 0);
+    } else {
+        /* (Detaching: parked until the leader is released.) */
+        int r = ptrace(PTRACE_LISTEN, tid, 0, 0) < 0 ? -errno : 0;
+        note_released(tid, r);
+        if (r == 0)
+            th->state = TH_GROUP_STOP;
+        else if (r != -ESRCH)
+            log_warn("PTRACE_LISTEN %d: %s", tid, strerror(-r));
+    }
+}
+
+/* th cloned: the new thread is followed if it is one of this process's that profd traces. */
+static void clone_event(struct thread *th, bool detaching)
+{
+    struct target *t = th->t;
+    pid_t tid = th->tid;
+    unsigned long msg = 0;
+    /* Only a thread of this process that still exists and that we still trace: clone()
+     * without CLONE_THREAD makes a new process (released at its first stop, in
+     * adopt_unknown); a new thread whose first stop and exit were both handled already
+     * must not come back; nor one whose first stop came first and released it (a
+     * detach): it would be waited for in vain. */
+    struct procstatus st;
+    if (ptrace(PTRACE_GETEVENTMSG, tid, 0, &msg) == 0 && !thread_find((pid_t)msg) &&
+        tid_status((pid_t)msg, &st) == 0 && procstatus_has(&st, PS_TGID) &&
+        st.tgid == t->pid && procstatus_has(&st, PS_TRACERPID) && st.tracer_pid == self_pid)
+        thread_add(t, (pid_t)msg);
+    t->maps_dirty = true; /* its stack was mapped: re-read at the next tick */
+    if (detaching)
+        detach_or_resume(th, 0);
+    else
+        target_resume(th, 0);
+}
+
 static void targets_handle_wait(pid_t tid, int status)
 {
     struct thread *th = thread_find(tid);
@@ -1125,20 +1215,7 @@ static void targets_handle_wait(pid_t tid, int status)
     }
     struct target *t = th->t;
     if (WIFEXITED(status) || WIFSIGNALED(status)) {
-        bool leader = tid == t->pid;
-        if (!leader && t->state == T_ATTACHED)
-            hooks.thread_exited(th);
-        thread_remove(th);
-        /* The leader is reported last, once the whole group is gone (__WALL). */
-        if (leader)
-            target_exited(t, status);
-        else if (t->state == T_DETACHING && t->nthreads == 0)
-            detach_finished(t);
-        else if (t->state == T_ATTACHED && t->nthreads == 0)
-            /* A leader that had exited before the attach (a zombie: pthread_exit, or the
-             * process exiting as it was attached) was not traced (seize_all), so its exit
-             * goes to its parent alone: the last traced thread's is the process's end. */
-            target_exited(t, -1);
+        thread_ended(th, status);
         return;
     }
     if (!WIFSTOPPED(status))
@@ -1149,33 +1226,7 @@ static void targets_handle_wait(pid_t tid, int status)
     switch (event) {
     case PTRACE_EVENT_STOP:
         if (sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) {
-            /* Group-stop. PTRACE_LISTEN keeps it stopped as job control wants, yet lets
-             * SIGCONT through; PTRACE_CONT here would break Ctrl-Z and SIGSTOP. A pending
-             * interrupt of ours was consumed by this stop. */
-            th->interrupt_pending = false;
-            th->rescue_pending = false;
-            t->stats.group_stops++;
-            /* A stop signal makes an epoll wait fail with EINTR even without a tracer
-             * (signal(7)); the SIGCONT that ends the stop reaches a traced thread as a
-             * signal-delivery-stop, where that EINTR must not be mistaken for ours. */
-            struct user_regs_struct regs;
-            uint64_t pcount;
-            th->stop_eintr = ptrace(PTRACE_GETREGS, tid, 0, &regs) == 0 &&
-                             (long)regs.rax == -EINTR && sysc_restartable((long)regs.orig_rax);
-            if (th->stop_eintr &&
-                proc_read_schedstat(th->schedstat_fd, &th->stop_eintr_run_ns, &pcount) < 0)
-                th->stop_eintr_run_ns = 0;
-            if (detaching && !(tid != t->pid && live_leader(t))) {
-                detach_thread(th, 0);
-            } else {
-                /* (Detaching: parked until the leader is released.) */
-                int r = ptrace(PTRACE_LISTEN, tid, 0, 0) < 0 ? -errno : 0;
-                note_released(tid, r);
-                if (r == 0)
-                    th->state = TH_GROUP_STOP;
-                else if (r != -ESRCH)
-                    log_warn("PTRACE_LISTEN %d: %s", tid, strerror(-r));
-            }
+            group_stop(th, detaching);
             return;
         }
         /* SIGTRAP: our interrupt, a new thread's first stop, or the end of a LISTEN. */
@@ -1208,25 +1259,9 @@ static void targets_handle_wait(pid_t tid, int status)
         else
             target_resume(th, 0);
         return;
-    case PTRACE_EVENT_CLONE: {
-        unsigned long msg = 0;
-        /* Only a thread of this process that still exists and that we still trace: clone()
-         * without CLONE_THREAD makes a new process (released at its first stop, in
-         * adopt_unknown); a new thread whose first stop and exit were both handled already
-         * must not come back; nor one whose first stop came first and released it (a
-         * detach): it would be waited for in vain. */
-        struct procstatus st;
-        if (ptrace(PTRACE_GETEVENTMSG, tid, 0, &msg) == 0 && !thread_find((pid_t)msg) &&
-            tid_status((pid_t)msg, &st) == 0 && procstatus_has(&st, PS_TGID) &&
-            st.tgid == t->pid && procstatus_has(&st, PS_TRACERPID) && st.tracer_pid == self_pid)
-            thread_add(t, (pid_t)msg);
-        t->maps_dirty = true; /* its stack was mapped: re-read at the next tick */
-        if (detaching)
-            detach_or_resume(th, 0);
-        else
-            target_resume(th, 0);
+    case PTRACE_EVENT_CLONE:
+        clone_event(th, detaching);
         return;
-    }
     case PTRACE_EVENT_EXEC:
         /* Reported under the process id once the execing thread took it over. */
         if (tid == t->pid)
