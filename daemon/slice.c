@@ -324,6 +324,9 @@ struct slice_job *slice_begin(struct target *t, uint64_t start_ns, uint64_t end_
     job->exe = xstrdup(t->exe);
     job->hz = t->hz;
     job->sampling = sched_describe(t->sched);
+    job->have_sched = true;
+    job->mode = t->sched->mode;
+    job->sampler = t->sampler;
     job->attach_ns = t->attach_ns;
     job->start_ns = start_ns;
     job->end_ns = end_ns;
@@ -954,7 +957,78 @@ static size_t at_call_site(const struct profile *p, uint32_t *frames, size_t m)
     return m - cut;
 }
 
-int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, struct profile *p)
+/* Samples, and the threads they name. Samples with a lost stack are dropped. */
+static void profile_samples(const struct slice_job *job, struct profile *p)
+{
+    p->samples = xmalloc((job->nsamples ? job->nsamples : 1) * sizeof(*p->samples));
+    p->threads = NULL;
+    size_t cap_threads = 0;
+    for (size_t i = 0; i < job->nsamples; i++) {
+        const struct ring_entry *e = &job->samples[i];
+        if (e->stack == STACK_NONE)
+            continue;
+        struct profile_sample *s = &p->samples[p->nsamples++];
+        s->t_ns = e->t_ns;
+        s->tid = e->tid;
+        s->stack = e->stack;
+        s->txn_path = job->sample_path ? job->sample_path[i] : 0;
+        s->path = (uint8_t)e->path;
+        p->by_path[e->path]++;
+        bool known = false;
+        for (size_t j = p->nthreads; j-- > 0;)
+            if (p->threads[j].tid == e->tid) {
+                known = true;
+                break;
+            }
+        if (known)
+            continue;
+        if (p->nthreads == cap_threads) {
+            cap_threads = cap_threads ? cap_threads * 2 : 16;
+            p->threads = xrealloc(p->threads, cap_threads * sizeof(*p->threads));
+        }
+        const char *name = NULL;
+        for (size_t j = 0; j < job->nnames; j++)
+            if (job->names[j].tid == e->tid)
+                name = job->names[j].name;
+        p->threads[p->nthreads].tid = e->tid;
+        p->threads[p->nthreads].name = xstrdup(name ? name : job->comm);
+        p->nthreads++;
+    }
+}
+
+/* Images: every module a frame came from, at its load address. */
+static void profile_images(const struct slice_job *job, const struct builder *b,
+                           struct profile *p)
+{
+    p->images = xcalloc(b->nmods ? b->nmods : 1, sizeof(*p->images));
+    for (size_t i = 0; i < b->nmods; i++) {
+        const struct module *mod = b->mods[i]->mod;
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (size_t e = 0; e < job->nepochs; e++) {
+            const struct maps *m = &job->epochs[e].maps;
+            for (size_t j = 0; j < m->n; j++) {
+                if (m->v[j].mod != mod)
+                    continue;
+                uint64_t base = m->v[j].start - m->v[j].pgoff;
+                if (base < lo)
+                    lo = base;
+                if (m->v[j].end > hi)
+                    hi = m->v[j].end;
+            }
+        }
+        struct profile_image *im = &p->images[p->nimages++];
+        im->code_file = xstrdup(mod->path);
+        im->build_id_len = mod->build_id_len < PROFILE_MAX_BUILD_ID ? mod->build_id_len
+                                                                     : PROFILE_MAX_BUILD_ID;
+        memcpy(im->build_id, mod->build_id, im->build_id_len);
+        im->addr = lo;
+        im->size = hi > lo ? hi - lo : 0;
+    }
+}
+
+/* What p says of the job as a whole: the process, the window, how it was sampled, its
+ * transactions. */
+static void profile_header(const struct slice_job *job, struct profile *p)
 {
     memset(p, 0, sizeof(*p));
     p->pid = job->pid;
@@ -965,13 +1039,9 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
     p->realtime_offset_ns = job->realtime_offset_ns;
     p->hz = job->hz;
     p->attach_ns = job->attach_ns;
-    const cJSON *mode = job->sampling ? cJSON_GetObjectItemCaseSensitive(job->sampling, "mode")
-                                      : NULL;
-    p->cputime = cJSON_IsString(mode) && !strcmp(mode->valuestring, "cputime");
-    p->mode = cJSON_IsString(mode) ? xstrdup(mode->valuestring) : NULL;
-    const cJSON *sampler =
-        job->sampling ? cJSON_GetObjectItemCaseSensitive(job->sampling, "sampler") : NULL;
-    p->sampler = cJSON_IsString(sampler) ? xstrdup(sampler->valuestring) : NULL;
+    p->cputime = job->have_sched && job->mode == SCHED_CPUTIME;
+    p->mode = job->have_sched ? xstrdup(sched_mode_name(job->mode)) : NULL;
+    p->sampler = job->have_sched ? xstrdup(sampler_kind_name(job->sampler)) : NULL;
     p->period_ns = job->hz ? NS_PER_SEC / job->hz : 0;
     p->thread_ids = job->thread_ids;
     p->by_transaction = job->by_txn;
@@ -991,6 +1061,11 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
     p->txn.start_ns = job->txn.start_ns;
     p->txn.end_ns = job->txn.end_ns;
 
+}
+
+int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, struct profile *p)
+{
+    profile_header(job, p);
     struct builder b = {.job = job, .sym = sym, .p = p};
     size_t total_ips = 0;
     for (size_t i = 0; i < job->nstacks; i++)
@@ -1041,67 +1116,8 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
     free(py_entry);
     free(b.keys);
 
-    /* Samples, and the threads they name. Samples with a lost stack are dropped. */
-    p->samples = xmalloc((job->nsamples ? job->nsamples : 1) * sizeof(*p->samples));
-    p->threads = NULL;
-    size_t cap_threads = 0;
-    for (size_t i = 0; i < job->nsamples; i++) {
-        const struct ring_entry *e = &job->samples[i];
-        if (e->stack == STACK_NONE)
-            continue;
-        struct profile_sample *s = &p->samples[p->nsamples++];
-        s->t_ns = e->t_ns;
-        s->tid = e->tid;
-        s->stack = e->stack;
-        s->txn_path = job->sample_path ? job->sample_path[i] : 0;
-        s->path = (uint8_t)e->path;
-        p->by_path[e->path]++;
-        bool known = false;
-        for (size_t j = p->nthreads; j-- > 0;)
-            if (p->threads[j].tid == e->tid) {
-                known = true;
-                break;
-            }
-        if (known)
-            continue;
-        if (p->nthreads == cap_threads) {
-            cap_threads = cap_threads ? cap_threads * 2 : 16;
-            p->threads = xrealloc(p->threads, cap_threads * sizeof(*p->threads));
-        }
-        const char *name = NULL;
-        for (size_t j = 0; j < job->nnames; j++)
-            if (job->names[j].tid == e->tid)
-                name = job->names[j].name;
-        p->threads[p->nthreads].tid = e->tid;
-        p->threads[p->nthreads].name = xstrdup(name ? name : job->comm);
-        p->nthreads++;
-    }
-
-    /* Images: every module a frame came from, at its load address. */
-    p->images = xcalloc(b.nmods ? b.nmods : 1, sizeof(*p->images));
-    for (size_t i = 0; i < b.nmods; i++) {
-        const struct module *mod = b.mods[i]->mod;
-        uint64_t lo = UINT64_MAX, hi = 0;
-        for (size_t e = 0; e < job->nepochs; e++) {
-            const struct maps *m = &job->epochs[e].maps;
-            for (size_t j = 0; j < m->n; j++) {
-                if (m->v[j].mod != mod)
-                    continue;
-                uint64_t base = m->v[j].start - m->v[j].pgoff;
-                if (base < lo)
-                    lo = base;
-                if (m->v[j].end > hi)
-                    hi = m->v[j].end;
-            }
-        }
-        struct profile_image *im = &p->images[p->nimages++];
-        im->code_file = xstrdup(mod->path);
-        im->build_id_len = mod->build_id_len < PROFILE_MAX_BUILD_ID ? mod->build_id_len
-                                                                     : PROFILE_MAX_BUILD_ID;
-        memcpy(im->build_id, mod->build_id, im->build_id_len);
-        im->addr = lo;
-        im->size = hi > lo ? hi - lo : 0;
-    }
+    profile_samples(job, p);
+    profile_images(job, &b, p);
     free(b.mods);
     return 0;
 }

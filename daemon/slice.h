@@ -11,6 +11,7 @@
 #include "maps.h"
 #include "profile.h"
 #include "ring.h"
+#include "schedule.h"
 #include "target.h"
 #include "util.h"
 
@@ -97,7 +98,13 @@ struct slice_job {
     uint32_t *sample_path;  /* per sample: index into paths (0: in no transaction) */
     char **paths;           /* [0] NULL; then "outer\x1finner" names */
     size_t npaths;
-    struct cJSON *sampling; /* how the samples were taken (sched_describe), or NULL */
+    struct cJSON *sampling; /* how the samples were taken (sched_describe), or NULL: for
+                               the reply, which shows it to the client as it was */
+    /* The same for the profile: its schedule's mode and the sampler asked for (when
+     * have_sched; a job built without a target has neither). */
+    bool have_sched;
+    enum sched_mode mode;
+    enum sampler_kind sampler;
     uint64_t attach_ns;     /* when the target was attached */
     /* Whose rights open the files a slice needs by path (debug files, perf maps): the
      * requesting client's (groups owned by the job). */
