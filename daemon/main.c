@@ -247,7 +247,9 @@ static void on_prepare(struct ev_loop *l, ev_prepare *w, int revents)
     sched_chores_early();
 }
 
-int main(int argc, char **argv)
+/* The command line: settings' flags (config.c's table) kept in flags for build_config and
+ * every reload, then profd's own. Returns -1 to go on, or the exit status. */
+static int parse_args(int argc, char **argv, bool *show)
 {
     /* The settings' flags come from config.c's table; then profd's own. */
     size_t nkeys;
@@ -278,7 +280,6 @@ int main(int argc, char **argv)
     opts[no++] = (struct option){"show-config", no_argument, NULL, O_SHOW_CONFIG};
     opts[no++] = (struct option){"version", no_argument, NULL, 'V'};
     opts[no++] = (struct option){"help", no_argument, NULL, 'h'};
-    bool show = false;
     log_init("profd", LOG_LVL_INFO);
     flags = xcalloc((size_t)argc + 1, sizeof(*flags));
     int c, idx;
@@ -300,7 +301,7 @@ int main(int argc, char **argv)
             config_explicit = true;
             break;
         case O_SHOW_CONFIG:
-            show = true;
+            *show = true;
             break;
         case 'V':
             printf("profd %s\n", PROFD_VERSION);
@@ -317,6 +318,73 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+/* Each traced thread keeps two /proc descriptors open: allow as many as we may. */
+static void raise_nofile_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rlim_t soft = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            log_warn("cannot raise the limit on open files from %llu to %llu: %s",
+                     (unsigned long long)soft, (unsigned long long)rl.rlim_max,
+                     strerror(errno));
+    }
+}
+
+/* The loop's own watchers: signals, the second's housekeeping, the collection of
+ * forgotten targets and the chores before each wait. */
+static void start_watchers(void)
+{
+    ev_signal_init(&sigchld_w, on_sigchld, SIGCHLD);
+    ev_signal_start(loop, &sigchld_w);
+    ev_signal_init(&sigterm_w, on_terminate, SIGTERM);
+    ev_signal_start(loop, &sigterm_w);
+    ev_signal_init(&sigint_w, on_terminate, SIGINT);
+    ev_signal_start(loop, &sigint_w);
+    ev_signal_init(&sighup_w, on_sighup, SIGHUP);
+    ev_signal_start(loop, &sighup_w);
+    ev_timer_init(&housekeeping_w, on_housekeeping, 1.0, 1.0);
+    ev_timer_start(loop, &housekeeping_w);
+    ev_check_init(&collect_w, on_collect);
+    ev_check_start(loop, &collect_w);
+    ev_prepare_init(&chores_w, on_prepare);
+    ev_prepare_start(loop, &chores_w);
+}
+
+/* After the loop: every target detached (within 5 s), every module stopped. */
+static void shut_down(void)
+{
+    /* Symbols being loaded (a warm-up, a slice) are not waited for: no reply will go. */
+    symhelper_abandon();
+    commands_shutdown();
+    txn_shutdown();
+    server_shutdown();
+    targets_shutdown(5 * NS_PER_SEC);
+    targets_collect();
+    ev_check_stop(loop, &collect_w);
+    ev_prepare_stop(loop, &chores_w);
+    worker_stop();
+    modules_shutdown();
+    sched_global_finish();
+    sampler_finish();
+    ev_timer_stop(loop, &housekeeping_w);
+    ev_signal_stop(loop, &sigchld_w);
+    ev_signal_stop(loop, &sigterm_w);
+    ev_signal_stop(loop, &sigint_w);
+    ev_signal_stop(loop, &sighup_w);
+    ev_loop_destroy(loop);
+}
+
+int main(int argc, char **argv)
+{
+    bool show = false;
+    int pr = parse_args(argc, argv, &show);
+    if (pr >= 0)
+        return pr;
     char err[600];
     if (build_config(&live, err, sizeof(err)) < 0)
         fatal("%s", err);
@@ -344,16 +412,7 @@ int main(int argc, char **argv)
     if (!path)
         fatal("out of memory");
 
-    /* Each traced thread keeps two /proc descriptors open: allow as many as we may. */
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rlim_t soft = rl.rlim_cur;
-        rl.rlim_cur = rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-            log_warn("cannot raise the limit on open files from %llu to %llu: %s",
-                     (unsigned long long)soft, (unsigned long long)rl.rlim_max,
-                     strerror(errno));
-    }
+    raise_nofile_limit();
     fds_init();
     signal(SIGPIPE, SIG_IGN);
 
@@ -374,20 +433,7 @@ int main(int argc, char **argv)
     if (r < 0)
         fatal("cannot set up the sampling schedules: %s", strerror(-r));
     txn_init(loop, live.txn_linger_ns);
-    ev_signal_init(&sigchld_w, on_sigchld, SIGCHLD);
-    ev_signal_start(loop, &sigchld_w);
-    ev_signal_init(&sigterm_w, on_terminate, SIGTERM);
-    ev_signal_start(loop, &sigterm_w);
-    ev_signal_init(&sigint_w, on_terminate, SIGINT);
-    ev_signal_start(loop, &sigint_w);
-    ev_signal_init(&sighup_w, on_sighup, SIGHUP);
-    ev_signal_start(loop, &sighup_w);
-    ev_timer_init(&housekeeping_w, on_housekeeping, 1.0, 1.0);
-    ev_timer_start(loop, &housekeeping_w);
-    ev_check_init(&collect_w, on_collect);
-    ev_check_start(loop, &collect_w);
-    ev_prepare_init(&chores_w, on_prepare);
-    ev_prepare_start(loop, &chores_w);
+    start_watchers();
 
     r = worker_start(loop);
     if (r < 0)
@@ -421,25 +467,7 @@ int main(int argc, char **argv)
 
     ev_run(loop, 0);
 
-    /* Symbols being loaded (a warm-up, a slice) are not waited for: no reply will go. */
-    symhelper_abandon();
-    commands_shutdown();
-    txn_shutdown();
-    server_shutdown();
-    targets_shutdown(5 * NS_PER_SEC);
-    targets_collect();
-    ev_check_stop(loop, &collect_w);
-    ev_prepare_stop(loop, &chores_w);
-    worker_stop();
-    modules_shutdown();
-    sched_global_finish();
-    sampler_finish();
-    ev_timer_stop(loop, &housekeeping_w);
-    ev_signal_stop(loop, &sigchld_w);
-    ev_signal_stop(loop, &sigterm_w);
-    ev_signal_stop(loop, &sigint_w);
-    ev_signal_stop(loop, &sighup_w);
-    ev_loop_destroy(loop);
+    shut_down();
     free(path);
     config_free(&live);
     config_free(&boot);

@@ -63,6 +63,39 @@ static bool wanted(const struct profile *p, int32_t tid, const char *filter)
     return name && strstr(name, filter);
 }
 
+/* thr holds one entry of n 1 per sample: made one per thread with its count, the busiest
+ * first. Returns the threads' number. */
+static size_t thread_counts(struct thr *thr, size_t nthr)
+{
+    sort_array(thr, nthr, sizeof(*thr), by_samples); /* all n == 1: by tid */
+    size_t nt = 0;
+    for (size_t i = 0; i < nthr; i++) {
+        if (nt && thr[nt - 1].tid == thr[i].tid)
+            thr[nt - 1].n++;
+        else
+            thr[nt++] = thr[i];
+    }
+    sort_array(thr, nt, sizeof(*thr), by_samples);
+    return nt;
+}
+
+/* The threads' entries (tid, name, samples) into ta. */
+static bool add_threads(const struct profile *p, cJSON *ta, const struct thr *thr, size_t nt)
+{
+    bool ok = true;
+    for (size_t i = 0; ok && i < nt; i++) {
+        cJSON *t = cJSON_CreateObject();
+        const char *tn = profile_thread_name(p, thr[i].tid);
+        char *u = profile_utf8(tn ? tn : "");
+        ok = t && cJSON_AddItemToArray(ta, t) &&
+             cJSON_AddNumberToObject(t, "tid", thr[i].tid) && u &&
+             cJSON_AddStringToObject(t, "name", u) &&
+             cJSON_AddNumberToObject(t, "samples", (double)thr[i].n);
+        free(u);
+    }
+    return ok;
+}
+
 cJSON *profile_to_summary(const struct profile *p, size_t limit, const char *thread_filter,
                           bool sort_total)
 {
@@ -127,16 +160,7 @@ cJSON *profile_to_summary(const struct profile *p, size_t limit, const char *thr
     if (nfns)
         sort_array(fns, nfns, sizeof(*fns), sort_total ? by_total : by_self);
 
-    /* Threads: sort the tids, count runs, then order by samples. */
-    sort_array(thr, nthr, sizeof(*thr), by_samples); /* all n == 1: by tid */
-    size_t nt = 0;
-    for (size_t i = 0; i < nthr; i++) {
-        if (nt && thr[nt - 1].tid == thr[i].tid)
-            thr[nt - 1].n++;
-        else
-            thr[nt++] = thr[i];
-    }
-    sort_array(thr, nt, sizeof(*thr), by_samples);
+    size_t nt = thread_counts(thr, nthr);
 
     cJSON *o = cJSON_CreateObject(), *fa = NULL, *ta = NULL, *pa = NULL;
     bool ok = o && cJSON_AddNumberToObject(o, "samples", (double)samples) &&
@@ -155,16 +179,7 @@ cJSON *profile_to_summary(const struct profile *p, size_t limit, const char *thr
              cJSON_AddNumberToObject(f, "total", (double)fns[i].total);
         free(u);
     }
-    for (size_t i = 0; ok && i < nt; i++) {
-        cJSON *t = cJSON_CreateObject();
-        const char *tn = profile_thread_name(p, thr[i].tid);
-        char *u = profile_utf8(tn ? tn : "");
-        ok = t && cJSON_AddItemToArray(ta, t) &&
-             cJSON_AddNumberToObject(t, "tid", thr[i].tid) && u &&
-             cJSON_AddStringToObject(t, "name", u) &&
-             cJSON_AddNumberToObject(t, "samples", (double)thr[i].n);
-        free(u);
-    }
+    ok = ok && add_threads(p, ta, thr, nt);
     strbuf_finish(&sb);
     free(thr);
     free(per_stack);
