@@ -313,25 +313,15 @@ cJSON *cmd_slice(struct request *r)
     if (has_last && (has_from || has_to))
         return proto_error_reply(r->id, PE_BAD_REQUEST,
                                  "give either \"last_ns\" or \"from_ns\"/\"to_ns\", not both");
-    if (has_last) {
-        uint64_t end = r->t->state == T_EXITED ? r->t->exit_ns : now;
-        to = end;
-        from = last_ns < end ? end - last_ns : 0;
-    } else {
-        if (!has_from && r->t->ring.len)
-            from = ring_at(&r->t->ring, 0)->t_ns;
-        if (!has_to)
-            to = r->t->state == T_EXITED ? r->t->exit_ns : now;
-        if (!has_from && from > to)
-            from = to; /* a window that ends before the oldest sample: empty */
-    }
-    if (from > to)
+    struct slice_window_in win = {
+        .has_last = has_last, .has_from = has_from, .has_to = has_to,
+        .last_ns = last_ns, .from_ns = from, .to_ns = to, .now_ns = now,
+        .exited = r->t->state == T_EXITED, .exit_ns = r->t->exit_ns,
+        .have_oldest = r->t->ring.len > 0,
+        .oldest_ns = r->t->ring.len ? ring_at(&r->t->ring, 0)->t_ns : 0,
+        .attach_ns = r->t->attach_ns, .from_attach = format == SLICE_SENTRY};
+    if (slice_window(&win, &from, &to) < 0)
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"from_ns\" is after \"to_ns\"");
-    /* A Sentry profile's time runs from its window's start, and relay keeps 30 s of it: a
-     * window reaching back before the attach (`--last 60` of a process attached seconds
-     * ago) starts at the attach, where its samples do, and the reply's start_ns says so. */
-    if (format == SLICE_SENTRY && from < r->t->attach_ns && r->t->attach_ns <= to)
-        from = r->t->attach_ns;
     const cJSON *tids = cJSON_GetObjectItemCaseSensitive(r->req, "thread_ids");
     if (tids && !cJSON_IsBool(tids))
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"thread_ids\" must be a boolean");

@@ -313,6 +313,33 @@ static void copy_free(struct slice_copy *c)
     free(c);
 }
 
+int slice_window(const struct slice_window_in *in, uint64_t *from_out, uint64_t *to_out)
+{
+    uint64_t from = in->has_from ? in->from_ns : 0, to = in->has_to ? in->to_ns : UINT64_MAX;
+    uint64_t end = in->exited ? in->exit_ns : in->now_ns; /* the newest a sample can be */
+    if (in->has_last) {
+        to = end;
+        from = in->last_ns < end ? end - in->last_ns : 0;
+    } else {
+        if (!in->has_from && in->have_oldest)
+            from = in->oldest_ns;
+        if (!in->has_to)
+            to = end;
+        if (!in->has_from && from > to)
+            from = to; /* a window that ends before the oldest sample: empty */
+    }
+    if (from > to)
+        return -EINVAL;
+    /* A Sentry profile's time runs from its window's start, and relay keeps 30 s of it: a
+     * window reaching back before the attach (`--last 60` of a process attached seconds
+     * ago) starts at the attach, where its samples do, and the reply's start_ns says so. */
+    if (in->from_attach && from < in->attach_ns && in->attach_ns <= to)
+        from = in->attach_ns;
+    *from_out = from;
+    *to_out = to;
+    return 0;
+}
+
 struct slice_job *slice_begin(struct target *t, uint64_t start_ns, uint64_t end_ns,
                               enum slice_format format)
 {

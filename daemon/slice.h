@@ -148,6 +148,25 @@ struct slice_job {
  * samples it has. */
 size_t slice_estimate(const struct target *t, uint64_t start_ns, uint64_t end_ns,
                       enum slice_format format, size_t *nsamples);
+/* What a slice request asks of its window, and what the target is: */
+struct slice_window_in {
+    bool has_last, has_from, has_to; /* which of last_ns, from_ns, to_ns it gave */
+    uint64_t last_ns, from_ns, to_ns;
+    uint64_t now_ns;      /* CLOCK_MONOTONIC now */
+    bool exited;          /* the target exited at exit_ns */
+    uint64_t exit_ns;
+    bool have_oldest;     /* its buffer holds samples, the oldest at oldest_ns */
+    uint64_t oldest_ns;
+    uint64_t attach_ns;
+    bool from_attach;     /* the format's time starts at the window (Sentry's): never before
+                             the attach */
+};
+/* The window [*from, *to] (ns, CLOCK_MONOTONIC) of such a request: the last last_ns up to now
+ * (or the exit); otherwise from_ns (default: the oldest sample) to to_ns (default: now, or
+ * the exit), empty where it ends before the oldest sample. Returns 0, or -EINVAL if from_ns
+ * is after to_ns. A pure function (tests/unit/test_slice_window.c). */
+int slice_window(const struct slice_window_in *in, uint64_t *from, uint64_t *to);
+
 /* A new job for t's samples with start_ns <= time <= end_ns: what it needs of the target
  * but the samples is copied now, the samples by slice_copy_step (everything it holds is
  * counted in memory.h's slices until slice_job_free). Until the copy is complete the job
