@@ -145,7 +145,7 @@ void sched_defer_try(struct sched *s, uint64_t tick_ns)
     if (!s->defer_span_ns)
         s->defer_span_ns = DEFER_MAX_NS;
     s->defer_run_ticks = 0;
-    s->defer_batches++;
+    s->defer_count.batches++;
     ev_io_init(&s->dio, on_defer_io, fd, EV_READ);
     s->dio.data = s;
     ev_io_start(s->loop, &s->dio);
@@ -187,7 +187,7 @@ void sched_defer_take(struct sched *s, uint64_t now, enum defer_how how)
         starved = sampler_defer_ticks(t, ticks, n);
         uint64_t c = thread_cpu_ns() - c0;
         s->last_tick_ns = ticks[n - 1];
-        s->defer_ticks += n;
+        s->defer_count.ticks += n;
         s->defer_run_ticks += n;
         s->ticks += n;
         s->cost_ns += c;
@@ -203,7 +203,7 @@ void sched_defer_take(struct sched *s, uint64_t now, enum defer_how how)
      * batch, after a longer hold, shorter (its waiting ticks have the clock's older
      * samples). */
     if (starved) {
-        s->defer_left_starved++;
+        s->defer_count.left_for_threads_without_a_cpu++;
         if (how == DEFER_KEEP)
             how = DEFER_LEAVE_PREEMPTED;
         s->defer_span_ns = sched_defer_span_halved(s->defer_span_ns);
@@ -216,8 +216,8 @@ void sched_defer_take(struct sched *s, uint64_t now, enum defer_how how)
     defer_leave(s);
     /* (Left for a transaction's boundary, say: not at once again either.) */
     if (any || starved || how == DEFER_LEAVE_LATER || how == DEFER_LEAVE_PREEMPTED) {
-        s->defer_changed += any;
-        s->defer_left_preempted += !any && !starved && how == DEFER_LEAVE_PREEMPTED;
+        s->defer_count.cut_short_by_a_change += any;
+        s->defer_count.left_for_preemptions += !any && !starved && how == DEFER_LEAVE_PREEMPTED;
         defer_hold(s, now, starved);
     }
     if (!s->running)
@@ -235,7 +235,7 @@ static void on_defer_io(struct ev_loop *loop, ev_io *w, int revents)
     (void)loop;
     (void)revents;
     struct sched *s = w->data;
-    s->defer_wakes++;
+    s->defer_count.wakeups++;
     bool any = true;
     uint64_t now = now_ns();
     if (s->t->state == T_ATTACHED)
@@ -247,7 +247,7 @@ static void on_defer_io(struct ev_loop *loop, ev_io *w, int revents)
         return;
     }
     /* Preempted: still running where its clock has it. */
-    s->defer_preempts++;
+    s->defer_count.wakeups_for_a_preemption++;
     s->defer_run_preempts++;
     uint64_t ticks = (now - s->defer_begin_ns) / s->eff_interval_ns;
     if (sched_defer_preempted_often(s->defer_run_preempts, ticks))
@@ -263,7 +263,7 @@ void sched_catch_up(struct sched *s, bool leave)
 void sched_defer_deadline(struct sched *s, uint64_t now)
 {
     lateness_record(&s->lateness, s->defer_deadline_ns, now);
-    s->defer_wakes++;
+    s->defer_count.wakeups++;
     sched_defer_take(s, now, DEFER_KEEP);
     /* (Ran to its end, nothing changed: a longer span from the next batch on.) */
     if (s->deferred)
@@ -275,14 +275,9 @@ void sched_defer_describe(const struct sched *s, cJSON *o)
     cJSON *d = cJSON_AddObjectToObject(o, "deferred");
     cJSON_AddBoolToObject(d, "now", s->deferred);
     cJSON_AddNumberToObject(d, "batch_ticks", s->deferred ? s->defer_batch : 0);
-    cJSON_AddNumberToObject(d, "batches", (double)s->defer_batches);
-    cJSON_AddNumberToObject(d, "ticks", (double)s->defer_ticks);
-    cJSON_AddNumberToObject(d, "wakeups", (double)s->defer_wakes);
-    cJSON_AddNumberToObject(d, "cut_short_by_a_change", (double)s->defer_changed);
-    cJSON_AddNumberToObject(d, "wakeups_for_a_preemption", (double)s->defer_preempts);
-    cJSON_AddNumberToObject(d, "left_for_preemptions", (double)s->defer_left_preempted);
-    cJSON_AddNumberToObject(d, "left_for_threads_without_a_cpu",
-                            (double)s->defer_left_starved);
+#define ADD_COUNT(name) cJSON_AddNumberToObject(d, #name, (double)s->defer_count.name);
+    SCHED_DEFER_COUNTS(ADD_COUNT)
+#undef ADD_COUNT
     cJSON_AddNumberToObject(d, "left_for_waits_for_a_cpu", (double)s->t->stats.defer_waited);
     enum perfs_block_watch bw = perfs_block_watch();
     cJSON_AddStringToObject(d, "running_blocks_from",

@@ -41,6 +41,18 @@ struct target_hooks;
 
 enum sched_mode { SCHED_SLEEP, SCHED_EVENT, SCHED_ALARM, SCHED_CPUTIME };
 
+/* alarm's deferral counters, reported under "sampling.deferred" by these names, in this
+ * order (sched_defer.c): batches begun, ticks taken in them, wake-ups, batches cut short by a
+ * thread's change, wake-ups for a running thread's preemption, deferrals left for
+ * preemptions and for threads that had no CPU. */
+#define SCHED_DEFER_COUNTS(X)                                                                      \
+    X(batches) X(ticks) X(wakeups) X(cut_short_by_a_change) X(wakeups_for_a_preemption)          \
+    X(left_for_preemptions) X(left_for_threads_without_a_cpu)
+#define SCHED_COUNT_MEMBER(name) uint64_t name;
+struct sched_defer_counts {
+    SCHED_DEFER_COUNTS(SCHED_COUNT_MEMBER)
+};
+
 /* How cputime learns that a thread has used an interval of CPU. */
 enum cpu_source {
     CPU_SRC_AUTO,  /* the best that works: perf, then timer, then poll */
@@ -125,8 +137,7 @@ struct sched {
     uint64_t defer_span_ns;   /* a batch's span now (sched_defer.c: DEFER_MAX_NS at most) */
     uint64_t defer_begin_ns;  /* when the deferral began */
     uint64_t defer_run_preempts; /* wake-ups for a running thread's preemption since then */
-    uint64_t defer_batches, defer_ticks, defer_wakes, defer_changed;
-    uint64_t defer_preempts, defer_left_preempted, defer_left_starved;
+    struct sched_defer_counts defer_count;
 };
 
 /* Set the daemon-wide state: the loop, the cputime source to use (CPU_SRC_AUTO: the best
