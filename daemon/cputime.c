@@ -77,7 +77,7 @@ static void cpu_credit_tick(struct sched *s)
     s->cost_ns += c;
     s->win_cost_ns += c;
     if (any)
-        sched_run_tick(s, now_ns(), UINT64_MAX, true);
+        sched_run_tick(s, now_ns(), UINT64_MAX, TICK_CPU);
 }
 
 static unsigned perf_batch(const struct sched *s)
@@ -199,7 +199,7 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
      * ~0.1 ms since the overflow: 8% of the samples at 999 Hz. */
     struct target *t = th->t;
     pid_t tid = th->tid;
-    sched_run_tick(s, now_ns(), UINT64_MAX, true);
+    sched_run_tick(s, now_ns(), UINT64_MAX, TICK_CPU);
     /* The tick waited for its stops, handling every tracee's events meanwhile: th may have
      * exited and been freed (found by ASan in test_chaos: a use after free here). The
      * target is freed only after the callback. */

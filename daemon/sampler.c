@@ -35,24 +35,11 @@ static uint64_t ips[UNWIND_MAX_FRAMES + PY_MAX_FRAMES];
  * (python.h); npy of them, 0 if none. */
 static struct py_frame pyframes[PY_MAX_FRAMES];
 static int npy;
-/* The sample being interned is a transaction boundary's (STACK_BOUNDARY). */
-static bool boundary_sample;
 static timer_t stop_timer; /* bounds the wait for stops; see await_stops */
 static bool have_stop_timer;
 static volatile sig_atomic_t stop_timer_fired;
 static long ncpus = 1;
 static bool awaiting; /* in await_stops: its time is counted as the stops' cost */
-/* Taking a transaction's boundary sample, which is a sample at that moment: a running thread
- * is stopped for it rather than sampled after 0.1 ms more of its CPU (by then it may have
- * left the transaction). */
-static bool boundary;
-/* An event's tick (sampler_event_tick): a sample of now, not of the last interval. */
-static bool event_tick;
-
-void sampler_event_tick(bool on)
-{
-    event_tick = on;
-}
 
 
 static void on_stop_timer(int sig)
@@ -122,7 +109,8 @@ static void push(struct target *t, struct thread *th, uint64_t when, uint32_t st
  * copy is still valid. */
 static void learn_stack_top(struct thread *th, enum unwind_end end);
 
-static uint32_t unwind_and_intern(struct target *t, struct thread *th, enum unwind_end *endp)
+static uint32_t unwind_and_intern(struct target *t, struct thread *th, enum unwind_end *endp,
+                                  bool boundary)
 {
     enum unwind_end end;
     t->unw.maps_miss = false;
@@ -148,7 +136,7 @@ static uint32_t unwind_and_intern(struct target *t, struct thread *th, enum unwi
         n = (int)py_encode(&t->py, pyframes, npy, ips, (size_t)n,
                            sizeof(ips) / sizeof(ips[0]));
     npy = 0;
-    uint16_t flags = boundary_sample ? STACK_BOUNDARY : 0;
+    uint16_t flags = boundary ? STACK_BOUNDARY : 0;
     switch (end) {
     case UNWIND_COMPLETE:
         t->stats.unwind.complete++;
@@ -216,16 +204,16 @@ static void set_last(struct thread *th, uint32_t stack, uint64_t run_ns, uint64_
 
 /* Ask the kernel to stop a running thread; the stop arrives through the wait (targets_wait_event). Returns
  * whether the interrupt was sent. */
-static bool interrupt(struct target *t, struct thread *th, uint64_t tick_ns)
+static bool interrupt(struct target *t, struct thread *th, const struct sample_req *rq)
 {
     if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0) {
         t->stats.failed.thread_exited++;
         return false;
     }
     th->interrupt_pending = true;
-    th->boundary_stop = boundary;
+    th->boundary_stop = rq->boundary;
     th->interrupt_sent_ns = now_ns();
-    th->sample_tick_ns = tick_ns;
+    th->sample_tick_ns = rq->tick_ns;
     t->stats.threads_stopped++;
     return true;
 }
@@ -353,7 +341,7 @@ static void learn_perf_stack(struct thread *th, uint64_t sp)
 static uint32_t unwind_copy(struct target *t, struct thread *th, uint32_t stack_size)
 {
     enum unwind_end end;
-    uint32_t id = unwind_and_intern(t, th, &end);
+    uint32_t id = unwind_and_intern(t, th, &end, false);
     if (end == UNWIND_COMPLETE) {
         learn_perf_stack(th, snap.regs.rsp);
     } else if (snap.short_copy) {
@@ -583,9 +571,10 @@ static bool refused_for_good(int r)
 /* A running thread's sample from the kernel's copy: ask for one sample of its next
  * ONESHOT_PERIOD_NS of CPU, read at the next tick. Returns false when it must be stopped
  * instead. */
-static bool perf_oneshot(struct target *t, struct thread *th, uint64_t tick_ns)
+static bool perf_oneshot(struct target *t, struct thread *th, const struct sample_req *rq)
 {
-    if (t->sampler == SAMPLER_PTRACE || boundary)
+    uint64_t tick_ns = rq->tick_ns;
+    if (t->sampler == SAMPLER_PTRACE || rq->boundary)
         return false;
     if (th->perf_refused) { /* (refused for good, or no room for stacks in its ring) */
         t->stats.perf.stopped_no_event++;
@@ -680,12 +669,12 @@ static bool preempted_at(const struct thread *th, uint64_t tick_ns)
  * an interval before; the one-shot's sample comes 0.1 ms of CPU after it runs again). At the
  * tick's time: it has been there since the preemption. Returns false when it is not waiting
  * (or that is not known): its clock's sample then, as before. */
-static bool perf_preempted(struct target *t, struct thread *th, uint64_t tick_ns,
-                           uint64_t due_ns)
+static bool perf_preempted(struct target *t, struct thread *th, const struct sample_req *rq)
 {
+    uint64_t tick_ns = rq->tick_ns, due_ns = rq->due_ns;
     /* (Nor for a stack deeper than the kernel copies: its preemptions' copies are cut short
      * too, and its running samples are taken by a stop for a while.) */
-    if (th->pw.fd < 0 || boundary || due_ns <= t->sliced_to_ns || th->perf_deep_left)
+    if (th->pw.fd < 0 || rq->boundary || due_ns <= t->sliced_to_ns || th->perf_deep_left)
         return false;
     struct perf_sample s;
     /* At the tick's time, not when profd came to it: on a busy machine profd gets a CPU
@@ -752,10 +741,11 @@ static bool clock_sample_stands(struct target *t, struct thread *th, uint64_t ti
 /* A running thread's sample for a wall-clock tick: its clock's newest sample, or the last one
  * used, if recent enough and outside any window already sliced. (daemon/DESIGN.md, "A running
  * thread's tick from its clock".) */
-static bool perf_latest(struct target *t, struct thread *th, uint64_t tick_ns)
+static bool perf_latest(struct target *t, struct thread *th, const struct sample_req *rq)
 {
-    if (t->sampler == SAMPLER_PTRACE || th->perf_refused || th->pl_refused || boundary ||
-        event_tick || t->py.status == PYS_OK || th->perf_deep_left)
+    uint64_t tick_ns = rq->tick_ns;
+    if (t->sampler == SAMPLER_PTRACE || th->perf_refused || th->pl_refused || rq->boundary ||
+        rq->event || t->py.status == PYS_OK || th->perf_deep_left)
         return false; /* (perf_oneshot counts why) */
     uint64_t max_age = t->interval_ns * LATEST_MAX_AGE_HALVES / 2;
     uint32_t want = want_stack(th);
@@ -1079,7 +1069,8 @@ bool sampler_defer_hung_up(struct target *t)
 }
 
 static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *pcount,
-                        uint32_t *id, enum unwind_end *end, uint64_t *sp, uint64_t *seen_ns);
+                        uint32_t *id, enum unwind_end *end, uint64_t *sp, uint64_t *seen_ns,
+                        bool boundary);
 
 /* A deferred tick's sample of one thread, before it is pushed: the ticks' samples are
  * gathered thread by thread, then pushed tick by tick (in time order: ring_push keeps the
@@ -1112,7 +1103,7 @@ static void defer_fill_blocked(struct target *t, struct thread *th, const uint64
     bool back_in = true;
     int rb = proc_read_schedstat(th->schedstat_fd, &run, &pcount) < 0
                  ? -1
-                 : read_blocked(t, th, &run, &pcount, &id, &end, &sp, &seen);
+                 : read_blocked(t, th, &run, &pcount, &id, &end, &sp, &seen, false);
     if (rb > 0)
         perfs_first_block(&th->chg, &back_in);
     if (rb <= 0 || id == STACK_NONE || back_in) {
@@ -1377,7 +1368,7 @@ static void watch_open(struct target *t, struct thread *th, uint64_t now)
 
 /* The thread had not run since its last sample (schedstat read after head was): what the
  * watch's head is to say from now on; or, unwatched, counted towards a watch. */
-static void watch_quiet(struct thread *th, uint64_t head)
+static void watch_quiet(struct thread *th, uint64_t head, bool boundary)
 {
     if (th->sw.fd >= 0) {
         th->sw_head = head;
@@ -1396,7 +1387,8 @@ static void watch_quiet(struct thread *th, uint64_t head)
  * transaction that started since); 0 if it is not blocked (running, or it ran during both
  * copies); -1 if it vanished or its memory could not be copied (counted). */
 static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *pcount,
-                        uint32_t *id, enum unwind_end *end, uint64_t *sp, uint64_t *seen_ns)
+                        uint32_t *id, enum unwind_end *end, uint64_t *sp, uint64_t *seen_ns,
+                        bool boundary)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
         struct sysc_info si;
@@ -1433,9 +1425,7 @@ static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint
         }
         if (th->stop_eintr && *run - th->stop_eintr_run_ns >= PAST_STOP_EINTR_NS)
             th->stop_eintr = false; /* blocked again since: past the job-control EINTR */
-        boundary_sample = boundary;
-        *id = unwind_and_intern(t, th, end);
-        boundary_sample = false;
+        *id = unwind_and_intern(t, th, end, boundary);
         *sp = si.sp;
         return 1;
     }
@@ -1444,13 +1434,13 @@ static int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint
 
 /* A wall-clock tick's sample of a thread running now: its clock's newest sample, a one-shot,
  * or a stop. Returns whether it was interrupted. */
-static bool sample_running(struct target *t, struct thread *th, uint64_t tick_ns,
-                           uint64_t due_ns)
+static bool sample_running(struct target *t, struct thread *th, const struct sample_req *rq)
 {
+    uint64_t tick_ns = rq->tick_ns;
     th->ran_last_tick = true;
     target_thread_ran(th);
     target_thread_forget_stack(th);
-    if (perf_preempted(t, th, tick_ns, due_ns) || perf_latest(t, th, tick_ns)) {
+    if (perf_preempted(t, th, rq) || perf_latest(t, th, rq)) {
         /* A one-shot asked for two intervals ago and not taken (the kernel lost it) is not
          * waited for; one not needed for a second (opened for the thread's first tick,
          * say) gives back its ring and descriptor until one is needed again. */
@@ -1462,56 +1452,128 @@ static bool sample_running(struct target *t, struct thread *th, uint64_t tick_ns
         }
         return false;
     }
-    if (perf_oneshot(t, th, tick_ns))
+    if (perf_oneshot(t, th, rq))
         return false;
-    return interrupt(t, th, tick_ns);
+    return interrupt(t, th, rq);
+}
+
+/* A watched thread at a tick (its head read into *head): true if the watch says it has not
+ * run since its last sample, which is recorded again (no schedstat read); a watch that finds
+ * it running too often (wall: a wall-clock tick) is closed. */
+static bool watch_spares(struct target *t, struct thread *th, uint64_t tick_ns, bool wall,
+                         uint64_t *head)
+{
+    /* Not switched in or out since its head was noted: it has not run since its last
+     * sample, as a read of schedstat would say. */
+    *head = perfs_switches_head(&th->sw);
+    bool moved = !th->sw_valid || *head != th->sw_head;
+    bool busy = false;
+    if (wall) {
+        th->sw_moved += moved;
+        if (++th->sw_ticks >= WATCH_WINDOW) {
+            busy = th->sw_moved > WATCH_WINDOW / 2;
+            th->sw_ticks = th->sw_moved = 0;
+        }
+    }
+    if (busy) {
+        target_thread_watch_close(th);
+        th->sw_retry_ns = tick_ns + WATCH_RETRY_NS;
+        t->stats.perf.switch_watch.closed_running_often++;
+    } else if (!moved && th->have_sched && push_last(t, th, tick_ns)) {
+        t->stats.perf.switch_watch.reads_spared++;
+        return true;
+    } else {
+        th->sw_valid = false; /* (set again by sample_thread if it had not run) */
+    }
+    return false;
+}
+
+/* cputime: th used an interval of CPU (its CPU time now run): take it where it is now if
+ * that is on a CPU; if it has blocked since, where it ran is unknown and its blocking stack
+ * is not CPU. Returns whether it was interrupted. */
+static bool sample_on_cpu(struct target *t, struct thread *th, const struct sample_req *rq,
+                          uint64_t run)
+{
+    target_thread_ran(th);
+    struct sysc_info si;
+    if (proc_read_syscall(th->syscall_fd, &si) < 0) {
+        t->stats.failed.thread_exited++;
+        return false;
+    }
+    if (si.state == SYSC_IN_SYSCALL) {
+        t->stats.skipped.off_cpu_when_due++;
+        return false;
+    }
+    if (th->stop_eintr && run - th->stop_eintr_run_ns < PAST_STOP_EINTR_NS) {
+        t->stats.skipped.resuming_from_job_control++;
+        return false;
+    }
+    th->stop_eintr = false;
+    target_thread_forget_stack(th);
+    if (perf_oneshot(t, th, rq))
+        return false;
+    return interrupt(t, th, rq);
+}
+
+/* What read_blocked saw of a blocked thread, beside its stack. */
+struct blocked_read {
+    uint64_t run, pcount; /* its schedstat */
+    uint64_t sp;
+    uint64_t head;        /* its switch watch's head, read before the schedstat */
+    uint64_t seen_ns;     /* a moment it was there */
+    uint64_t cpu0;        /* profd's CPU clock when the read began */
+};
+
+/* The sample read_blocked took of th (stack id, one reference) recorded, and kept as its
+ * last stack if reusable. */
+static void push_blocked(struct target *t, struct thread *th, uint32_t id, bool reusable,
+                         const struct blocked_read *b)
+{
+    /* Only a complete stack is worth reusing while the thread stays blocked: a truncated
+     * one (code mapped after the maps were read, say) is taken again next time. (Nor a
+     * boundary's, whose frames inside the client library a profile leaves out: the thread's
+     * next samples take their own.) */
+    oneshot_unwait(t, th);
+    if (reusable) {
+        set_last(th, id, b->run, b->pcount);
+        learn_perf_stack(th, b->sp);
+        if (th->sw.fd >= 0) {
+            th->sw_head = b->head; /* (read before schedstat was) */
+            th->sw_valid = true;
+        }
+    } else {
+        target_thread_forget_stack(th);
+    }
+    push(t, th, b->seen_ns, id, PATH_PROC);
+    t->stats.sampled.blocked_without_stop++;
+    t->stats.ns_blocked += thread_cpu_ns() - b->cpu0;
+    young_name(th);
 }
 
 /* Sample one thread, stopping it only if it is running. Returns whether it was
  * interrupted (its sample completes when the stop arrives). */
-static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
-                          uint64_t due_ns, bool cpu_only)
+static bool sample_thread(struct target *t, struct thread *th, const struct sample_req *rq)
 {
+    uint64_t tick_ns = rq->tick_ns;
+    bool cpu_only = rq->cpu_only;
     uint64_t run, pcount;
     uint64_t head = 0;
     /* Only the wall-clock modes' ticks count towards a watch or against one (not a
      * transaction's boundary sample, which cputime takes this way too). */
-    bool wall = !cpu_only && !boundary;
+    bool wall = !cpu_only && !rq->boundary;
     if (th->sw.fd < 0 && wall && ++th->sw_ticks >= WATCH_LOOK) {
         if (th->sw_quiet >= WATCH_QUIET)
             watch_open(t, th, tick_ns);
         th->sw_ticks = th->sw_quiet = 0;
     }
-    if (th->sw.fd >= 0 && !cpu_only) {
-        /* Not switched in or out since its head was noted: it has not run since its last
-         * sample, as a read of schedstat would say. */
-        head = perfs_switches_head(&th->sw);
-        bool moved = !th->sw_valid || head != th->sw_head;
-        bool busy = false;
-        if (wall) {
-            th->sw_moved += moved;
-            if (++th->sw_ticks >= WATCH_WINDOW) {
-                busy = th->sw_moved > WATCH_WINDOW / 2;
-                th->sw_ticks = th->sw_moved = 0;
-            }
-        }
-        if (busy) {
-            target_thread_watch_close(th);
-            th->sw_retry_ns = tick_ns + WATCH_RETRY_NS;
-            t->stats.perf.switch_watch.closed_running_often++;
-        } else if (!moved && th->have_sched && push_last(t, th, tick_ns)) {
-            t->stats.perf.switch_watch.reads_spared++;
-            return false;
-        } else {
-            th->sw_valid = false; /* (set again below if it had not run) */
-        }
-    }
+    if (th->sw.fd >= 0 && !cpu_only && watch_spares(t, th, tick_ns, wall, &head))
+        return false;
     if (th->schedstat_fd < 0 || th->syscall_fd < 0) {
         /* Without its /proc files (profd's descriptors for threads are used up, fds.h)
          * whether it ran or waits cannot be seen: stop it for its stack. */
         target_thread_forget_stack(th);
         t->stats.perf.stopped_without_files++;
-        return interrupt(t, th, tick_ns);
+        return interrupt(t, th, rq);
     }
     /* Running at its last tick: most likely running still, which its syscall file says in
      * one read. Its schedstat only tells whether a blocked thread ran since its last sample
@@ -1526,7 +1588,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         }
         if (si.state != SYSC_IN_SYSCALL) {
             t->stats.running_again++;
-            return sample_running(t, th, tick_ns, due_ns);
+            return sample_running(t, th, rq);
         }
         /* (blocked since: as any thread, below) */
     }
@@ -1534,32 +1596,11 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
         t->stats.failed.thread_exited++;
         return false;
     }
-    if (cpu_only) {
-        target_thread_ran(th);
-        /* It used an interval of CPU: take it where it is now if that is on a CPU; if it
-         * has blocked since, where it ran is unknown and its blocking stack is not CPU. */
-        struct sysc_info si;
-        if (proc_read_syscall(th->syscall_fd, &si) < 0) {
-            t->stats.failed.thread_exited++;
-            return false;
-        }
-        if (si.state == SYSC_IN_SYSCALL) {
-            t->stats.skipped.off_cpu_when_due++;
-            return false;
-        }
-        if (th->stop_eintr && run - th->stop_eintr_run_ns < PAST_STOP_EINTR_NS) {
-            t->stats.skipped.resuming_from_job_control++;
-            return false;
-        }
-        th->stop_eintr = false;
-        target_thread_forget_stack(th);
-            if (perf_oneshot(t, th, tick_ns))
-            return false;
-        return interrupt(t, th, tick_ns);
-    }
+    if (cpu_only)
+        return sample_on_cpu(t, th, rq, run);
     /* Not run since its last sample: same stack, no need to look again. */
     if (th->have_sched && run == th->run_ns && pcount == th->pcount && push_last(t, th, tick_ns)) {
-        watch_quiet(th, head);
+        watch_quiet(th, head, rq->boundary);
         return false;
     }
     target_thread_ran(th);
@@ -1567,31 +1608,13 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
     uint32_t id;
     enum unwind_end end;
     uint64_t sp, seen;
-    int rb = read_blocked(t, th, &run, &pcount, &id, &end, &sp, &seen);
+    int rb = read_blocked(t, th, &run, &pcount, &id, &end, &sp, &seen, rq->boundary);
     if (rb < 0)
         return false;
     if (rb > 0) {
-        if (id == STACK_NONE)
-            return false;
-        /* Only a complete stack is worth reusing while the thread stays blocked: a truncated
-         * one (code mapped after the maps were read, say) is taken again next time. */
-        /* (Nor a boundary's, whose frames inside the client library a profile leaves
-         * out: the thread's next samples take their own.) */
-        oneshot_unwait(t, th);
-        if (end == UNWIND_COMPLETE && !boundary) {
-            set_last(th, id, run, pcount);
-            learn_perf_stack(th, sp);
-            if (th->sw.fd >= 0) {
-                th->sw_head = head; /* (read before schedstat was) */
-                th->sw_valid = true;
-            }
-        } else {
-            target_thread_forget_stack(th);
-        }
-        push(t, th, seen, id, PATH_PROC);
-        t->stats.sampled.blocked_without_stop++;
-        t->stats.ns_blocked += thread_cpu_ns() - t0;
-        young_name(th);
+        if (id != STACK_NONE)
+            push_blocked(t, th, id, end == UNWIND_COMPLETE && !rq->boundary,
+                         &(struct blocked_read){run, pcount, sp, head, seen, t0});
         return false;
     }
     if (th->stop_eintr) {
@@ -1610,7 +1633,7 @@ static bool sample_thread(struct target *t, struct thread *th, uint64_t tick_ns,
             t->stats.skipped.resuming_from_job_control++;
         return false;
     }
-    return sample_running(t, th, tick_ns, due_ns);
+    return sample_running(t, th, rq);
 }
 
 
@@ -1759,9 +1782,9 @@ static void await_counted(struct target *t, unsigned pending)
 /* A wall-clock sample of one thread: its stack where job control stopped it, nothing while
  * our previous stop is outstanding, else as sample_thread. Returns whether it was
  * interrupted. */
-static bool sample_wall(struct target *t, struct thread *th, uint64_t tick_ns,
-                        uint64_t due_ns)
+static bool sample_wall(struct target *t, struct thread *th, const struct sample_req *rq)
 {
+    uint64_t tick_ns = rq->tick_ns;
     if (th->state == TH_GROUP_STOP) {
         /* Stopped by job control: where it stopped is where its time goes. */
         if (!push_last(t, th, tick_ns))
@@ -1772,7 +1795,7 @@ static bool sample_wall(struct target *t, struct thread *th, uint64_t tick_ns,
         t->stats.skipped.still_stopping++;
         return false;
     }
-    return sample_thread(t, th, tick_ns, due_ns, false);
+    return sample_thread(t, th, rq);
 }
 
 /* One thread, now, as a tick would (a transaction's boundary on the thread running it). */
@@ -1780,9 +1803,10 @@ static void sample_one(struct target *t, struct thread *th, uint64_t tick_ns)
 {
     if (t->state != T_ATTACHED || th->zombie || !th->born)
         return;
-    boundary = true;
-    bool stopped = sample_wall(t, th, tick_ns, tick_ns);
-    boundary = false;
+    /* A sample of that moment: a running thread is stopped rather than sampled after 0.1 ms
+     * more of its CPU (by then it may have left the transaction). */
+    struct sample_req rq = {.tick_ns = tick_ns, .due_ns = tick_ns, .boundary = true};
+    bool stopped = sample_wall(t, th, &rq);
     if (stopped)
         await_counted(t, 1);
 }
@@ -1825,8 +1849,9 @@ void sampler_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t
     sample_one(t, th, now);
 }
 
-void sampler_tick(struct target *t, uint64_t tick_ns, uint64_t due_ns, bool cpu_only)
+void sampler_tick(struct target *t, const struct sample_req *rq)
 {
+    uint64_t tick_ns = rq->tick_ns;
     unsigned interrupted = 0;
     t->stats.ticks++;
     /* New threads (new stacks) or an unknown stack seen last time: re-read the maps now,
@@ -1843,7 +1868,7 @@ void sampler_tick(struct target *t, uint64_t tick_ns, uint64_t due_ns, bool cpu_
             th->sched.cpu_due = false;
             continue;
         }
-        if (cpu_only) {
+        if (rq->cpu_only) {
             if (!th->sched.cpu_due)
                 continue;
             th->sched.cpu_due = false;
@@ -1852,7 +1877,7 @@ void sampler_tick(struct target *t, uint64_t tick_ns, uint64_t due_ns, bool cpu_
                 t->stats.skipped.still_stopping += th->interrupt_pending || th->rescue_pending;
                 continue;
             }
-            interrupted += sample_thread(t, th, tick_ns, tick_ns, true);
+            interrupted += sample_thread(t, th, rq);
             continue;
         }
         /* A clock whose thread has not been found running for a while gives back its
@@ -1861,7 +1886,7 @@ void sampler_tick(struct target *t, uint64_t tick_ns, uint64_t due_ns, bool cpu_
             target_thread_latest_close(th);
             target_thread_preempt_close(th);
         }
-        interrupted += sample_wall(t, th, tick_ns, due_ns);
+        interrupted += sample_wall(t, th, rq);
         if (!th->ran_last_tick)
             th->blocked_tick_ns = tick_ns;
     }
@@ -1923,9 +1948,8 @@ static void sample_stopped(struct thread *th)
         return;
     }
     enum unwind_end end;
-    boundary_sample = th->boundary_stop;
-    uint32_t id = unwind_and_intern(t, th, &end);
-    boundary_sample = th->boundary_stop = false;
+    uint32_t id = unwind_and_intern(t, th, &end, th->boundary_stop);
+    th->boundary_stop = false;
     if (end == UNWIND_COMPLETE)
         learn_perf_stack(th, snap.regs.rsp);
     if (id == STACK_NONE)

@@ -38,16 +38,23 @@ bool sampler_perf_copy_resized(const struct thread *th);
 int sampler_init(size_t max_stack);
 void sampler_finish(void);
 
-/* One tick for t, taken at tick_ns (now) for the moment due_ns (when it was due, at most
- * now): sample each thread (reuse, blocked path, or PTRACE_INTERRUPT). A thread found
- * waiting for a CPU is taken where it waited at due_ns. With cpu_only, only the threads
- * marked sched.cpu_due, and only if they are on a CPU (running, or runnable): on-CPU stacks for
- * the cputime schedule. */
-void sampler_tick(struct target *t, uint64_t tick_ns, uint64_t due_ns, bool cpu_only);
-/* The ticks until sampler_event_tick(false) are events' (event mode: a sample of now): a
- * running thread's sample is a one-shot asked for at the tick, not its clock's newest, which
- * may be an interval old. */
-void sampler_event_tick(bool on);
+/* What a tick asks of the sampler. */
+struct sample_req {
+    uint64_t tick_ns; /* when it is taken (now) */
+    uint64_t due_ns;  /* the moment it stands for (when it was due, at most tick_ns): a thread
+                         found waiting for a CPU is taken where it waited then */
+    bool cpu_only;    /* cputime: only the threads marked sched.cpu_due, and only if they are
+                         on a CPU (running, or runnable): on-CPU stacks */
+    bool event;       /* an event's tick (event mode): a sample of now: a running thread's is a
+                         one-shot asked for at the tick, not its clock's newest, which may be
+                         an interval old */
+    bool boundary;    /* a transaction's boundary (sampler_sample_boundary): a sample of that
+                         moment: a running thread is stopped rather than sampled after 0.1 ms
+                         more of its CPU (by then it may have left the transaction) */
+};
+/* One tick for t: sample each thread (reuse, blocked path, the kernel's copy or
+ * PTRACE_INTERRUPT) as rq asks. */
+void sampler_tick(struct target *t, const struct sample_req *rq);
 /* A transaction's boundary: sample thread tid of t now (if it is one of its threads),
  * unless it had a boundary sample less than one (effective) interval ago, so that a stream
  * of short transactions cannot raise the sampling rate beyond twice the schedule's. At a

@@ -27,7 +27,10 @@ extern uint64_t sched_live_gen;
 
 struct tick_batch;
 /* One tick of s, due at due_ns, taken at tick_ns, its cost counted. */
-void sched_run_tick(struct sched *s, uint64_t tick_ns, uint64_t due_ns, bool cpu_only);
+/* What a tick is: a wall-clock mode's (alarm, sleep, event's timer), cputime's (an
+ * interval of CPU: on-CPU threads only), an event's (a sample of now). */
+enum tick_kind { TICK_WALL, TICK_CPU, TICK_EVENT };
+void sched_run_tick(struct sched *s, uint64_t tick_ns, uint64_t due_ns, enum tick_kind kind);
 /* One alarm tick of s at `now` (due at `due`), and the next one armed; in b (alarm_run), or
  * alone (NULL: its CPU read around it). */
 void sched_alarm_tick(struct sched *s, uint64_t now, uint64_t due, struct tick_batch *b);

@@ -81,11 +81,13 @@ double sched_effective_hz(const struct sched *s)
 }
 
 /* One tick of s: the sampler run for its target. */
-static void tick_sample(struct sched *s, uint64_t tick_ns, uint64_t due_ns, bool cpu_only)
+static void tick_sample(struct sched *s, uint64_t tick_ns, uint64_t due_ns, enum tick_kind kind)
 {
     s->last_tick_ns = tick_ns;
+    struct sample_req rq = {.tick_ns = tick_ns, .due_ns = due_ns < tick_ns ? due_ns : tick_ns,
+                            .cpu_only = kind == TICK_CPU, .event = kind == TICK_EVENT};
     if (s->t->state == T_ATTACHED)
-        sampler_tick(s->t, tick_ns, due_ns < tick_ns ? due_ns : tick_ns, cpu_only);
+        sampler_tick(s->t, &rq);
     s->ticks++;
     s->win_ticks++;
 }
@@ -99,10 +101,10 @@ static void charge(struct sched *s, uint64_t c)
 
 /* One tick of s, due at due_ns, taken at tick_ns, its cost (a reading of the loop thread's
  * CPU clock before and after) counted. */
-void sched_run_tick(struct sched *s, uint64_t tick_ns, uint64_t due_ns, bool cpu_only)
+void sched_run_tick(struct sched *s, uint64_t tick_ns, uint64_t due_ns, enum tick_kind kind)
 {
     uint64_t c0 = thread_cpu_ns();
-    tick_sample(s, tick_ns, due_ns, cpu_only);
+    tick_sample(s, tick_ns, due_ns, kind);
     charge(s, thread_cpu_ns() - c0);
 }
 
@@ -275,9 +277,9 @@ void sched_alarm_tick(struct sched *s, uint64_t now, uint64_t due, struct tick_b
     }
     due = sample_instant(due, s->eff_interval_ns);
     if (b)
-        tick_sample(s, now, due, false); /* (its cost counted by alarm_run) */
+        tick_sample(s, now, due, TICK_WALL); /* (its cost counted by alarm_run) */
     else
-        sched_run_tick(s, now, due, false);
+        sched_run_tick(s, now, due, TICK_WALL);
     if (!s->running)
         return;
     s->next_ns += s->eff_interval_ns;
@@ -383,7 +385,7 @@ static void on_timer(struct ev_loop *loop, ev_io *w, int revents)
     }
     case SCHED_SLEEP:
     case SCHED_EVENT:
-        sched_run_tick(s, now, sample_instant(s->wait_until_ns, s->wait_ns), false);
+        sched_run_tick(s, now, sample_instant(s->wait_until_ns, s->wait_ns), TICK_WALL);
         if (s->running)
             sched_timer_result(s, arm(s, sleep_wait(s)));
         break;
@@ -535,9 +537,7 @@ bool sched_event(struct sched *s)
     if (s->last_tick_ns && now - s->last_tick_ns < EVENT_MIN_GAP_NS)
         return false;
     s->events++;
-    sampler_event_tick(true);
-    sched_run_tick(s, now_ns(), UINT64_MAX, false);
-    sampler_event_tick(false);
+    sched_run_tick(s, now_ns(), UINT64_MAX, TICK_EVENT);
     if (s->running)
         sched_timer_result(s, arm(s, sleep_wait(s)));
     return true;
