@@ -197,8 +197,8 @@ static bool stops_in_flight(struct target *t, uint64_t to)
         const struct thread *th = t->threads[i];
         if (th->interrupt_pending && th->sample_tick_ns <= to)
             return true;
-        if (th->ps.armed && !th->ps.continuous && th->ps.armed_ns <= to &&
-            now - th->ps.armed_ns < ONESHOT_WAIT_NS)
+        if (th->smp.ps.armed && !th->smp.ps.continuous && th->smp.ps.armed_ns <= to &&
+            now - th->smp.ps.armed_ns < ONESHOT_WAIT_NS)
             return true;
     }
     return false;
@@ -211,7 +211,7 @@ static void slice_start(struct slice_wait *w, struct target *t)
     struct worker_loop_mark m;
     worker_loop_begin(&m);
     struct slice_job *job = slice_begin(t, w->from, w->to, w->format);
-    /* Later ticks take no clock sample from inside this window (sampler.c perf_latest). */
+    /* Later ticks take no clock sample from inside this window (kcopy.c perf_latest). */
     uint64_t served = w->to < now_ns() ? w->to : now_ns();
     if (served > t->sliced_to_ns)
         t->sliced_to_ns = served;

@@ -81,7 +81,7 @@ static void perf_usage(const struct target *t, struct perf_usage *u)
     uint32_t copy_min = 0, copy_max = 0; /* stack bytes per sample of the events open */
     for (size_t i = 0; i < t->nthreads; i++) {
         const struct thread *th = t->threads[i];
-        const struct perf_stream *ev[3] = {&th->ps, &th->pl, &th->pw};
+        const struct perf_stream *ev[3] = {&th->smp.ps, &th->smp.pl, &th->smp.pw};
         for (size_t k = 0; k < 3; k++) {
             if (ev[k]->fd < 0 || !ev[k]->stack_size)
                 continue;
@@ -90,10 +90,10 @@ static void perf_usage(const struct target *t, struct perf_usage *u)
             if (ev[k]->stack_size > copy_max)
                 copy_max = ev[k]->stack_size;
         }
-        streams += (th->ps.fd >= 0) + (th->pl.fd >= 0) + (th->pw.fd >= 0);
-        ring += perfs_bytes(&th->ps) + perfs_bytes(&th->pl) + perfs_bytes(&th->pw);
-        watches += th->sw.fd >= 0;
-        watch_bytes += perfs_bytes(&th->sw);
+        streams += (th->smp.ps.fd >= 0) + (th->smp.pl.fd >= 0) + (th->smp.pw.fd >= 0);
+        ring += perfs_bytes(&th->smp.ps) + perfs_bytes(&th->smp.pl) + perfs_bytes(&th->smp.pw);
+        watches += th->smp.sw.fd >= 0;
+        watch_bytes += perfs_bytes(&th->smp.sw);
     }
     *u = (struct perf_usage){.streams = streams, .ring = ring, .watches = watches,
                              .watch_bytes = watch_bytes, .copy_min = copy_min,

@@ -109,11 +109,12 @@ static int perf_open_as(struct sched *s, struct thread *th, bool stacks)
         uint64_t period = read_period_ns(s);
         sched_timer_result(s, sched_arm_periodic(s, now_ns() + period, period));
     }
-    ev_io_init(&th->perf_io, on_perf, th->ps.fd, EV_READ);
-    th->perf_io.data = th;
+    ev_io_init(&th->smp.perf_io, on_perf, th->smp.ps.fd, EV_READ);
+    th->smp.perf_io.data = th;
     if (!sampler_perf_has_stacks(th))
-        ev_io_start(sched_loop, &th->perf_io); /* counting: its overflows are read as they come */
-    th->perf_last_ns = 0; /* idle from the next look of the budget on (shrink_idle_rings) */
+        ev_io_start(sched_loop,
+                    &th->smp.perf_io); /* counting: its overflows are read as they come */
+    th->smp.perf_last_ns = 0; /* idle from the next look of the budget on (shrink_idle_rings) */
     return 0;
 }
 
@@ -128,7 +129,7 @@ static uint64_t read_stacks(struct sched *s, struct thread *th)
 {
     uint64_t before = th->t->stats.sampled.kernel_copy;
     sampler_drain_thread(th->t, th);
-    perfs_rejitter(&th->ps, PERIOD_DRAW_EVERY); /* (perfsample.c: against aliasing) */
+    perfs_rejitter(&th->smp.ps, PERIOD_DRAW_EVERY); /* (perfsample.c: against aliasing) */
     uint64_t n = th->t->stats.sampled.kernel_copy - before;
     th->t->stats.ticks += n;
     s->ticks += n;
@@ -163,7 +164,7 @@ static void cputime_read(struct sched *s)
     /* A read may grow a thread's ring (a new event): by index, against the count now. */
     for (size_t i = 0; i < s->t->nthreads && s->t->state == T_ATTACHED; i++) {
         struct thread *th = s->t->threads[i];
-        if (th->ps.fd >= 0 && th->ps.continuous && sampler_perf_has_stacks(th)) {
+        if (th->smp.ps.fd >= 0 && th->smp.ps.continuous && sampler_perf_has_stacks(th)) {
             read_stacks(s, th);
             any = true;
         }
@@ -182,14 +183,14 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
     struct thread *th = w->data;
     struct sched *s = th->t->sched;
     /* A counting event (a ring with stacks is read on cputime's timer, not watched). */
-    unsigned n = perfs_drain(&th->ps, NULL, NULL, NULL, NULL);
+    unsigned n = perfs_drain(&th->smp.ps, NULL, NULL, NULL, NULL);
     if (n == 0) {
         /* Nothing new: either an overflow already consumed with the one before (the fd
          * stayed readable), or the thread is gone (POLLHUP for ever after; its exit
          * follows): only then stop watching. */
-        struct pollfd pfd = {.fd = th->ps.fd, .events = POLLIN};
+        struct pollfd pfd = {.fd = th->smp.ps.fd, .events = POLLIN};
         if (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLHUP))
-            ev_io_stop(sched_loop, &th->perf_io);
+            ev_io_stop(sched_loop, &th->smp.perf_io);
         return;
     }
     s->missed += n - 1;
@@ -208,7 +209,7 @@ static void on_perf(struct ev_loop *loop, ev_io *w, int revents)
         return;
     /* It runs: from now on the kernel copies its stack at each sample (its first sample
      * above was a stop). */
-    if (s->running && th->t->sampler != SAMPLER_PTRACE && !th->perf_refused &&
+    if (s->running && th->t->sampler != SAMPLER_PTRACE && !th->smp.perf_refused &&
         th->t->state == T_ATTACHED) {
         int r = perf_open_as(s, th, true);
         if (r < 0 && r != -ESRCH)
@@ -282,7 +283,7 @@ int cputime_start(struct sched *s)
             return 0;
         }
         for (size_t i = 0; i < t->nthreads; i++)
-            target_thread_perf_close(t->threads[i]);
+            sampler_thread_release(t->threads[i]);
         log_info("pid %d: perf task-clock events unavailable (%s)%s", t->pid, strerror(-r),
                  want == CPU_SRC_PERF ? "" : ": trying a CPU-clock timer");
         if (want == CPU_SRC_PERF)
@@ -326,16 +327,16 @@ void cputime_shrink_idle_rings(struct sched *s, uint64_t now)
 {
     for (size_t i = 0; i < s->t->nthreads; i++) {
         struct thread *th = s->t->threads[i];
-        if (!sampler_perf_has_stacks(th) || !th->ps.continuous)
+        if (!sampler_perf_has_stacks(th) || !th->smp.ps.continuous)
             continue;
-        if (!th->perf_last_ns) {
-            th->perf_last_ns = now; /* opened since the last look */
-        } else if (now - th->perf_last_ns > RING_IDLE_NS) {
+        if (!th->smp.perf_last_ns) {
+            th->smp.perf_last_ns = now; /* opened since the last look */
+        } else if (now - th->smp.perf_last_ns > RING_IDLE_NS) {
             uint64_t c0 = thread_cpu_ns();
             read_stacks(s, th); /* what it sampled since the last read */
             account(s, c0);
-            if (th->ps.continuous && perf_open_as(s, th, false) == 0)
-                th->perf_last_ns = 0;
+            if (th->smp.ps.continuous && perf_open_as(s, th, false) == 0)
+                th->smp.perf_last_ns = 0;
         }
     }
 }
@@ -349,7 +350,8 @@ int cputime_rearm(struct sched *s, uint64_t now)
             struct thread *th = s->t->threads[i];
             /* The event keeps counting at its old period: a rate the budget did not
              * choose, for that thread. */
-            if (th->ps.fd >= 0 && th->ps.continuous && perfs_set_period(&th->ps, period) < 0)
+            if (th->smp.ps.fd >= 0 && th->smp.ps.continuous &&
+                perfs_set_period(&th->smp.ps, period) < 0)
                 log_warn("pid %d: thread %d keeps its previous sampling period: "
                          "PERF_EVENT_IOC_PERIOD: %s", s->t->pid, th->tid, strerror(errno));
         }

@@ -30,7 +30,7 @@ void memory_configure(uint64_t max_memory);
 void memory_count_with(size_t (*targets)(void), size_t (*clients)(void));
 uint64_t memory_max(void);
 /* The count every target's ring and stack table share (their acct), and the perf events'
- * rings (sampler.c). */
+ * rings (kcopy.c). */
 struct memacct *memory_samples(void);
 /* Slices: copies handed to the worker and results not yet sent (loop thread). */
 void memory_slices_add(ssize_t delta);

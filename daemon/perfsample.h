@@ -157,7 +157,7 @@ uint64_t perfs_take_waited(struct perf_stream *ps, uint64_t now);
 int perfs_open_switches(struct perf_stream *ps, pid_t tid);
 /* The bytes perfs_open_switches maps (a header page and a page of ring). */
 size_t perfs_switches_bytes(void);
-/* A thread's change watch (the deferred ticks of alarm, sampler.c): an event whose ring
+/* A thread's change watch (the deferred ticks of alarm, defer.c): an event whose ring
  * gets a record each time the thread is switched in or out, stamped on CLOCK_MONOTONIC. A
  * blocked thread's (running false): every record wakes a poller of its descriptor. A
  * running thread's: each block wakes it (a sample of the sched_switch tracepoint, filtered

@@ -61,7 +61,7 @@ void sampler_tick(struct target *t, const struct sample_req *rq);
  * finish, window_ns is the transaction's start: one that lasted an interval or more gets
  * its sample anyway while its thread has fewer than two in it. */
 void sampler_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t window_ns);
-/* alarm's deferred ticks (sampler.c). Begin: after a tick at tick_ns, if every thread of t
+/* alarm's deferred ticks (defer.c). Begin: after a tick at tick_ns, if every thread of t
  * is blocked at its last stack or running with its clock's sample of that tick, open their
  * change watches and give running threads a clock that holds a batch of at most max_batch
  * ticks: true, the batch in *batch, and in *epfd a descriptor that polls readable once a

@@ -1,5 +1,5 @@
 /* sched_defer.c: alarm's deferred ticks, the schedule's side: when a deferral begins, its
- * batch's deadline and hold, the ticks taken at its end (sampler.c: what makes them exact). */
+ * batch's deadline and hold, the ticks taken at its end (defer.c: what makes them exact). */
 #include "sched_internal.h"
 
 #include <stdlib.h>
@@ -39,7 +39,7 @@ static bool defer_off;
 
 void sched_defer_init(void)
 {
-    /* PROFD_DEFER=0: every alarm tick on time (for comparisons; see sampler.c). */
+    /* PROFD_DEFER=0: every alarm tick on time (for comparisons; see defer.c). */
     const char *d = getenv("PROFD_DEFER");
     defer_off = d && !strcmp(d, "0");
 }
@@ -133,10 +133,10 @@ void sched_defer_try(struct sched *s, uint64_t tick_ns)
     uint64_t b = sched_defer_batch_max(s->eff_interval_ns);
     unsigned batch;
     int fd;
-    uint64_t refused = s->t->stats.defer_refused;
+    uint64_t refused = s->t->stats.deferred.refused;
     if (b < 2 || !sampler_defer_begin(s->t, tick_ns, (unsigned)b, &batch, &fd)) {
         /* Begun and undone (a watch or a ring refused): not again at the next tick. */
-        if (s->t->stats.defer_refused != refused)
+        if (s->t->stats.deferred.refused != refused)
             defer_hold(s, tick_ns, false);
         return;
     }
@@ -199,7 +199,7 @@ void sched_defer_take(struct sched *s, uint64_t now, enum defer_how how)
     if (changed != UINT64_MAX && changed + s->eff_interval_ns < now) {
         s->defer_span_ns = sched_defer_span_halved(s->defer_span_ns);
     }
-    /* A running thread that waited for a CPU (sampler.c): on time again, and the next
+    /* A running thread that waited for a CPU (defer.c): on time again, and the next
      * batch, after a longer hold, shorter (its waiting ticks have the clock's older
      * samples). */
     if (starved) {
@@ -278,7 +278,11 @@ void sched_defer_describe(const struct sched *s, cJSON *o)
 #define ADD_COUNT(name) cJSON_AddNumberToObject(d, #name, (double)s->defer_count.name);
     SCHED_DEFER_COUNTS(ADD_COUNT)
 #undef ADD_COUNT
-    cJSON_AddNumberToObject(d, "left_for_waits_for_a_cpu", (double)s->t->stats.defer_waited);
+    /* The target's counts of them, each under its name (target.h). */
+#define ADD_TARGET_COUNT(T, name)                                                                  \
+    cJSON_AddNumberToObject(d, #name, (double)s->t->stats.deferred.name);
+    TARGET_STATS_DEFERRED(ADD_TARGET_COUNT, )
+#undef ADD_TARGET_COUNT
     enum perfs_block_watch bw = perfs_block_watch();
     cJSON_AddStringToObject(d, "running_blocks_from",
                             bw == PERFS_BLOCKS_SCHED_SWITCH   ? "sched_switch"
@@ -286,9 +290,4 @@ void sched_defer_describe(const struct sched *s, cJSON *o)
                             : bw == PERFS_BLOCKS_AT_BATCH_END ? "batch_end"
                                                               : "none yet");
     cJSON_AddBoolToObject(d, "sched_switch_held", perfs_sched_switch_held());
-    cJSON_AddNumberToObject(d, "samples", (double)s->t->stats.deferred);
-    cJSON_AddNumberToObject(d, "samples_read_after_blocking",
-                            (double)s->t->stats.deferred_blocked);
-    cJSON_AddNumberToObject(d, "running_unsampled", (double)s->t->stats.deferred_unsampled);
-    cJSON_AddNumberToObject(d, "refused", (double)s->t->stats.defer_refused);
 }

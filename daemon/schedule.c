@@ -421,7 +421,7 @@ static void stop_sources(struct sched *s)
     s->reading = false;
     cputime_stop(s);
     for (size_t i = 0; i < s->t->nthreads; i++)
-        target_thread_perf_close(s->t->threads[i]); /* continuous or one-shot: the next mode opens its own */
+        sampler_thread_release(s->t->threads[i]); /* continuous or one-shot: the next mode opens its own */
 }
 
 static void fold_throttled(struct sched *s, uint64_t now)

@@ -124,7 +124,7 @@ struct sched {
      * set again (retried every budget period), and how often that happened. */
     int timer_err;
     uint64_t timer_failures;
-    /* alarm: ticks deferred (sampler.c, sampler_defer_begin): the batch's length in ticks,
+    /* alarm: ticks deferred (defer.c, sampler_defer_begin): the batch's length in ticks,
      * when it ends, the watcher of the threads' change watches; after a batch cut short by
      * a change, none begins before defer_hold_until_ns (the hold doubles while deferrals keep
      * being cut short). */

@@ -66,6 +66,7 @@ void targets_init(struct ev_loop *l, const struct target_hooks *h)
     loop = l;
     hooks = *h;
     self_pid = getpid();
+    sampler_threads_init(l);
 }
 
 struct target *targets_first(void)
@@ -203,85 +204,6 @@ void target_thread_forget_stack(struct thread *th)
     th->have_sched = false;
 }
 
-void target_thread_perf_close(struct thread *th)
-{
-    target_thread_defer_close(th);
-    target_thread_watch_close(th);
-    target_thread_latest_close(th);
-    target_thread_preempt_close(th);
-    target_thread_stream_close(th);
-}
-
-void target_thread_stream_close(struct thread *th)
-{
-    th->oneshot_waiting = 0; /* (its sample will not come) */
-    if (th->ps.fd < 0)
-        return;
-    if (ev_is_active(&th->perf_io))
-        ev_io_stop(loop, &th->perf_io);
-    memacct_sub(memory_samples(), perfs_bytes(&th->ps));
-    perfs_close(&th->ps);
-    fds_give(1);
-}
-
-void target_thread_defer_close(struct thread *th)
-{
-    if (th->dc_stack != STACK_NONE)
-        stacks_unref(&th->t->stacks, th->dc_stack);
-    th->dc_stack = STACK_NONE;
-    th->dc_ns = 0;
-    th->defer_block_ns = 0;
-    if (th->defer_kind == DEFER_RUNNING)
-        target_thread_stream_close(th); /* its clock */
-    th->defer_kind = DEFER_NONE;
-    if (th->chg.fd < 0)
-        return;
-    memacct_sub(memory_samples(), perfs_bytes(&th->chg));
-    perfs_close(&th->chg); /* (out of the epoll set with its last descriptor) */
-    fds_give(1);
-}
-
-void target_thread_watch_close(struct thread *th)
-{
-    th->sw_valid = false;
-    th->sw_quiet = th->sw_ticks = th->sw_moved = 0;
-    if (th->sw.fd < 0)
-        return;
-    memacct_sub(memory_samples(), perfs_bytes(&th->sw));
-    perfs_close(&th->sw);
-    fds_give(1);
-}
-
-void target_thread_forget_latest(struct thread *th)
-{
-    if (th->pl_stack != STACK_NONE)
-        stacks_unref(&th->t->stacks, th->pl_stack);
-    th->pl_stack = STACK_NONE;
-}
-
-void target_thread_preempt_close(struct thread *th)
-{
-    if (th->pw_stack != STACK_NONE)
-        stacks_unref(&th->t->stacks, th->pw_stack);
-    th->pw_stack = STACK_NONE;
-    if (th->pw.fd < 0)
-        return;
-    memacct_sub(memory_samples(), perfs_bytes(&th->pw));
-    perfs_close(&th->pw);
-    fds_give(1);
-}
-
-void target_thread_latest_close(struct thread *th)
-{
-    target_thread_forget_latest(th);
-    th->pl_last_ns = 0;
-    if (th->pl.fd < 0)
-        return;
-    memacct_sub(memory_samples(), perfs_bytes(&th->pl));
-    perfs_close(&th->pl);
-    fds_give(1);
-}
-
 /* Start following a thread that is now traced by us. */
 static struct thread *thread_add(struct target *t, pid_t tid)
 {
@@ -290,7 +212,6 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     th->t = t;
     th->state = TH_RUNNING;
     th->last_stack = STACK_NONE;
-    th->dc_stack = STACK_NONE;
     th->added_ns = now_ns();
     int err = 0;
     th->schedstat_fd = th->syscall_fd = th->status_fd = -1;
@@ -302,12 +223,7 @@ static struct thread *thread_add(struct target *t, pid_t tid)
     } else {
         err = EMFILE;
     }
-    perfs_stream_init(&th->ps);
-    perfs_stream_init(&th->pl);
-    perfs_stream_init(&th->pw);
-    perfs_stream_init(&th->sw);
-    perfs_stream_init(&th->chg);
-    th->pl_stack = th->pw_stack = STACK_NONE;
+    sampler_thread_init(th);
     if (th->schedstat_fd < 0 || th->syscall_fd < 0)
         t->nthreads_nofiles++;
     if (err && err != ENOENT && err != ESRCH && !t->warned_task_files) {
@@ -353,7 +269,7 @@ static void thread_remove(struct thread *th)
      * exit its ring was read (hooks.thread_exited); otherwise what it sampled since the last
      * read, up to 250 ms, is dropped: at an exec its copies no longer match the maps, and a
      * process that exits or is detached has stopped sampling.) */
-    target_thread_perf_close(th);
+    sampler_thread_release(th);
     for (struct thread **p = &tid_hash[(unsigned)th->tid % TID_BUCKETS]; *p; p = &(*p)->hnext) {
         if (*p == th) {
             *p = th->hnext;
@@ -513,7 +429,7 @@ int target_refresh_maps(struct target *t)
         for (size_t k = 0; k < t->nthreads; k++) {
             struct thread *th = t->threads[k];
             target_thread_forget_stack(th);
-            target_thread_forget_latest(th);
+            sampler_forget_latest(th);
         }
     }
     return changed ? 1 : 0;
@@ -1575,7 +1491,7 @@ size_t target_memory(const struct target *t)
         m += t->epochs[i].maps.n * sizeof(struct map_entry);
     m += t->maps.n * sizeof(struct map_entry);
     for (size_t i = 0; i < t->nthreads; i++)
-        m += perfs_bytes(&t->threads[i]->ps) + perfs_bytes(&t->threads[i]->pl); /* the
+        m += perfs_bytes(&t->threads[i]->smp.ps) + perfs_bytes(&t->threads[i]->smp.pl); /* the
                                                            kernel's rings: locked memory */
     return m + py_target_memory(&t->py);
 }

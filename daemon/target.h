@@ -12,6 +12,7 @@
 #include "perms.h"
 #include "python.h"
 #include "ring.h"
+#include "sampler_thread.h"
 #include "sched_thread.h"
 #include "stacks.h"
 #include "unwind.h"
@@ -31,9 +32,6 @@ enum thread_state {
     TH_RUNNING,    /* not in a ptrace stop (possibly with an interrupt pending) */
     TH_GROUP_STOP, /* in a group-stop (SIGSTOP, Ctrl-Z), parked with PTRACE_LISTEN */
 };
-
-/* What a thread was doing when alarm's ticks were deferred (sampler.c). */
-enum { DEFER_NONE, DEFER_BLOCKED, DEFER_RUNNING };
 
 struct thread {
     pid_t tid;
@@ -68,68 +66,12 @@ struct thread {
     bool zombie;                /* leader that called pthread_exit: no more samples */
     bool born;                  /* past its first stop (threads new to ptrace start in one) */
     bool stop_eintr;            /* a job-control stop (not us) made its wait fail with EINTR */
-    bool ran_last_tick;         /* a wall-clock tick found it running (sampler.c) */
     uint64_t stop_eintr_run_ns; /* its CPU time then (schedstat) */
     uint8_t name_checks;        /* times the name was read since the thread appeared */
     uint64_t added_ns;          /* when profd started following it */
     char name[16];
     struct sched_thread sched;  /* the schedule's (sched_thread.h): cputime's credit */
-    /* Its perf event (perfsample.h): continuous in cputime (perf source), one-shot in the
-     * wall-clock modes (opened the first time it is seen running). */
-    struct perf_stream ps;
-    ev_io perf_io;              /* cputime: the ring's wake-ups */
-    uint32_t perf_stack;        /* stack bytes its samples should copy (sampler.c
-                                   learn_perf_stack): 0, the first size */
-    uint32_t stack_deepest;     /* the most stack any of its complete unwinds needed */
-    uint32_t stack_look_need;   /* the most needed by the complete unwinds since the copy's
-                                   size was last judged, stack_look_n of them */
-    uint32_t stack_look_n;
-    uint32_t stack_look;        /* complete unwinds after which the size is judged again */
-    bool stack_shrunk;          /* its copy's size was last set by shrinking it */
-    uint32_t oneshot_waiting;   /* wall-clock ticks since its one-shot was asked for that found
-                                   it running still (waiting for a CPU): its sample stands for
-                                   them too (sampler.c perf_oneshot) */
-    uint16_t perf_deep_left;    /* running samples still to take by a stop: its stack is
-                                   deeper than the kernel copies */
-    bool perf_refused;          /* its event could not be opened: sampled by stopping */
-    uint64_t perf_last_ns;      /* its latest sample from the kernel's copy */
-    /* The wall-clock modes: its event whose newest sample stands for a tick it is found
-     * running at (perfsample.h, latest), that sample's time and stack (one reference). */
-    struct perf_stream pl;
-    uint64_t pl_last_ns;
-    uint32_t pl_stack;
-    bool pl_refused;            /* that event could not be opened: the one-shot is asked */
-    /* Beside that clock, its preemption watch (perfsample.h): where it waits for a CPU, and
-     * the stack of the preemption it waits since (one reference). */
-    struct perf_stream pw;
-    uint32_t pw_stack;
-    uint64_t pw_ns;             /* when the preemption of pw_stack was sampled */
-    uint64_t pw_tick_ns;        /* the latest tick that took pw_stack */
-    uint64_t pw_due_ns;         /* that tick's due time: known waiting there then */
-    uint64_t blocked_tick_ns;   /* the latest wall-clock tick that did not find it running */
-    bool pw_refused;            /* could not be opened: ticks that find it waiting take its
-                                   clock's sample or a one-shot's */
-    /* The wall-clock modes: its switch watch (perfsample.h), opened once it had not run at
-     * most ticks (sampler.c WATCH_QUIET): while its head stays at sw_head (read before the
-     * schedstat read that found the thread as run_ns/pcount say), that read is not needed. */
-    struct perf_stream sw;
-    uint64_t sw_head;
-    bool sw_valid;              /* sw_head stands for run_ns/pcount */
-    bool sw_refused;            /* could not be opened: schedstat at every tick */
-    uint16_t sw_ticks;          /* ticks counted: towards a watch, or of the watch */
-    uint16_t sw_quiet, sw_moved; /* of those, it had not run (before a watch); the watch
-                                    found moved */
-    uint64_t sw_retry_ns;       /* closed for running too often: not again before then */
-    /* alarm's deferred ticks (sampler.c): its change watch (perfsample.h), what it was
-     * doing when they began (DEFER_*: blocked at last_stack, or running with ps a
-     * continuous clock), and that clock's newest sample read (one reference). */
-    struct perf_stream chg;
-    uint8_t defer_kind;
-    uint32_t dc_stack;
-    uint64_t dc_ns;
-    uint64_t defer_block_ns;    /* running, it blocked then and has stayed blocked */
-    uint32_t defer_ticks, defer_clock; /* running: ticks taken, clock samples read, since
-                                        * its share of the CPU was last judged */
+    struct sampler_thread smp;  /* the sampler's (sampler_thread.h) */
     uint64_t py_tstate;         /* its CPython thread state, as found last (python.h) */
     bool ran_since_name;        /* seen to have run since its name was last read */
     struct thread *hnext;       /* tid hash chain */
@@ -200,7 +142,7 @@ enum target_state {
                                     blocked, and no event asked for */                             \
     X(T, stopped_for_python)     /* running: Python frames are read in the stop (python.h) */
 
-/* "perf"."switch_watch": the switch watches of threads that seldom run (sampler.c). */
+/* "perf"."switch_watch": the switch watches of threads that seldom run (watch.c). */
 #define TARGET_STATS_SWITCH_WATCH(X, T)                                                            \
     X(T, reads_spared)         /* ticks a switch watch spared a schedstat read */                  \
     X(T, opened)               /* switch watches opened */                                         \
@@ -238,6 +180,18 @@ enum target_state {
     X(T, group_stops)                                                                              \
     X(T, threads_seen)
 
+/* "sampling"."deferred": alarm's deferred ticks (defer.c), reported with the schedule's own
+ * counts of them (sched_defer.c). */
+#define TARGET_STATS_DEFERRED(X, T)                                                                \
+    X(T, left_for_waits_for_a_cpu)    /* batches left: a running thread waited for a CPU in       \
+                                         them */                                                  \
+    X(T, samples)                     /* samples taken for deferred ticks */                      \
+    X(T, samples_read_after_blocking) /* of those, a running thread's after it blocked (read    \
+                                         then) */                                                 \
+    X(T, running_unsampled)           /* a running thread's deferred tick without a clock         \
+                                         sample near it */                                        \
+    X(T, refused)                     /* batches begun and undone */
+
 struct target_stats {
     /* The top level, each where target_status places it (its key its name). */
     uint64_t samples;         /* entries added to the buffer (in the summary) */
@@ -271,13 +225,10 @@ struct target_stats {
      * stop_latency_us_avg. */
     uint64_t ns_stopped, ns_blocked, ns_perf; /* profd's CPU time (loop thread) per path */
     uint64_t stop_latency_ns;    /* sum of interrupt -> stop */
-    /* alarm's deferred ticks (sampler.c): sched_defer.c reports them, in its "sampling". */
-    uint64_t deferred;        /* samples taken for deferred ticks (alarm, sampler.c) */
-    uint64_t deferred_blocked; /* of those, a running thread's after it blocked (read then) */
-    uint64_t defer_begun, defer_refused; /* batches of deferred ticks begun; begun and undone */
-    uint64_t deferred_unsampled; /* a running thread's deferred tick without a clock sample
-                                    near it */
-    uint64_t defer_waited;    /* batches left: a running thread waited for a CPU in them */
+    struct stats_deferred {
+        uint64_t begun; /* batches of deferred ticks begun (not reported) */
+        TARGET_STATS_DEFERRED(STATS_MEMBER, )
+    } deferred;
 };
 
 struct target {
@@ -299,7 +250,7 @@ struct target {
     uint64_t exit_ns;
     int exit_status;        /* wait status of the leader; -1: unknown (an untraced leader) */
     /* The end of the newest window sliced (at most the time of its request): no sample
-     * of a thread's clock from before it is taken since (sampler.c perf_latest). */
+     * of a thread's clock from before it is taken since (kcopy.c perf_latest). */
     uint64_t sliced_to_ns;
 
     struct thread **threads;
@@ -337,7 +288,7 @@ struct target {
     int status_fd;          /* /proc/PID/status (signal dispositions) */
     uint64_t sig_ign, sig_cgt; /* dispositions (SigIgn, SigCgt) at the latest read of it */
     int pidfd;              /* pidfd_open of the process (to read its sockets' timeouts) */
-    /* alarm's ticks are deferred (sampler.c): an epoll set of its threads' change watches. */
+    /* alarm's ticks are deferred (defer.c): an epoll set of its threads' change watches. */
     bool deferred;
     int defer_epfd;
 
@@ -424,12 +375,6 @@ void target_resume(struct thread *th, int sig);
 /* Drop th's last stack (its reference): the thread is gone, or its code changed, so that
  * it is not recorded again for a thread that has not run. */
 void target_thread_forget_stack(struct thread *th);
-/* Close th's perf event, if it has one (its descriptor and ring given back). */
-void target_thread_perf_close(struct thread *th); /* all its events (and the latest's) */
-/* Close th's continuous (cputime) or one-shot event. */
-void target_thread_stream_close(struct thread *th);
-/* Close the event of th whose newest sample stands for a tick (wall-clock modes). */
-void target_thread_latest_close(struct thread *th);
 /* th was seen to have run (since its last sample): what the housekeeping reads may have
  * changed. */
 static inline void target_thread_ran(struct thread *th)
@@ -437,14 +382,6 @@ static inline void target_thread_ran(struct thread *th)
     th->ran_since_name = true;
     th->t->activity++;
 }
-/* Close its preemption watch (perfsample.h), if open. */
-void target_thread_preempt_close(struct thread *th);
-/* Drop the last stack of th's clock (its reference), so that no tick takes it again. */
-void target_thread_forget_latest(struct thread *th);
-/* Close th's change watch and its deferred ticks' clock, and drop their stack. */
-void target_thread_defer_close(struct thread *th);
-/* Close th's switch watch, if it has one. */
-void target_thread_watch_close(struct thread *th);
 /* Re-read a thread's name (comm) and remember it for slices. */
 void target_thread_refresh_name(struct thread *th);
 /* The same for thread tid of t, if it is one of its threads. */
