@@ -243,6 +243,18 @@ def near(shown, want):
     return shown is not None and abs(shown - want) <= max(0.006 * want, 1e4)
 
 
+def sandwich_rows(lines):
+    """The sandwich view's rows in speedscope's page text: Total, Self, Symbol Name, then
+    total, self and name for each function."""
+    rows = {}
+    if "Symbol Name" in lines:
+        i = lines.index("Symbol Name") + 1
+        while i + 2 < len(lines) and ns_of(lines[i]) is not None:
+            rows[lines[i + 2]] = (ns_of(lines[i]), ns_of(lines[i + 1]))
+            i += 3
+    return rows
+
+
 def check_speedscope(d, pid, window, counts, title, what, txns=()):
     path, data = slice_to(d, pid, what + ".speedscope.json", window)
     doc = json.loads(data)
@@ -250,6 +262,7 @@ def check_speedscope(d, pid, window, counts, title, what, txns=()):
     check(doc.get("$schema") == "https://www.speedscope.app/file-format-schema.json",
           "%s speedscope: the schema speedscope recognises the format by" % what)
     lines = speedscope_dom(path)
+    renders = 1
     check(lines and lines[0] == "%s - speedscope" % title,
           "%s speedscope: its importer took the file (page title %r)"
           % (what, lines[0] if lines else None))
@@ -280,14 +293,19 @@ def check_speedscope(d, pid, window, counts, title, what, txns=()):
     # The sandwich view of the active (busiest) thread: Total, Self, Symbol Name, then rows.
     active = doc["profiles"][doc.get("activeProfileIndex", 0)]["name"]
     tname = re.sub(r" \(tid \d+\)$", "", active)
-    rows = {}
-    if "Symbol Name" in lines:
-        i = lines.index("Symbol Name") + 1
-        while i + 2 < len(lines) and ns_of(lines[i]) is not None:
-            rows[lines[i + 2]] = (ns_of(lines[i]), ns_of(lines[i + 1]))
-            i += 3
     tids = sum(1 for n in threads if n.startswith(tname + " (tid"))
     want = self_total(counts, tname) if tids == 1 else None
+    rows = sandwich_rows(lines)
+    # Chromium lays the sandwich's table out after the profile list; on a busy machine its
+    # virtual time can run out before every row is drawn (CI once got 0 of 9 rows with the
+    # list complete). The page is drawn again, at most twice more, when rows are missing:
+    # a wrong profile gives the same rows every time.
+    while want and renders < 3 and not set(want) <= set(rows):
+        lines = speedscope_dom(path)
+        renders += 1
+        rows = sandwich_rows(lines)
+    if renders > 1:
+        print("note: %s speedscope: the sandwich view drawn %d times" % (what, renders))
     check(want is not None and set(rows) == set(want) and
           all(near(rows[f][0], want[f][1] * period_ns) and near(rows[f][1], want[f][0] * period_ns)
               for f in want),
