@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "commands_internal.h"
+#include "export.h"
 #include "fds.h"
 #include "lateness.h"
 #include "memory.h"
@@ -37,6 +38,10 @@ cJSON *target_summary(const struct target *t, uint64_t now)
     }
     uint64_t end = t->state == T_EXITED ? t->exit_ns : now;
     cJSON_AddNumberToObject(o, "attached_s", (double)(end - t->attach_ns) / 1e9);
+    cJSON_AddNumberToObject(o, "attach_ns", (double)t->attach_ns);
+    cJSON *ex = export_describe_target(t);
+    if (ex)
+        cJSON_AddItemToObject(o, "export", ex);
     return o;
 }
 
@@ -294,6 +299,9 @@ cJSON *cmd_status(struct request *r)
     cJSON_AddNumberToObject(d, "default_hz", server_cfg.default_hz);
     cJSON_AddNumberToObject(d, "default_buffer_s", (double)(server_cfg.default_buffer_ns / NS_PER_SEC));
     cJSON_AddNumberToObject(d, "samples", (double)samples);
+    cJSON *ex = export_describe();
+    if (ex)
+        cJSON_AddItemToObject(d, "export", ex);
     cJSON *arr = cJSON_AddArrayToObject(res, "targets");
     for (struct target *t = targets_first(); t; t = t->next) {
         if (r->pid && t->pid != r->pid)

@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "commands_internal.h"
+#include "export.h"
 #include "log.h"
 #include "memory.h"
 #include "perms.h"
@@ -167,6 +168,51 @@ static int get_mode(const cJSON *req, enum sched_mode def, enum sched_mode *out)
 
 #define BAD_MODE "\"mode\" must be \"sleep\", \"event\", \"alarm\" or \"cputime\""
 
+/* What an attach asks of the export: "service" (a name), "labels" ({"KEY": "VALUE"}),
+ * "export" (false: this process stays local). */
+struct attach_export {
+    const char *service;
+    char *labels[EXPORT_MAX_LABELS];
+    char buf[EXPORT_MAX_LABELS][330];
+    size_t nlabels;
+    bool off;
+};
+
+static cJSON *attach_export_parse(struct request *r, struct attach_export *ax)
+{
+    memset(ax, 0, sizeof(*ax));
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(r->req, "service");
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(r->req, "labels");
+    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(r->req, "export");
+    if (sv && (!cJSON_IsString(sv) || !sv->valuestring[0] || strlen(sv->valuestring) > 128 ||
+               strpbrk(sv->valuestring, "{},=\"\n\r\t")))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"service\" must be a name of 1 to "
+                                 "128 bytes without {},=\" or control characters");
+    if (ex && !cJSON_IsBool(ex))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"export\" must be a boolean");
+    if (lb && !cJSON_IsObject(lb))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"labels\" must be an object of "
+                                 "strings");
+    const cJSON *l;
+    cJSON_ArrayForEach(l, lb) {
+        if (ax->nlabels == EXPORT_MAX_LABELS)
+            return proto_error_reply(r->id, PE_BAD_REQUEST, "at most %d labels",
+                                     EXPORT_MAX_LABELS);
+        char *kv = ax->buf[ax->nlabels];
+        int n = cJSON_IsString(l) ? snprintf(kv, sizeof(ax->buf[0]), "%s=%s", l->string,
+                                             l->valuestring) : -1;
+        if (n < 0 || (size_t)n >= sizeof(ax->buf[0]) || !export_label_ok(kv))
+            return proto_error_reply(r->id, PE_BAD_REQUEST, "label \"%.64s\": a key is a letter "
+                                     "or '_' then letters, digits or '_' (at most 64), its "
+                                     "value a string of at most 256 printable bytes",
+                                     l->string ? l->string : "");
+        ax->labels[ax->nlabels++] = kv;
+    }
+    ax->service = sv ? sv->valuestring : NULL;
+    ax->off = ex && cJSON_IsFalse(ex);
+    return NULL;
+}
+
 static cJSON *cmd_attach(struct request *r)
 {
     uint64_t hz = server_cfg.default_hz, buffer_ns = server_cfg.default_buffer_ns, buf_s;
@@ -206,6 +252,10 @@ static cJSON *cmd_attach(struct request *r)
     int e = admit(r->c, NULL, r->pid, true, why, sizeof(why));
     if (e < 0)
         return proto_error_reply(r->id, errno_code(-e), "%s", why);
+    struct attach_export ax;
+    cJSON *bad = attach_export_parse(r, &ax);
+    if (bad)
+        return bad;
     struct target *t;
     e = sched_attach(r->pid, mode, (unsigned)hz, buffer_ns, sampler, &t, why, sizeof(why));
     if (e < 0)
@@ -213,6 +263,7 @@ static cJSON *cmd_attach(struct request *r)
                                  why[0] ? why : strerror(-e));
     t->owner_uid = r->c->peer.uid;
     t->explicit_attach = true;
+    export_attached(t, ax.service, ax.labels, ax.nlabels, ax.off);
     log_info("client pid %d (uid %u) attached %d", r->c->peer.pid, r->c->peer.uid, r->pid);
     worker_warm(t);
     return result_reply(r->id, target_summary(t, now_ns()));

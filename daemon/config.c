@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -10,22 +11,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "endpoint.h"
 #include "log.h"
 #include "util.h"
 
+/* The settings that are strings, which the configuration owns. */
+#define STRING_FIELDS(X) X(socket) X(socket_group) X(export_sentry) X(export_sentry_file) \
+    X(export_pyroscope) X(export_otlp) X(export_spool)
+
 void config_free(struct profd_config *c)
 {
-    free(c->socket);
-    free(c->socket_group);
-    c->socket = c->socket_group = NULL;
+    if (c->export_sentry) /* the DSN's key: not left in freed memory */
+        memset(c->export_sentry, 0, strlen(c->export_sentry));
+#define FREE(f) free(c->f); c->f = NULL;
+    STRING_FIELDS(FREE)
+#undef FREE
 }
 
 void config_copy(struct profd_config *dst, const struct profd_config *src)
 {
     *dst = *src;
-    dst->socket = src->socket ? xstrdup(src->socket) : NULL;
-    dst->socket_group = src->socket_group ? xstrdup(src->socket_group) : NULL;
+#define COPY(f) dst->f = src->f ? xstrdup(src->f) : NULL;
+    STRING_FIELDS(COPY)
+#undef COPY
 }
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
@@ -146,6 +157,27 @@ static const struct config_key keys[] = {
      "a symbolizer that does not answer within it is killed and restarted; that slice's frames stay unsymbolized"},
     {"allow_groups", 0, CFG_GROUPS, F(allow_groups), 0, 0, "", "GROUPS", NULL,
      "members of these groups may profile any process"},
+    {"export_sentry", 0, CFG_DSN, F(export_sentry), 0, 0, "", "DSN", NULL,
+     "send every attached process's profile chunks to Sentry (continuous profiling) at this "
+     "DSN (its key is visible in the process list: prefer export_sentry_file)"},
+    {"export_sentry_file", 0, CFG_PATH, F(export_sentry_file), 0, 4095, NULL, "PATH", NULL,
+     "read the Sentry DSN from this file, owned by root and readable by root alone"},
+    {"export_pyroscope", 0, CFG_URL, F(export_pyroscope), 0, 0, "", "URL", NULL,
+     "send every attached process's profiles (pprof) to the Pyroscope server at this URL"},
+    {"export_otlp", 0, CFG_URL, F(export_otlp), 0, 0, "", "URL", NULL,
+     "send every attached process's profiles (OTLP/HTTP) to the OpenTelemetry collector at "
+     "this URL (its /v1development/profiles, unless the URL has a path)"},
+    {"export_interval", 0, CFG_DURATION, F(export_interval_ns), NS_PER_SEC / 5, 60 * NS_PER_SEC,
+     "10", "SECONDS", "from 0.2 to 60 seconds", "export each process's samples in windows of "
+     "this length"},
+    {"export_timeout", 0, CFG_DURATION, F(export_timeout_ns), NS_PER_SEC / 2,
+     600 * NS_PER_SEC, "30", "SECONDS", "from 0.5 to 600 seconds",
+     "longest wait for a backend's answer to one request"},
+    {"export_spool", 0, CFG_PATH, F(export_spool), 0, 4095, NULL, "DIR", NULL,
+     "keep unsent profiles in this directory until a backend takes them (default: "
+     "$STATE_DIRECTORY/spool, else /var/lib/profd/spool)"},
+    {"export_spool_max", 0, CFG_SIZE, F(export_spool_max), 1ull << 20, 0, "256M", "SIZE", "1M",
+     "most bytes of unsent profiles kept: past it the oldest are dropped (and counted)"},
     {"verbose", 'v', CFG_BOOL, F(verbose), 0, 0, "no", NULL, NULL, "debug logging"},
 };
 #undef F
@@ -284,6 +316,17 @@ int config_set(struct profd_config *c, const char *key, const char *v, char *err
         return set_number(k, field, v, err, errlen);
     case CFG_GROUPS:
         return set_groups(c, v, err, errlen);
+    case CFG_URL:
+    case CFG_DSN: {
+        char why[200];
+        if (*v && k->type == CFG_URL && url_check(v, why, sizeof(why)) < 0)
+            return bad(err, errlen, "%s: the URL %s", name, why);
+        if (*v && k->type == CFG_DSN && dsn_parse_check(v, why, sizeof(why)) < 0)
+            return bad(err, errlen, "%s: %s", name, why);
+        free(*(char **)field);
+        *(char **)field = *v ? xstrdup(v) : NULL;
+        return 0;
+    }
     case CFG_BOOL:
         if (!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "1"))
             *(bool *)field = true;
@@ -328,7 +371,15 @@ static void put_value(struct strbuf *sb, const struct profd_config *c, const str
     switch (k->type) {
     case CFG_PATH:
     case CFG_GROUP:
+    case CFG_URL:
         strbuf_puts(sb, *(char *const *)field ? *(char *const *)field : "");
+        break;
+    case CFG_DSN:
+        if (*(char *const *)field) {
+            char *shown = dsn_redacted(*(char *const *)field);
+            strbuf_puts(sb, shown);
+            free(shown);
+        }
         break;
     case CFG_OCTAL:
         strbuf_printf(sb, "%04o", *(const unsigned *)field);
@@ -479,6 +530,44 @@ int config_load(struct profd_config *c, const char *path, bool missing_ok, char 
         r = -EIO;
     }
     fclose(f);
+    return r;
+}
+
+int config_read_secrets(struct profd_config *c, char *err, size_t errlen)
+{
+    const char *path = c->export_sentry_file;
+    if (!path)
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        bad(err, errlen, "export_sentry_file %s: %s", path, strerror(e));
+        return -e;
+    }
+    char buf[2100];
+    ssize_t n = -1;
+    if (S_ISREG(st.st_mode) && st.st_uid == 0 && !(st.st_mode & 077))
+        n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (!S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 077))
+        return bad(err, errlen, "export_sentry_file %s must be a file owned by root that no "
+                   "one else may read (chmod 600)", path);
+    if (n < 0)
+        return bad(err, errlen, "export_sentry_file %s: %s", path, strerror(errno));
+    buf[n] = '\0';
+    char why[200];
+    char *dsn = trim(buf);
+    int r = 0;
+    if (dsn_parse_check(dsn, why, sizeof(why)) < 0) {
+        r = bad(err, errlen, "export_sentry_file %s: %s", path, why);
+    } else {
+        free(c->export_sentry);
+        c->export_sentry = xstrdup(dsn);
+    }
+    memset(buf, 0, sizeof(buf));
     return r;
 }
 

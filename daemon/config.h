@@ -40,6 +40,15 @@ struct profd_config {
     uint64_t max_memory;     /* bytes for all targets' samples and stacks; 0: no limit */
     uint64_t symbolizer_memory;  /* address space of each symbolizer helper; 0: no limit */
     uint64_t symbolizer_timeout_ns; /* longest wait for a symbolizer's answer */
+    /* Export (export/export.h): each backend's address ("": none), how often, the spool. */
+    char *export_sentry;     /* a DSN: its key is a secret (never shown) */
+    char *export_sentry_file; /* a file holding the DSN, readable by root alone */
+    char *export_pyroscope;
+    char *export_otlp;
+    uint64_t export_interval_ns;
+    uint64_t export_timeout_ns;
+    char *export_spool;      /* "": $STATE_DIRECTORY/spool, else /var/lib/profd/spool */
+    uint64_t export_spool_max;
     gid_t allow_groups[CONFIG_MAX_GROUPS]; /* members may profile other users' processes */
     size_t nallow_groups;
     bool verbose;
@@ -59,6 +68,9 @@ enum config_type {
     CFG_SIZE,     /* bytes (uint64_t), at least lo, or 0 for none; "512K", "1G" */
     CFG_GROUPS,   /* groups, by name or number (allow_groups, nallow_groups) */
     CFG_BOOL,     /* yes or no (bool); as a flag, it takes no value */
+    CFG_URL,      /* an http(s) URL, "" for none (char *) */
+    CFG_DSN,      /* a Sentry DSN, "" for none (char *): shown with its key hidden, and never
+                     quoted in an error */
 };
 
 /* One setting (config.c's table is the only place each is defined). */
@@ -96,6 +108,10 @@ int config_set(struct profd_config *c, const char *key, const char *value, char 
  * Returns 0, or -errno with "PATH:LINE: reason" in err. */
 int config_load(struct profd_config *c, const char *path, bool missing_ok, char *err,
                 size_t errlen);
+/* Read the DSN of export_sentry_file into export_sentry: the file must be a regular file
+ * owned by root and readable by no one else (mode 0600 or 0400). Returns 0 or -errno with
+ * why (never the DSN). Nothing to do without the key. */
+int config_read_secrets(struct profd_config *c, char *err, size_t errlen);
 /* Checks across keys (hz not above max_hz). Returns 0 or -EINVAL with a reason in err. */
 int config_check(const struct profd_config *c, char *err, size_t errlen);
 /* Is gid one of the groups allowed to profile other users' processes? */
@@ -114,6 +130,15 @@ struct server_config {
     unsigned max_targets;
     unsigned max_targets_per_user; /* for clients without CAP_SYS_PTRACE */
     uint64_t max_memory;           /* all targets' samples and stacks; 0: no limit */
+    /* Export (export/export.h): each backend's address ("": none), how often, the spool. */
+    char *export_sentry;     /* a DSN: its key is a secret (never shown) */
+    char *export_sentry_file; /* a file holding the DSN, readable by root alone */
+    char *export_pyroscope;
+    char *export_otlp;
+    uint64_t export_interval_ns;
+    uint64_t export_timeout_ns;
+    char *export_spool;      /* "": $STATE_DIRECTORY/spool, else /var/lib/profd/spool */
+    uint64_t export_spool_max;
     gid_t allow_groups[CONFIG_MAX_GROUPS]; /* members may profile any process */
     size_t nallow_groups;
     gid_t socket_gid;              /* group of the socket profd creates; -1: its own */

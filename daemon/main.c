@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "config.h"
+#include "export.h"
 #include "fds.h"
 #include "log.h"
 #include "memory.h"
@@ -65,6 +66,7 @@ struct flag {
 };
 static struct flag *flags;
 static size_t nflags;
+static char *dsn_flag; /* the --export-sentry flag's value (argv's is hidden) */
 static const char *config_path = PROFD_DEFAULT_CONFIG;
 static bool config_explicit;
 static struct profd_config live;
@@ -87,7 +89,7 @@ static int build_config(struct profd_config *c, char *err, size_t errlen)
             return -1;
         }
     }
-    if (config_check(c, err, errlen) < 0)
+    if (config_check(c, err, errlen) < 0 || config_read_secrets(c, err, errlen) < 0)
         return -1;
     return 0;
 }
@@ -139,6 +141,14 @@ static void apply_config(const struct profd_config *c, bool reloading)
         log_warn("reload: the socket's path, group and mode change when profd restarts");
     if (c->max_stack_kib != boot.max_stack_kib || c->cputime_source != boot.cputime_source)
         log_warn("reload: max_stack and cputime_source change when profd restarts");
+    if (!same_str(c->export_sentry, boot.export_sentry) ||
+        !same_str(c->export_pyroscope, boot.export_pyroscope) ||
+        !same_str(c->export_otlp, boot.export_otlp) ||
+        !same_str(c->export_spool, boot.export_spool) ||
+        c->export_interval_ns != boot.export_interval_ns ||
+        c->export_timeout_ns != boot.export_timeout_ns ||
+        c->export_spool_max != boot.export_spool_max)
+        log_warn("reload: the export settings change when profd restarts");
 }
 
 /* What became of a notification of the service manager: a lost READY=1 makes a
@@ -291,6 +301,15 @@ static int parse_args(int argc, char **argv, bool *show)
         for (size_t i = 0; !k && c > 0 && c < 128 && i < nkeys; i++)
             if (keys[i].short_flag == c)
                 k = &keys[i];
+        if (k && k->type == CFG_DSN) {
+            /* A DSN's key is a secret: kept here, and hidden from the process list (whose
+             * /proc/PID/cmdline every user may read) from now on. */
+            free(dsn_flag);
+            dsn_flag = xstrdup(optarg);
+            memset(optarg, '*', strlen(optarg));
+            flags[nflags++] = (struct flag){k->key, dsn_flag};
+            continue;
+        }
         if (k) {
             flags[nflags++] = (struct flag){k->key, k->type == CFG_BOOL ? "yes" : optarg};
             continue;
@@ -356,8 +375,45 @@ static void start_watchers(void)
 }
 
 /* After the loop: every target detached (within 5 s), every module stopped. */
+/* What the schedule hears of the targets' lives (sched_target_hooks), and the export: a
+ * target that stops sampling has its last window exported. */
+static struct target_hooks hooks;
+
+static void target_stopped(struct target *t)
+{
+    sched_target_hooks.stopped(t);
+    export_target_stopped(t);
+}
+
+/* The exporters: the spool is the one given, else the unit's StateDirectory's (its first
+ * path), else /var/lib/profd's. */
+static void start_export(void)
+{
+    static char *spool;
+    const char *state = getenv("STATE_DIRECTORY");
+    if (live.export_spool)
+        spool = xstrdup(live.export_spool);
+    else if (state && *state)
+        spool = xasprintf("%.*s/spool", (int)strcspn(state, ":"), state);
+    else
+        spool = xstrdup("/var/lib/profd/spool");
+    struct export_config ec = {
+        .sentry_dsn = live.export_sentry, .pyroscope_url = live.export_pyroscope,
+        .otlp_url = live.export_otlp, .interval_ns = live.export_interval_ns,
+        .timeout_ns = live.export_timeout_ns, .spool_dir = spool,
+        .spool_max = live.export_spool_max};
+    char why[300] = "";
+    if (export_init(loop, &ec, why, sizeof(why)) < 0)
+        fatal("%s", why[0] ? why : "cannot set up the exporters");
+    free(spool);
+    spool = NULL;
+}
+
 static void shut_down(void)
 {
+    /* Every exported process's last window is encoded and spooled first (with the
+     * symbolizer still there); what is not sent yet is sent by the next start. */
+    export_shutdown(5 * NS_PER_SEC);
     /* Symbols being loaded (a warm-up, a slice) are not waited for: no reply will go. */
     symhelper_abandon();
     commands_shutdown();
@@ -425,7 +481,9 @@ int main(int argc, char **argv)
     server_start_ns = now_ns();
     if (sampler_init((size_t)live.max_stack_kib * 1024) < 0)
         fatal("out of memory");
-    targets_init(loop, &sched_target_hooks);
+    hooks = sched_target_hooks;
+    hooks.stopped = target_stopped;
+    targets_init(loop, &hooks);
     memory_count_with(targets_memory, server_memory);
     server_init(&(struct server_handlers){.dispatch = commands_dispatch,
                                           .client_gone = txn_client_gone});
@@ -433,6 +491,7 @@ int main(int argc, char **argv)
     if (r < 0)
         fatal("cannot set up the sampling schedules: %s", strerror(-r));
     txn_init(loop, live.txn_linger_ns);
+    start_export();
     start_watchers();
 
     r = worker_start(loop);
@@ -472,6 +531,7 @@ int main(int argc, char **argv)
     config_free(&live);
     config_free(&boot);
     free(flags);
+    free(dsn_flag);
     log_info("exiting");
     return exit_code;
 }

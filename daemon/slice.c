@@ -1248,6 +1248,12 @@ void slice_run(struct slice_job *job, struct symbolizer *sym)
         return;
     }
     job->nthreads_out = p.nthreads;
+    if (job->on_profile) {
+        job->on_profile(job, &p);
+        profile_free(&p);
+        job->build_ns = now_ns() - t0;
+        return;
+    }
     slice_format(job, &p);
     /* (Not for a transaction's profile: the application takes the profile alone, and the
      * worker's time is what its finish waits for.) */

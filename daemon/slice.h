@@ -137,6 +137,9 @@ struct slice_job {
     struct module **warm;
     uint64_t *warm_off;
     size_t nwarm;
+    /* Instead of a format (the exporters, export/encode.c): called with the symbolized
+     * profile on the worker thread; the job's data, json and summary stay empty. */
+    void (*on_profile)(struct slice_job *job, const struct profile *p);
     /* Completion, on the loop thread. ctx NULL: the requester went away. */
     void (*done)(struct slice_job *job);
     void *ctx;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "export.h"
 #include "log.h"
 #include "memory.h"
 #include "schedule.h"
@@ -127,6 +128,7 @@ static void attach_now(struct txn_proc *tp)
     }
     tp->attach_err = 0;
     t->owner_uid = tp->uid;
+    export_attached(t, NULL, NULL, 0, false);
     log_info("pid %d attached for its transactions", tp->pid);
     worker_warm(t); /* its first finish then costs what the later ones do */
 }

@@ -87,6 +87,8 @@ struct profile {
     uint64_t end_ns;
     int64_t realtime_offset_ns; /* realtime = monotonic + offset (for timestamps) */
     uint64_t attach_ns;  /* CLOCK_MONOTONIC: when the process was attached */
+    const char *profiler_id; /* Sentry's profiler_id for its chunks (not owned), or NULL: one
+                                derived from the pid and the attach */
     unsigned hz;         /* sampling rate requested */
     bool cputime;        /* a sample stands for period_ns of the thread's CPU time (cputime
                             schedule), else of wall-clock time */

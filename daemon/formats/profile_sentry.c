@@ -855,7 +855,10 @@ static int cmp_u64(const void *a, const void *b)
 cJSON *profile_to_sentry_chunks(const struct profile *p)
 {
     char profiler[33];
-    profiler_id(p, profiler);
+    if (p->profiler_id && strlen(p->profiler_id) == 32)
+        memcpy(profiler, p->profiler_id, sizeof(profiler));
+    else
+        profiler_id(p, profiler);
     bool python = false;
     for (size_t i = 0; i < p->nframes && !python; i++)
         python = p->frames[i].python;
