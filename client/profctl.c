@@ -21,8 +21,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: profctl [--socket PATH] COMMAND [ARGS]\n\n"
             "  attach PID [--hz N] [--buffer SECONDS] [--mode MODE]\n"
-            "         [--sampler auto|perf|ptrace]\n"
-            "                                           start sampling a process\n"
+            "         [--sampler auto|perf|ptrace] [--service NAME] [--label KEY=VALUE]...\n"
+            "         [--no-export]                     start sampling a process\n"
             "  configure PID [--mode MODE] [--hz N]     change how it is sampled\n"
             "  detach PID                               stop sampling it\n"
             "  list [--json]                            attached processes\n"
@@ -52,7 +52,11 @@ static void usage(FILE *f)
             "--transaction NAME keeps the samples of threads while they ran a transaction of\n"
             "that name; --by-transaction splits the profile by transaction (collapsed: a root\n"
             "frame \"[txn NAME]\" per open transaction, or \"[no transaction]\"; sentry: the\n"
-            "transactions listed under \"profd\").\n");
+            "transactions listed under \"profd\").\n"
+            "Where profd exports profiles (profd.conf(5): export_sentry, export_pyroscope,\n"
+            "export_otlp), an attached process's are filed under --service (default: its\n"
+            "systemd unit, else its executable's name) with each --label; --no-export keeps\n"
+            "them on this host.\n");
 }
 
 static void print_json(const cJSON *o)
@@ -62,10 +66,31 @@ static void print_json(const cJSON *o)
     free(s);
 }
 
+/* What an attach asks of the export. */
+struct attach_export {
+    const char *service;
+    const char *labels[16];
+    size_t nlabels;
+    bool off;
+};
+
 static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s, const char *mode,
-                      const char *sampler)
+                      const char *sampler, const struct attach_export *ax)
 {
     cJSON *req = attach_request(pid, hz, buffer_s, mode, sampler);
+    if (ax->service)
+        cJSON_AddStringToObject(req, "service", ax->service);
+    if (ax->nlabels) {
+        cJSON *l = cJSON_AddObjectToObject(req, "labels");
+        for (size_t i = 0; i < ax->nlabels; i++) {
+            const char *eq = strchr(ax->labels[i], '=');
+            char key[80];
+            snprintf(key, sizeof(key), "%.*s", (int)(eq - ax->labels[i]), ax->labels[i]);
+            cJSON_AddStringToObject(l, key, eq + 1);
+        }
+    }
+    if (ax->off)
+        cJSON_AddBoolToObject(req, "export", 0);
     cJSON *reply;
     const cJSON *res = call(fd, req, &reply);
     if (json_out)
@@ -74,6 +99,10 @@ static int cmd_attach(int fd, pid_t pid, uint64_t hz, uint64_t buffer_s, const c
         printf("attached to %d (%s): %d threads, %s at %d Hz, %d s buffer\n", pid,
                str(res, "comm"), (int)num(res, "threads"), str(res, "mode"),
                (int)num(res, "hz"), (int)num(res, "buffer_s"));
+    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(res, "export");
+    if (!json_out && ex)
+        printf("exported as service \"%s\" (Sentry profiler_id %s)\n", str(ex, "service"),
+               str(ex, "profiler_id"));
     cJSON_Delete(reply);
     return 0;
 }
@@ -309,7 +338,8 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
 int main(int argc, char **argv)
 {
     enum { O_HZ = 1, O_BUFFER, O_LAST, O_FROM, O_TO, O_FORMAT, O_JSON, O_TIDS, O_TOP, O_MODE,
-           O_TXN, O_BY_TXN, O_SAMPLER, O_DURATION, O_WINDOW, O_SORT, O_THREADS, O_ONCE };
+           O_TXN, O_BY_TXN, O_SAMPLER, O_DURATION, O_WINDOW, O_SORT, O_THREADS, O_ONCE,
+           O_SERVICE, O_LABEL, O_NO_EXPORT };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"hz", required_argument, NULL, O_HZ},
@@ -331,6 +361,9 @@ int main(int argc, char **argv)
         {"sort", required_argument, NULL, O_SORT},
         {"threads", required_argument, NULL, O_THREADS},
         {"once", no_argument, NULL, O_ONCE},
+        {"service", required_argument, NULL, O_SERVICE},
+        {"label", required_argument, NULL, O_LABEL},
+        {"no-export", no_argument, NULL, O_NO_EXPORT},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -340,6 +373,7 @@ int main(int argc, char **argv)
     const char *sampler = NULL, *threads = NULL;
     uint64_t duration_ns = 0, window_ns = 10 * NS_PER_SEC;
     bool tids = false, by_txn = false, sort_total = false, once = false;
+    struct attach_export ax = {0};
     int c;
     /* "record ... -- COMMAND ARGS": the command is not profctl's to parse. */
     int all = argc;
@@ -420,6 +454,19 @@ int main(int argc, char **argv)
         case O_ONCE:
             once = true;
             break;
+        case O_SERVICE:
+            ax.service = optarg;
+            break;
+        case O_LABEL:
+            if (!strchr(optarg, '=') || optarg[0] == '=')
+                die(EXIT_USAGE, "--label must be KEY=VALUE");
+            if (ax.nlabels == sizeof(ax.labels) / sizeof(ax.labels[0]))
+                die(EXIT_USAGE, "at most 16 --label");
+            ax.labels[ax.nlabels++] = optarg;
+            break;
+        case O_NO_EXPORT:
+            ax.off = true;
+            break;
         case O_BY_TXN:
             by_txn = true;
             break;
@@ -451,7 +498,8 @@ int main(int argc, char **argv)
         die(EXIT_USAGE, "give either --last or --from/--to");
     if (!strcmp(cmd, "attach") && nargs == 1) {
         pid_t pid = parse_pid(args[0]);
-        return cmd_attach(connect_daemon(), pid, hz, buffer_ns / NS_PER_SEC, mode, sampler);
+        return cmd_attach(connect_daemon(), pid, hz, buffer_ns / NS_PER_SEC, mode, sampler,
+                          &ax);
     }
     if (!strcmp(cmd, "configure") && nargs == 1) {
         pid_t pid = parse_pid(args[0]);

@@ -212,3 +212,67 @@ class Receiver:
     def taken(self, kind):
         with self.lock:
             return [b for b in self.bodies if b.kind == kind]
+
+
+def pb_fields(buf):
+    """A protobuf message's fields: (number, value), value an int (varint, fixed) or bytes."""
+    i, n = 0, len(buf)
+    while i < n:
+        key, i = _varint(buf, i)
+        f, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _varint(buf, i)
+        elif wt == 2:
+            ln, i = _varint(buf, i)
+            v, i = buf[i:i + ln], i + ln
+        elif wt == 1:
+            v, i = int.from_bytes(buf[i:i + 8], "little"), i + 8
+        elif wt == 5:
+            v, i = int.from_bytes(buf[i:i + 4], "little"), i + 4
+        else:
+            raise ValueError("wire type %d" % wt)
+        yield f, v
+
+
+def _varint(buf, i):
+    v = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7f) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
+def _ints(v):
+    """A repeated integer field's value: one varint, or a packed run."""
+    if isinstance(v, int):
+        return [v]
+    out, i = [], 0
+    while i < len(v):
+        x, i = _varint(v, i)
+        out.append(x)
+    return out
+
+
+def pprof_samples(data):
+    """A pprof's samples: [(count, {label: value})] (count: the first value)."""
+    strings, samples = [], []
+    for f, v in pb_fields(data):
+        if f == 6:
+            strings.append(v.decode())
+        elif f == 2:
+            samples.append(v)
+    out = []
+    for s in samples:
+        values, labels = [], {}
+        for f, v in pb_fields(s):
+            if f == 2:
+                values += _ints(v)
+            elif f == 3:
+                lab = dict(pb_fields(v))
+                labels[lab.get(1, 0)] = lab.get(2, 0)
+        out.append((values[0] if values else 0,
+                    {strings[k]: strings[v] for k, v in labels.items()}))
+    return out

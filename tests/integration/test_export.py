@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""test_export.py: profiles leave the host, and nothing is lost on the way.
+
+profd exports every attached process to the three backends of tests/integration/
+receivers.py (Sentry envelopes of profile chunks, Pyroscope's /ingest of pprof, OTLP), which
+judge each body strictly: relay's rules for the chunks, the query and multipart form for
+Pyroscope, and the bodies are decoded here (pprof also by `go tool pprof -raw`).
+
+Scenarios, each with a daemon, a receiver and a target of its own, side by side:
+- plain: a process with transactions (txnapp), exported as it runs and after it exits;
+- 503: the receiver answers 503 for 30 s from the start;
+- reset: it resets every connection for 8 s;
+- hang: it never answers for 8 s (export_timeout 2 s);
+- down: nothing listens for 6 s after profd starts;
+- sigkill: the receiver answers 503; profd is killed with SIGKILL in the middle and started
+  again on the same spool, which it sends once the receiver is back.
+After each, for every backend: the windows delivered cover the whole time the process was
+attached (from its attach to its exit; for sigkill, up to the last window spooled before
+the kill) back to back, with no gap and no overlap; their samples add up to what status
+counted; no window is delivered under two ids; and status counts what happened (sent,
+retried, failed, queued 0)."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+from harness import (SOURCE, Daemon, Program, check, fail, log, wait_until)
+import receivers
+
+HZ = 49
+KINDS = ("sentry", "pyroscope")
+
+
+def exporter_args(rx, spool, interval="1", timeout="2"):
+    u = rx.urls()
+    return ["--export-sentry", u["sentry"], "--export-pyroscope", u["pyroscope"],
+            "--export-interval", interval, "--export-timeout", timeout,
+            "--export-spool", spool, "--hz", str(HZ)]
+
+
+def target_status(d, pid):
+    for t in d.status().get("targets", []):
+        if t["pid"] == pid:
+            return t
+    return None
+
+
+def drained(d):
+    """Every exporter's queue empty, no window being built."""
+    ex = d.status()["daemon"].get("export", {})
+    return ex.get("windows_building") == 0 and all(ex[k]["queued"] == 0 for k in KINDS)
+
+
+def samples_of(body):
+    if body.kind == "sentry":
+        return sum(len(c["profile"]["samples"]) for c in body.chunks)
+    return sum(n for n, _ in receivers.pprof_samples(body.data))
+
+
+def judge(rx, kind, attach_rt, end_rt, samples):
+    """Problems with what rx took of kind: windows, ids, samples."""
+    bodies = rx.taken(kind)
+    problems = []
+    by_window = {}
+    for b in bodies:
+        by_window.setdefault(b.window, set()).add(b.id)
+        n = samples_of(b)
+        if n != b.samples_said:
+            problems.append("%s %s holds %d samples, its header says %d"
+                            % (kind, b.id, n, b.samples_said))
+    twice = {w: ids for w, ids in by_window.items() if len(ids) > 1}
+    if twice:
+        problems.append("%s: windows delivered under several ids: %s" % (kind, twice))
+    ws = sorted(by_window)
+    if not ws:
+        return ["%s: nothing delivered" % kind], 0
+    gaps = [(a, b) for a, b in zip(ws, ws[1:]) if b[0] != a[1] + 1]
+    if gaps:
+        problems.append("%s: windows not back to back: %s" % (kind, gaps[:3]))
+    # The first window begins at the attach, the last ends at the end (real time, as this
+    # test's clocks convert profd's CLOCK_MONOTONIC: within 50 ms).
+    if abs(ws[0][0] - attach_rt) > 50e6:
+        problems.append("%s: the first window begins %.1f ms from the attach"
+                        % (kind, (ws[0][0] - attach_rt) / 1e6))
+    if end_rt is not None and abs(ws[-1][1] - end_rt) > 50e6:
+        problems.append("%s: the last window ends %.1f ms from the end"
+                        % (kind, (ws[-1][1] - end_rt) / 1e6))
+    seen = {}
+    for b in bodies:
+        seen.setdefault(b.window, samples_of(b))
+    total = sum(seen.values())
+    if samples is not None and total != samples:
+        problems.append("%s: %d samples delivered, status counted %d" % (kind, total, samples))
+    return problems, len(ws)
+
+
+def rt_offset():
+    return time.time_ns() - time.monotonic_ns()
+
+
+class Scenario:
+    def __init__(self, name):
+        self.name = name
+        self.problems = []
+        self.notes = []
+        self.rx = receivers.Receiver()
+        self.tmp = tempfile.mkdtemp(prefix="profd-export-")
+        self.spool = os.path.join(self.tmp, "spool")
+
+    def run(self):
+        try:
+            getattr(self, "run_" + self.name)()
+        except SystemExit:
+            self.problems.append("a check failed inside the scenario (above)")
+        except Exception as e:  # reported by the main thread
+            self.problems.append("%s: %r" % (type(e).__name__, e))
+        finally:
+            self.rx.stop()
+
+    def busy_target(self, d, seconds, extra=()):
+        p = Program("busy", 1, seconds, 2)
+        d.ctl("attach", p.pid, "--service", "svc-" + self.name, "--label",
+              "scenario=" + self.name, *extra)
+        return p
+
+    def finish(self, d, p, attach_rt_of=None):
+        """Wait for p's exit and every queue to drain; judge every backend."""
+        p.proc.wait()
+        wait_until(lambda: (target_status(d, p.pid) or {}).get("state") == "exited", 30,
+                   "the target's exit (%s)" % self.name)
+        wait_until(lambda: drained(d), 120, "the export queues to drain (%s)" % self.name,
+                   interval=0.2)
+        t = target_status(d, p.pid)
+        off = rt_offset()
+        attach_rt = t["attach_ns"] + off
+        end_rt = attach_rt + int(t["attached_s"] * 1e9)
+        for k in KINDS:
+            problems, n = self.judge(k, attach_rt, end_rt, t["samples"])
+            self.problems += problems
+            self.notes.append("%s: %d windows, %d samples" % (k, n, t["samples"]))
+        return d.status()["daemon"]["export"], t
+
+    def judge(self, kind, attach_rt, end_rt, samples):
+        return judge(self.rx, kind, attach_rt, end_rt, samples)
+
+    # -- the scenarios --
+    def run_plain(self):
+        """A process with transactions, labelled, exported as it runs."""
+        self.rx.start()
+        with Daemon(*exporter_args(self.rx, self.spool)) as d:
+            outdir = os.path.join(self.tmp, "out")
+            os.mkdir(outdir)
+            with Program("txnapp", d.socket, outdir, 2, 60, 40) as p:
+                wait_until(lambda: target_status(d, p.pid), 30, "txnapp's attach")
+                ex, t = self.finish(d, p)
+            st = t.get("export", {})
+            if not st.get("service"):
+                self.problems.append("status shows no export for the target: %s" % t)
+            # Transactions: pprof's label, and every chunk one profiler_id, status's.
+            labels = {lab.get("transaction") for b in self.rx.taken("pyroscope")
+                      for _, lab in receivers.pprof_samples(b.data)}
+            if not any(v and v.startswith("request-") for v in labels):
+                self.problems.append("no pprof sample carries a transaction label: %s"
+                                     % sorted(map(str, labels))[:5])
+            ids = {c["profiler_id"] for b in self.rx.taken("sentry") for c in b.chunks}
+            if ids != {st.get("profiler_id")}:
+                self.problems.append("chunks' profiler_ids %s, status's %s"
+                                     % (ids, st.get("profiler_id")))
+            for k in KINDS:
+                if ex[k]["sent"] != len(self.rx.taken(k)) or ex[k]["failed"] or \
+                        ex[k]["dropped"]:
+                    self.problems.append("%s status %s, %d delivered"
+                                         % (k, ex[k], len(self.rx.taken(k))))
+            # pprof read by go's own reader.
+            for b in self.rx.taken("pyroscope")[:2]:
+                path = os.path.join(self.tmp, "w.pb")
+                with open(path, "wb") as f:
+                    f.write(b.data)
+                r = subprocess.run(["go", "tool", "pprof", "-raw", path], capture_output=True,
+                                   text=True, timeout=120)
+                if r.returncode != 0 or "Samples:" not in r.stdout:
+                    self.problems.append("go tool pprof -raw: %s" % r.stderr[:300])
+            q = self.rx.taken("pyroscope")[0].query
+            if "service_name=txnapp" not in q["name"] or "pid=%d" % p.pid not in q["name"]:
+                self.problems.append("Pyroscope's name %r" % q["name"])
+
+    def run_fault(self, fault, seconds, length, timeout="2"):
+        self.rx.start()
+        self.rx.set_fault(fault, seconds)
+        with Daemon(*exporter_args(self.rx, self.spool, timeout=timeout)) as d:
+            with self.busy_target(d, length) as p:
+                ex, t = self.finish(d, p)
+        for k in KINDS:
+            if not ex[k]["retried"] or not ex[k]["failed"] or ex[k]["dropped"] or \
+                    not ex[k]["last_error"]:
+                self.problems.append("%s: status after the fault: %s" % (k, ex[k]))
+        q = self.rx.taken("pyroscope")[0].query if self.rx.taken("pyroscope") else {}
+        if "scenario=%s" % self.name not in q.get("name", "") or \
+                not q.get("name", "").startswith("svc-%s{" % self.name):
+            self.problems.append("Pyroscope's name %r" % q.get("name"))
+
+    def run_503(self):
+        self.run_fault("503", 30, 33)
+
+    def run_reset(self):
+        self.run_fault("reset", 8, 10)
+
+    def run_hang(self):
+        self.run_fault("hang", 8, 10)
+
+    def run_down(self):
+        """Nothing listens when profd starts; the receiver comes up 6 s later."""
+        with Daemon(*exporter_args(self.rx, self.spool)) as d:
+            with self.busy_target(d, 9) as p:
+                time.sleep(6)
+                self.rx.start()
+                ex, t = self.finish(d, p)
+        for k in KINDS:
+            if not ex[k]["failed"] or "no answer" not in ex[k]["last_error"]:
+                self.problems.append("%s: status after the outage: %s" % (k, ex[k]))
+
+    def run_sigkill(self):
+        """503 throughout the first daemon's life; SIGKILL; a second daemon on the same
+        spool sends what the first one spooled once the receiver is back."""
+        self.rx.start()
+        self.rx.set_fault("503", 3600)
+        args = exporter_args(self.rx, self.spool, interval="3")
+        d = Daemon(*args)
+        p = Program("busy", 1, 30, 2)
+        try:
+            d.ctl("attach", p.pid, "--service", "svc-sigkill")
+            # Two windows spooled, the next one 3 s away: the kill falls between windows.
+            st = wait_until(lambda: (lambda t: t if t and t["export"]["windows"] >= 2 and
+                                     not t["export"]["windows_building"] else None)(
+                                         target_status(d, p.pid)), 30, "two windows spooled")
+            exported_to = st["export"]["exported_to_ns"]
+            windows, samples = st["export"]["windows"], st["export"]["samples"]
+            attach_rt = st["attach_ns"] + rt_offset()
+            os.kill(d.pid, signal.SIGKILL)
+            d.proc.wait()
+        finally:
+            d.logf.close()
+        spooled = sorted(os.listdir(self.spool))
+        if len(spooled) < 2 * windows:
+            self.problems.append("%d files in the spool after the kill for %d windows: %s"
+                                 % (len(spooled), windows, spooled))
+        if not p.alive():
+            self.problems.append("the target died with the daemon")
+        p.kill()
+        self.rx.set_fault(None, 0)
+        with Daemon(*args) as d2:
+            wait_until(lambda: drained(d2), 120, "the spool sent by the second daemon",
+                       interval=0.2)
+            ex = d2.status()["daemon"]["export"]
+        end_rt = exported_to + rt_offset()
+        for k in KINDS:
+            problems, n = judge(self.rx, k, attach_rt, end_rt, samples)
+            self.problems += problems
+            if n != windows or ex[k]["sent"] != windows:
+                self.problems.append("%s: %d windows delivered, %d spooled, the second daemon "
+                                     "sent %s" % (k, n, windows, ex[k]))
+            self.notes.append("%s: %d windows, %d samples" % (k, n, samples))
+        if os.listdir(self.spool):
+            self.problems.append("the spool is not empty after the sends: %s"
+                                 % os.listdir(self.spool))
+
+
+def main():
+    names = ["plain", "503", "reset", "hang", "down", "sigkill"]
+    scenarios = [Scenario(n) for n in names]
+    threads = [threading.Thread(target=s.run) for s in scenarios]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in scenarios:
+        log("%s: %s" % (s.name, "; ".join(s.notes)))
+        check(not s.problems and not s.rx.problems,
+              "%s: every backend got every window of the attach back to back, once, with "
+              "the samples status counted (%s)" % (s.name, (s.problems + s.rx.problems)[:4]))
+        shutil.rmtree(s.tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
