@@ -297,6 +297,28 @@ class Profd:
                                  "connection" % (txn_id,))
             return self._exchange(req, self.finish_timeout)["profile"]
 
+    def profiler_id(self):
+        """profd's Sentry profiler_id for this process (32 hex digits), under which its
+        exporter sends this process's profile chunks (profd.conf(5): export_sentry); None
+        when profd exports nothing. The process is attached if it is not (and stays so: an
+        explicit attach), so that the chunks cover it from now on."""
+        pid = os.getpid()
+        cached = getattr(self, "_profiler", None)
+        if cached and cached[0] == pid:
+            return cached[1]
+        with self._lock:
+            self._connect()
+            try:
+                res = self._exchange({"cmd": "attach", "pid": pid}, self.timeout)
+            except ProfdError as e:
+                if e.code != "already_attached":
+                    raise
+                res = self._exchange({"cmd": "status", "pid": pid}, self.timeout)
+                res = next((t for t in res.get("targets", []) if t.get("pid") == pid), {})
+        pid_id = (res.get("export") or {}).get("profiler_id")
+        self._profiler = (pid, pid_id)
+        return pid_id
+
     def discard(self, txn_id):
         """End it without building a profile (sent without waiting for an answer)."""
         with self._lock:
@@ -365,15 +387,20 @@ class SentryIntegration(_sentry_integration_base()):
     _installed = False
 
     def __init__(self, socket_path=None, profiles_sample_rate=None, timeout=0.5,
-                 finish_timeout=2.0):
+                 finish_timeout=2.0, continuous=False):
         self.profiles_sample_rate = profiles_sample_rate
+        self.continuous = continuous
         self.client = Profd(socket_path, timeout=timeout, finish_timeout=finish_timeout)
         self.errors = 0  # transactions that went without a profile because of profd
         self.last_error = None  # why the latest of them did
         # Have profd attach this process now (a transaction's start attaches it), so that
-        # the first real transaction is sampled from its start.
+        # the first real transaction is sampled from its start. Continuous: attached for
+        # good, its chunks sent by profd's exporter under this profiler_id.
         try:
-            self.client.discard(self.client.start("profd.SentryIntegration"))
+            if continuous:
+                self.client.profiler_id()
+            else:
+                self.client.discard(self.client.start("profd.SentryIntegration"))
         except Exception as e:
             self.last_error = e
 
@@ -385,6 +412,7 @@ class SentryIntegration(_sentry_integration_base()):
         import random
 
         import sentry_sdk.client
+        import sentry_sdk.scope
         from sentry_sdk.hub import Hub
         from sentry_sdk.tracing import Transaction
 
@@ -404,6 +432,8 @@ class SentryIntegration(_sentry_integration_base()):
             me = hub.get_integration(SentryIntegration)
             if me is None or not getattr(tx, "sampled", False):
                 return tx
+            if me.continuous:
+                return start_continuous(me, tx)
             with lock:
                 if tx.span_id in open_txns:
                     return tx
@@ -446,8 +476,55 @@ class SentryIntegration(_sentry_integration_base()):
                     me.last_error = e
             return finish(tx, hub)
 
+        # Continuous profiling, as Sentry's SDKs link a transaction to the chunks of their
+        # own continuous profiler: contexts.profile.profiler_id on the transaction, and the
+        # thread that ran it (its native id, as the chunks' samples name it) in the trace
+        # context's data; profd's exporter sends the chunks.
+        threads = collections.OrderedDict()  # span id -> (thread id, name, profiler_id)
+
+        def start_continuous(me, tx):
+            try:
+                profiler = me.client.profiler_id()
+            except Exception as e:
+                me.errors += 1
+                me.last_error = e
+                return tx
+            if not profiler:
+                me.errors += 1
+                me.last_error = ProfdError("not_exported", "profd exports no profiles "
+                                           "(profd.conf(5): export_sentry)")
+                return tx
+            with lock:
+                threads[tx.span_id] = (str(threading.get_native_id()),
+                                       threading.current_thread().name, profiler)
+                while len(threads) > 10000:
+                    threads.popitem(last=False)
+            return tx
+
+        get_trace_context = Transaction.get_trace_context
+
+        def trace_context(tx):
+            rv = get_trace_context(tx)
+            with lock:
+                got = threads.get(tx.span_id)
+            if got:
+                rv.setdefault("data", {}).update({"thread.id": got[0], "thread.name": got[1]})
+            return rv
+
+        def profile_context(event, hint):
+            trace = (event.get("contexts") or {}).get("trace") or {}
+            if event.get("type") == "transaction" and trace.get("span_id"):
+                with lock:
+                    got = threads.pop(trace["span_id"], None)
+                if got:
+                    event["contexts"]["profile"] = {"profiler_id": got[2]}
+            return event
+
+        sentry_sdk.scope.add_global_event_processor(profile_context)
+
         Hub.start_transaction = start
         Transaction.finish = finish_with_profile
+        Transaction.get_trace_context = trace_context
 
 
 def _relay_keeps(prof):

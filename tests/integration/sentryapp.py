@@ -36,7 +36,9 @@ class Capture(Transport):
             f.write(json.dumps({"items": [{"type": "event", "payload": event}]}) + "\n")
 
 
-integration = profd.SentryIntegration(socket_path=SOCK)
+# PROFD_CONTINUOUS=1: Sentry's continuous profiling, the chunks sent by profd's exporter.
+integration = profd.SentryIntegration(socket_path=SOCK,
+                                      continuous=os.environ.get("PROFD_CONTINUOUS") == "1")
 sentry_sdk.init(dsn="https://public@sentry.invalid/1", transport=Capture,
                 traces_sample_rate=1.0, _experiments={"profiles_sample_rate": RATE},
                 integrations=[integration])

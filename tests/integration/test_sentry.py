@@ -7,7 +7,12 @@ transport that captures envelopes (no network), in sentryapp.py under Debian's p
   thread that ran it the active one; and it names the Python function that made it slow;
 - the SDK's profiler never starts (no scheduler, no SIGPROF/SIGALRM handler);
 - profiles_sample_rate 0: transactions without profiles;
-- without profd: the application runs unchanged, transactions go without profiles."""
+- without profd: the application runs unchanged, transactions go without profiles;
+- continuous=True, with profd exporting to a Sentry receiver on the loopback
+  (tests/integration/receivers.py): transactions carry no profile item but
+  contexts.profile.profiler_id, the profiler_id of the chunks profd sends, and the thread
+  that ran them in the trace context's data; the chunks hold that thread's samples of
+  compute_primes inside each transaction's time."""
 import json
 import os
 import sys
@@ -190,3 +195,62 @@ txs = transactions(out)
 check(len(txs) == 3 and all(p is None for _, p in txs) and app.returncode == 0,
       "without profd: %d transactions sent without profiles, the app exits 0 (%s; %s)"
       % (len(txs), app.returncode, state[-1]))
+
+# 4. Continuous profiling: the transactions link to the chunks profd's exporter sends.
+import receivers  # noqa: E402
+
+rx = receivers.Receiver().start()
+try:
+    with Daemon("--export-sentry", rx.urls()["sentry"], "--export-interval", "1",
+                "--export-spool", os.path.join(tmp, "spool")) as d:
+        out = os.path.join(tmp, "continuous.jsonl")
+        app = subprocess.Popen([PY, os.path.join(HERE, "sentryapp.py"), out, d.socket, "1.0"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               env=dict(ENV, PROFD_CONTINUOUS="1"), bufsize=1)
+        ready = app.stdout.readline().split()
+        try:
+            check(ready and ready[0] == "ready", "sentryapp (continuous) started (%s)" % ready)
+            app_pid, main_tid = int(ready[1]), int(ready[2])
+            for i in range(3):
+                ask(app, "txn cont-%d 300" % i)
+            state = ask(app, "state")
+            ask(app, "quit")
+            app.wait(timeout=30)
+        finally:
+            app.kill()
+        wait_until(lambda: rx.taken("sentry") and
+                   d.status()["daemon"]["export"]["sentry"]["queued"] == 0 and
+                   not d.status()["daemon"]["export"]["windows_building"], 60,
+                   "the chunks sent")
+    txs = transactions(out)
+    chunks = [c for b in rx.taken("sentry") for c in b.chunks]
+    ids = {c["profiler_id"] for c in chunks}
+    check(len(txs) == 3 and all(p is None for _, p in txs) and state[5] == "errors=0",
+          "continuous: 3 transactions sent without a profile item, no error (%s)" % state[5:])
+    check(len(ids) == 1 and not rx.problems,
+          "continuous: profd sent chunks of one profiler_id, valid by relay's rules (%s; %s)"
+          % (ids, rx.problems[:2]))
+    for ev, _ in txs:
+        ctx = ev.get("contexts", {})
+        data = ctx.get("trace", {}).get("data", {})
+        t0, t1 = ev["start_timestamp"], ev["timestamp"]
+        if isinstance(t0, str):
+            import datetime
+            t0 = datetime.datetime.fromisoformat(t0.replace("Z", "+00:00")).timestamp()
+            t1 = datetime.datetime.fromisoformat(t1.replace("Z", "+00:00")).timestamp()
+        names = set()
+        for c in chunks:
+            fr, stk = c["profile"]["frames"], c["profile"]["stacks"]
+            for smp in c["profile"]["samples"]:
+                if smp["thread_id"] == str(main_tid) and t0 <= smp["timestamp"] <= t1:
+                    names |= {"%s.%s" % (fr[i].get("module"), fr[i].get("function"))
+                              for i in stk[smp["stack_id"]]}
+        check(ctx.get("profile", {}).get("profiler_id") in ids and
+              data.get("thread.id") == str(main_tid) and
+              "__main__.compute_primes" in names,
+              "continuous: %s links to the chunks (profiler_id %s, thread.id %s) and they "
+              "hold its thread's compute_primes inside its time (%d functions)"
+              % (ev.get("transaction"), ctx.get("profile"), data.get("thread.id"),
+                 len(names)))
+finally:
+    rx.stop()
