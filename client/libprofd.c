@@ -417,8 +417,14 @@ static int call(struct profd *p, cJSON *req, int timeout_ms, cJSON **result)
 
 int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uint64_t *txn_id)
 {
+    return profd_txn_start_span(p, name, trace_id, NULL, txn_id);
+}
+
+int profd_txn_start_span(struct profd *p, const char *name, const char *trace_id,
+                         const char *span_id, uint64_t *txn_id)
+{
     if (!p || !name || !*name || strlen(name) > 512 || !txn_id ||
-        (trace_id && strlen(trace_id) > 64))
+        (trace_id && strlen(trace_id) > 64) || (span_id && strlen(span_id) != 16))
         return PROFD_EINVAL;
     uint64_t t = now_ns();
     cJSON *req = cJSON_CreateObject();
@@ -428,6 +434,8 @@ int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uin
     cJSON_AddStringToObject(req, "name", name);
     if (trace_id)
         cJSON_AddStringToObject(req, "trace_id", trace_id);
+    if (span_id)
+        cJSON_AddStringToObject(req, "span_id", span_id);
     cJSON_AddNumberToObject(req, "tid", (double)syscall(SYS_gettid));
     /* Its start by our clock: the daemon reads the request a little later. */
     cJSON_AddNumberToObject(req, "t_ns", (double)t);

@@ -81,6 +81,10 @@ void profd_set_timeout(struct profd *p, int start_ms, int finish_ms);
  * finish. PROFD_EBUSY: profd has not read its socket for a while (nothing was sent; the
  * transaction does not exist). */
 int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uint64_t *txn_id);
+/* The same, with the span it runs as (16 hex digits, or NULL): where profd exports profiles
+ * to OpenTelemetry, the samples inside the transaction link to that trace and span. */
+int profd_txn_start_span(struct profd *p, const char *name, const char *trace_id,
+                         const char *span_id, uint64_t *txn_id);
 
 /* Finish a transaction: its profile, the samples of every thread of the process between its
  * start and now, as a Sentry sampled profile (version 1) in JSON, in a string the caller

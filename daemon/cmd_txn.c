@@ -51,6 +51,17 @@ static cJSON *start_dropped(struct request *r, const char *why)
     return NULL;
 }
 
+/* Is s exactly n hex digits? */
+static bool is_hex(const char *s, size_t n)
+{
+    size_t i = 0;
+    for (; s && s[i] && i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') ||
+              (s[i] >= 'A' && s[i] <= 'F')))
+            return false;
+    return s && i == n && !s[i];
+}
+
 cJSON *cmd_txn_start(struct request *r)
 {
     pid_t pid = r->c->peer.pid;
@@ -95,6 +106,10 @@ cJSON *cmd_txn_start(struct request *r)
                   strlen(trace->valuestring) > 64))
         return start_refused(r, noreply, id, PE_BAD_REQUEST,
                              "\"trace_id\" must be a string (32 hex digits)");
+    const cJSON *span = cJSON_GetObjectItemCaseSensitive(r->req, "span_id");
+    if (span && (!cJSON_IsString(span) || !is_hex(span->valuestring, 16)))
+        return start_refused(r, noreply, id, PE_BAD_REQUEST,
+                             "\"span_id\" must be a string of 16 hex digits");
     int64_t tid = 0;
     if (json_get_i64(r->req, "tid", &tid) < 0 || tid < 0 || tid > 0x3fffffff)
         return start_refused(r, noreply, id, PE_BAD_REQUEST, "\"tid\" must be a thread id");
@@ -125,7 +140,8 @@ cJSON *cmd_txn_start(struct request *r)
     /* Without a reply nobody waits for the attach: it happens now, before the
      * transaction's finish can be read. With one, right after the reply. */
     struct txn *x = txn_start(pid, (pid_t)tid, id, name->valuestring,
-                              trace ? trace->valuestring : NULL, r->c->id, start,
+                              trace ? trace->valuestring : NULL,
+                              span ? span->valuestring : NULL, r->c->id, start,
                               r->c->peer.uid, noreply);
     /* A transaction's start is an event (event mode: every thread); in any mode its own
      * thread is sampled at its boundaries (at most once an interval), so even one shorter

@@ -37,6 +37,7 @@ static size_t txn_bytes(const struct txn *x)
 {
     return sizeof(*x) + (x->name ? strlen(x->name) + 1 : 0) +
            (x->trace_id ? strlen(x->trace_id) + 1 : 0) +
+           (x->span_id ? strlen(x->span_id) + 1 : 0) +
            (x->refused_why ? strlen(x->refused_why) + 1 : 0);
 }
 
@@ -46,6 +47,7 @@ static void txn_free(struct txn *x)
     free(x->refused_why);
     free(x->name);
     free(x->trace_id);
+    free(x->span_id);
     free(x);
 }
 
@@ -158,7 +160,8 @@ static struct txn_proc *proc_get(pid_t pid)
 }
 
 struct txn *txn_start(pid_t pid, pid_t tid, uint64_t id, const char *name,
-                      const char *trace_id, uint64_t client, uint64_t start_ns, uid_t uid,
+                      const char *trace_id, const char *span_id, uint64_t client,
+                      uint64_t start_ns, uid_t uid,
                       bool attach_sync)
 {
     struct txn_proc *tp = proc_get(pid);
@@ -169,6 +172,7 @@ struct txn *txn_start(pid_t pid, pid_t tid, uint64_t id, const char *name,
     uuid_hex(x->uuid);
     x->name = xstrdup(name);
     x->trace_id = trace_id ? xstrdup(trace_id) : NULL;
+    x->span_id = span_id ? xstrdup(span_id) : NULL;
     x->pid = pid;
     x->tid = tid;
     x->start_ns = start_ns;

@@ -22,6 +22,7 @@ struct txn {
     char uuid[33];           /* the Sentry transaction id (32 hex digits) */
     char *name;
     char *trace_id;          /* 32 hex digits, or NULL */
+    char *span_id;           /* 16 hex digits, or NULL */
     pid_t pid, tid;          /* process, and the thread that started it (0: unknown) */
     uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC; end_ns 0 while open */
     /* When its thread called txn_finish (the caller's clock; 0: unknown, or another thread
@@ -70,8 +71,8 @@ struct txn_proc *txn_proc_find(pid_t pid);
  * not waiting for a reply) or right after the reply. Returns the transaction (never
  * NULL). */
 struct txn *txn_start(pid_t pid, pid_t tid, uint64_t id, const char *name,
-                      const char *trace_id, uint64_t client, uint64_t start_ns, uid_t uid,
-                      bool attach_sync);
+                      const char *trace_id, const char *span_id, uint64_t client,
+                      uint64_t start_ns, uid_t uid, bool attach_sync);
 /* Record a refused start (code PE_*, why) so that its finish can say why. */
 void txn_refuse(pid_t pid, uint64_t id, uint64_t client, int code, const char *why);
 /* The open (or refused) transaction id of connection client in process pid, or NULL. */

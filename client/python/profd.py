@@ -268,16 +268,22 @@ class Profd:
         return reply["result"]
 
     # -- transactions --------------------------------------------------------------------
-    def start(self, name, trace_id=None):
+    def start(self, name, trace_id=None, span_id=None):
         """Start a transaction run by the calling thread; returns its id. Sent without
-        waiting for an answer: what profd refuses is reported by finish()."""
+        waiting for an answer: what profd refuses is reported by finish(). span_id (16 hex
+        digits): the span it runs as, which profd's OpenTelemetry export links its samples
+        to."""
         name = str(name)
-        if not name or len(name.encode()) > 512 or (trace_id and len(trace_id) > 64):
-            raise ProfdError("bad_request", "name: 1 to 512 bytes; trace_id: 32 hex digits")
+        if not name or len(name.encode()) > 512 or (trace_id and len(trace_id) > 64) or \
+                (span_id and len(span_id) != 16):
+            raise ProfdError("bad_request", "name: 1 to 512 bytes; trace_id: 32 hex digits; "
+                             "span_id: 16 hex digits")
         req = {"cmd": "txn_start", "name": name, "tid": threading.get_native_id(),
                "t_ns": time.monotonic_ns(), "noreply": True}
         if trace_id:
             req["trace_id"] = trace_id
+        if span_id:
+            req["span_id"] = span_id
         with self._lock:
             self._connect()
             self._seq += 1
@@ -443,7 +449,7 @@ class SentryIntegration(_sentry_integration_base()):
             if rate is not None and random.random() >= float(rate):
                 return tx
             try:
-                txn = me.client.start(tx.name or "transaction", tx.trace_id)
+                txn = me.client.start(tx.name or "transaction", tx.trace_id, tx.span_id)
             except Exception as e:  # profd absent or refusing: no profile, nothing else changes
                 me.errors += 1
                 me.last_error = e
