@@ -176,7 +176,7 @@ static const struct config_key keys[] = {
     {"export_spool", 0, CFG_PATH, F(export_spool), 0, 4095, NULL, "DIR", NULL,
      "keep unsent profiles in this directory until a backend takes them (default: "
      "$STATE_DIRECTORY/spool, else /var/lib/profd/spool)"},
-    {"export_spool_max", 0, CFG_SIZE, F(export_spool_max), 1ull << 20, 0, "256M", "SIZE", "1M",
+    {"export_spool_max", 0, CFG_SIZE, F(export_spool_max), 64ull << 10, 0, "256M", "SIZE", "64K",
      "most bytes of unsent profiles kept: past it the oldest are dropped (and counted)"},
     {"verbose", 'v', CFG_BOOL, F(verbose), 0, 0, "no", NULL, NULL, "debug logging"},
 };

@@ -466,8 +466,11 @@ void slice_job_drop_copy(struct slice_job *job)
     free(job->names);
     job->names = NULL;
     job->nnames = 0;
-    for (size_t i = 0; i < job->ntxns; i++)
+    for (size_t i = 0; i < job->ntxns; i++) {
         free(job->txns[i].name);
+        free(job->txns[i].trace_id);
+        free(job->txns[i].span_id);
+    }
     free(job->txns);
     job->txns = NULL;
     job->ntxns = job->cap_txns = 0;
@@ -523,13 +526,15 @@ void slice_job_free(struct slice_job *job)
 /* ---- transactions: which ones each sample ran under ---- */
 
 void slice_add_txn(struct slice_job *job, int32_t tid, uint64_t start_ns, uint64_t end_ns,
-                   const char *name)
+                   const char *name, const char *trace_id, const char *span_id)
 {
     if (job->ntxns == job->cap_txns) {
         job->cap_txns = job->cap_txns ? job->cap_txns * 2 : 16;
         job->txns = xrealloc(job->txns, job->cap_txns * sizeof(*job->txns));
     }
-    job->txns[job->ntxns++] = (struct slice_txn){tid, start_ns, end_ns, xstrdup(name)};
+    job->txns[job->ntxns++] = (struct slice_txn){tid, start_ns, end_ns, xstrdup(name),
+                                                 trace_id ? xstrdup(trace_id) : NULL,
+                                                 span_id ? xstrdup(span_id) : NULL};
 }
 
 /* By thread, then start; of two starting together the longer (the outer) first. */
@@ -1080,7 +1085,9 @@ static void profile_header(const struct slice_job *job, struct profile *p)
     for (size_t i = 0; i < job->ntxns; i++)
         p->spans[p->nspans++] = (struct profile_span){
             job->txns[i].tid, job->txns[i].start_ns, job->txns[i].end_ns,
-            xstrdup(job->txns[i].name)};
+            xstrdup(job->txns[i].name),
+            job->txns[i].trace_id ? xstrdup(job->txns[i].trace_id) : NULL,
+            job->txns[i].span_id ? xstrdup(job->txns[i].span_id) : NULL};
     p->txn.id = dup_or_null(job->txn.id);
     p->txn.name = dup_or_null(job->txn.name);
     p->txn.trace_id = dup_or_null(job->txn.trace_id);

@@ -58,6 +58,7 @@ struct slice_txn {
     int32_t tid;
     uint64_t start_ns, end_ns; /* end_ns UINT64_MAX: still open */
     char *name;
+    char *trace_id, *span_id;  /* hex, or NULL */
 };
 
 struct slice_job {
@@ -189,9 +190,10 @@ struct slice_job *slice_warm(struct target *t);
 bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken, size_t *as_dropped);
 /* Symbolize as this client (its uid, gid, groups and file capabilities); NULL: as nobody. */
 void slice_set_requester(struct slice_job *job, const struct peer *p);
-/* Add a transaction (tid > 0) to the job; name is copied. */
+/* Add a transaction (tid > 0) to the job; name, trace_id and span_id (NULL: none) are
+ * copied. */
 void slice_add_txn(struct slice_job *job, int32_t tid, uint64_t start_ns, uint64_t end_ns,
-                   const char *name);
+                   const char *name, const char *trace_id, const char *span_id);
 /* Tag every sample with the transactions open on its thread then, and drop those outside
  * only_txn if set. Runs on the worker thread (slice_run calls it). */
 void slice_tag_txns(struct slice_job *job);

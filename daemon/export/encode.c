@@ -9,10 +9,12 @@
  * header says what the send needs: the content type, the id, the window (real time, ns),
  * the samples. */
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "export_internal.h"
 #include "log.h"
@@ -32,12 +34,31 @@ static uint64_t next_seq(void)
     return last_seq;
 }
 
+void export_random_id(uint8_t bytes[16], char hex[33])
+{
+    size_t got = 0;
+    while (got < 16) {
+        ssize_t n = getrandom(bytes + got, 16 - got, 0);
+        if (n > 0)
+            got += (size_t)n;
+        else if (errno != EINTR)
+            break;
+    }
+    if (got < 16) { /* (getrandom cannot fail here; the time then, rather than no id) */
+        uint64_t t = realtime_ns() ^ (uint64_t)pthread_self();
+        for (size_t i = got; i < 16; i++)
+            bytes[i] = (uint8_t)(t >> (8 * (i % 8)));
+    }
+    bytes[6] = (uint8_t)((bytes[6] & 0x0f) | 0x40); /* a version 4 uuid's form */
+    bytes[8] = (uint8_t)((bytes[8] & 0x3f) | 0x80);
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
+}
+
 static void hex_id(char out[33])
 {
-    for (int i = 0; i < 4; i++) {
-        uint64_t r = random_below(UINT64_MAX);
-        snprintf(out + 8 * i, 9, "%08" PRIx32, (uint32_t)r);
-    }
+    uint8_t b[16];
+    export_random_id(b, out);
 }
 
 /* A record: header (content type, id, window, samples, and extra fields) and body. */

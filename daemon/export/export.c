@@ -161,7 +161,7 @@ static void collect_txn(const struct txn *x, void *arg)
     uint64_t end = x->end_ns ? x->end_ns : UINT64_MAX;
     if (x->tid <= 0 || end < job->start_ns || x->start_ns > job->end_ns)
         return;
-    slice_add_txn(job, x->tid, x->start_ns, end, x->name);
+    slice_add_txn(job, x->tid, x->start_ns, end, x->name, x->trace_id, x->span_id);
 }
 
 static void window_free(struct export_window *w)

@@ -39,8 +39,11 @@ void profile_free(struct profile *p)
     for (size_t i = 0; p->txn_paths && i < p->ntxn_paths; i++)
         free(p->txn_paths[i]);
     free(p->txn_paths);
-    for (size_t i = 0; p->spans && i < p->nspans; i++)
+    for (size_t i = 0; p->spans && i < p->nspans; i++) {
         free(p->spans[i].name);
+        free(p->spans[i].trace_id);
+        free(p->spans[i].span_id);
+    }
     free(p->spans);
     memset(p, 0, sizeof(*p));
 }

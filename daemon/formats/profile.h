@@ -62,6 +62,8 @@ struct profile_span {
     int32_t tid;
     uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC; end_ns UINT64_MAX: still open */
     char *name;
+    char *trace_id;      /* its trace (32 hex digits), or NULL */
+    char *span_id;       /* its span (16 hex digits), or NULL */
 };
 
 struct profile_thread {
@@ -149,6 +151,23 @@ cJSON *profile_to_sentry_chunks(const struct profile *p);
 /* pprof's profile.proto, gzipped, as `go tool pprof` reads it. Appends to out. Returns 0,
  * -ENOMEM or -EIO (zlib). */
 int profile_write_pprof(const struct profile *p, struct strbuf *out);
+
+/* What an OTLP profile says of where it comes from (profile_otlp.c): its resource's
+ * service.name (NULL: the process's name) and host.name (NULL: this host's), more resource
+ * attributes ("KEY=VALUE"), and its profile_id (16 bytes: the caller's, so that a retried
+ * send is the same profile). */
+struct otlp_resource {
+    const char *service;
+    const char *host;
+    char *const *labels;
+    size_t nlabels;
+    uint8_t profile_id[16];
+};
+
+/* An OTLP/HTTP ExportProfilesServiceRequest (protobuf, opentelemetry-proto's
+ * profiles/v1development). Appends to out. Returns 0 or -ENOMEM. */
+int profile_write_otlp(const struct profile *p, const struct otlp_resource *res,
+                       struct strbuf *out);
 
 /* speedscope's file format: one sampled profile per thread, one per transaction. */
 cJSON *profile_to_speedscope(const struct profile *p);

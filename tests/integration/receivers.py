@@ -17,7 +17,9 @@ import gzip
 import http.server
 import json
 import os
+import re
 import socket
+import subprocess
 import struct
 import sys
 import threading
@@ -28,6 +30,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit", "profil
 import check_sentry  # noqa: E402
 
 KEY = "0123456789abcdef0123456789abcdef"
+PROTO_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "daemon", "formats", "proto")
+OTLP_REQUEST = "opentelemetry.proto.collector.profiles.v1development.ExportProfilesServiceRequest"
+
+
+def otlp_decode(data):
+    """protoc's text of an OTLP request, decoded with the project's .proto files; ValueError
+    if protoc cannot read it."""
+    r = subprocess.run(["protoc", "--decode=" + OTLP_REQUEST, "-I", PROTO_DIR,
+                        "otlp_service.proto"], input=data, capture_output=True, timeout=60)
+    if r.returncode != 0:
+        raise ValueError("protoc --decode: %s" % r.stderr.decode(errors="replace")[:300])
+    return r.stdout.decode()
 
 
 class Body:
@@ -51,7 +65,7 @@ class Receiver:
         self.bodies = []      # accepted
         self.requests = []    # (kind, id, what was answered)
         self.problems = []
-        self.fault = None     # None, "503", "reset", "hang", "429"
+        self.fault = None     # None, "503", "reset", "hang", "429", "400"
         self.fault_until = 0.0
         self.server = None
         self.port = port
@@ -129,7 +143,11 @@ class Receiver:
             return self.answer(h, 503, b"down for maintenance", [("Retry-After", "1")])
         if fault == "429":
             self.requests.append((kind, rid, 429))
-            return self.answer(h, 429, b"", [("X-Sentry-Rate-Limits", "2:profile_chunk:key")])
+            return self.answer(h, 429, b"", [("X-Sentry-Rate-Limits", "2:profile_chunk:key"),
+                                             ("Retry-After", "2")])
+        if fault == "400":
+            self.requests.append((kind, rid, 400))
+            return self.answer(h, 400, b"bad request: refused on purpose")
         try:
             body = getattr(self, "judge_" + kind.replace("?", "unknown"))(h, path, q, data)
         except ValueError as e:
@@ -206,7 +224,16 @@ class Receiver:
     def judge_otlp(self, h, path, q, data):
         if h.headers.get("Content-Type") != "application/x-protobuf":
             raise ValueError("Content-Type %r" % h.headers.get("Content-Type"))
-        return Body("otlp", h.headers, data)
+        b = Body("otlp", h.headers, data)
+        b.text = otlp_decode(data)
+        b.timestamps = [int(t) for t in re.findall(r"^\s*timestamps_unix_nano: (\d+)$",
+                                                   b.text, re.M)]
+        lo, hi = b.window
+        outside = [t for t in b.timestamps if not lo <= t <= hi]
+        if outside:
+            raise ValueError("%d samples' timestamps outside the window %s: %s"
+                             % (len(outside), b.window, outside[:3]))
+        return b
 
     # -- for the test --
     def taken(self, kind):

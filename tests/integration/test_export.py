@@ -22,6 +22,7 @@ retried, failed, queued 0)."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -33,13 +34,13 @@ from harness import (SOURCE, Daemon, Program, check, fail, log, wait_until)
 import receivers
 
 HZ = 49
-KINDS = ("sentry", "pyroscope")
+KINDS = ("sentry", "pyroscope", "otlp")
 
 
 def exporter_args(rx, spool, interval="1", timeout="2"):
     u = rx.urls()
     return ["--export-sentry", u["sentry"], "--export-pyroscope", u["pyroscope"],
-            "--export-interval", interval, "--export-timeout", timeout,
+            "--export-otlp", u["otlp"], "--export-interval", interval, "--export-timeout", timeout,
             "--export-spool", spool, "--hz", str(HZ)]
 
 
@@ -59,6 +60,8 @@ def drained(d):
 def samples_of(body):
     if body.kind == "sentry":
         return sum(len(c["profile"]["samples"]) for c in body.chunks)
+    if body.kind == "otlp":
+        return len(body.timestamps)
     return sum(n for n, _ in receivers.pprof_samples(body.data))
 
 
@@ -155,7 +158,8 @@ class Scenario:
         with Daemon(*exporter_args(self.rx, self.spool)) as d:
             outdir = os.path.join(self.tmp, "out")
             os.mkdir(outdir)
-            with Program("txnapp", d.socket, outdir, 2, 60, 40) as p:
+            with Program("txnapp", d.socket, outdir, 2, 60, 40,
+                         env=dict(os.environ, TXNAPP_SPANS="1")) as p:
                 wait_until(lambda: target_status(d, p.pid), 30, "txnapp's attach")
                 ex, t = self.finish(d, p)
             st = t.get("export", {})
@@ -185,6 +189,20 @@ class Scenario:
                                    text=True, timeout=120)
                 if r.returncode != 0 or "Samples:" not in r.stdout:
                     self.problems.append("go tool pprof -raw: %s" % r.stderr[:300])
+            # OTLP: the resource, and samples inside requests linked to their trace and
+            # span (txnapp's: trace 00..0<thread>00<k>, span <k + 1>).
+            otlp = self.rx.taken("otlp")
+            text = otlp[0].text if otlp else ""
+            for want in ('key: "service.name"\n', 'string_value: "txnapp"',
+                         'key: "process.pid"', "int_value: %d" % p.pid):
+                if want not in text:
+                    self.problems.append("the OTLP resource lacks %r" % want)
+            links = re.findall(r'trace_id: "((?:\\[0-7]{3}|[^"])*)"\s*span_id: "((?:\\[0-7]{3}|[^"])*)"',
+                               "".join(b.text for b in otlp))
+            linked = sum(len(re.findall(r"link_index: [1-9]", b.text)) for b in otlp)
+            if len(links) < 10 or not linked:
+                self.problems.append("OTLP: %d links with trace and span ids, %d samples "
+                                     "linked" % (len(links), linked))
             q = self.rx.taken("pyroscope")[0].query
             if "service_name=txnapp" not in q["name"] or "pid=%d" % p.pid not in q["name"]:
                 self.problems.append("Pyroscope's name %r" % q["name"])
@@ -223,6 +241,73 @@ class Scenario:
         for k in KINDS:
             if not ex[k]["failed"] or "no answer" not in ex[k]["last_error"]:
                 self.problems.append("%s: status after the outage: %s" % (k, ex[k]))
+
+    def run_429(self):
+        """Rate limited (429, Retry-After and X-Sentry-Rate-Limits: 2 s) for 6 s: held, then
+        everything delivered."""
+        self.run_fault("429", 6, 8)
+
+    def run_400(self):
+        """A final 4xx for 4 s: those windows are dropped, counted and logged once per
+        backend; the rest are delivered."""
+        self.rx.start()
+        with Daemon(*exporter_args(self.rx, self.spool)) as d:
+            with self.busy_target(d, 3) as p:
+                time.sleep(1.5)
+                self.rx.set_fault("400", 4)
+                p.proc.wait()
+                wait_until(lambda: drained(d), 60, "the queues to drain (400)", interval=0.2)
+                ex = d.status()["daemon"]["export"]
+                t = target_status(d, p.pid)
+            log_text = d.log()
+        refused = {k: sum(1 for r in self.rx.requests if r[0] == k and r[2] == 400)
+                   for k in KINDS}
+        for k in KINDS:
+            n = len({b.window for b in self.rx.taken(k)})
+            logged = log_text.count("export: %s" % ex[k]["url"])
+            if not refused[k] or ex[k]["dropped"] != refused[k] or \
+                    n + ex[k]["dropped"] != t["export"]["windows"] or ex[k]["retried"] or \
+                    "HTTP 400: bad request" not in ex[k]["last_error"]:
+                self.problems.append("%s: %d refused with 400, %d delivered, status %s, "
+                                     "target %s" % (k, refused[k], n, ex[k], t["export"]))
+            if log_text.count("refused a profile for good") != len(KINDS):
+                self.problems.append("the final refusal is not logged once per backend: %d "
+                                     "lines" % log_text.count("refused a profile for good"))
+            self.notes.append("%s: %d windows dropped by 400, %d delivered (%d log lines)"
+                              % (k, ex[k]["dropped"], n, logged))
+
+    def run_bound(self):
+        """The spool bounded at 64 KiB through a 503 outage: the oldest windows are dropped
+        and counted, the newest kept and delivered back to back up to the exit."""
+        self.rx.start()
+        self.rx.set_fault("503", 3600)
+        args = exporter_args(self.rx, self.spool, interval="0.2") + ["--export-spool-max", "64K"]
+        with Daemon(*args) as d:
+            with self.busy_target(d, 6) as p:
+                p.proc.wait()
+                wait_until(lambda: (target_status(d, p.pid) or {}).get("state") == "exited" and
+                           not d.status()["daemon"]["export"]["windows_building"], 30,
+                           "the last window spooled (bound)")
+                ex0 = d.status()["daemon"]["export"]
+                spool_bytes = sum(os.path.getsize(os.path.join(self.spool, f))
+                                  for f in os.listdir(self.spool))
+                self.rx.set_fault(None, 0)
+                wait_until(lambda: drained(d), 120, "the queues to drain (bound)", interval=0.2)
+                ex = d.status()["daemon"]["export"]
+                t = target_status(d, p.pid)
+        if not 0 < spool_bytes <= 64 * 1024 or ex0["spool_bytes"] > 64 * 1024:
+            self.problems.append("the spool held %d bytes (status %d) past its bound of 64 KiB"
+                                 % (spool_bytes, ex0["spool_bytes"]))
+        end_rt = t["attach_ns"] + rt_offset() + int(t["attached_s"] * 1e9)
+        for k in KINDS:
+            ws = sorted({b.window for b in self.rx.taken(k)})
+            gaps = [(a, b) for a, b in zip(ws, ws[1:]) if b[0] != a[1] + 1]
+            if not ex[k]["dropped"] or len(ws) + ex[k]["dropped"] != t["export"]["windows"] or \
+                    gaps or not ws or abs(ws[-1][1] - end_rt) > 50e6:
+                self.problems.append("%s: %d delivered, status %s, %d windows, gaps %s"
+                                     % (k, len(ws), ex[k], t["export"]["windows"], gaps[:2]))
+            self.notes.append("%s: %d oldest windows dropped at the bound, the %d newest "
+                              "delivered" % (k, ex[k]["dropped"], len(ws)))
 
     def run_sigkill(self):
         """503 throughout the first daemon's life; SIGKILL; a second daemon on the same
@@ -270,8 +355,59 @@ class Scenario:
                                  % os.listdir(self.spool))
 
 
+def secrets():
+    """A DSN's key is never shown: not in --show-config, status, the log, the process list
+    (profd hides its flag's value), nor an error; export_sentry_file must be root's alone."""
+    from harness import PROFD
+    rx = receivers.Receiver().start()
+    key = receivers.KEY
+    dsn = rx.urls()["sentry"]
+    try:
+        r = subprocess.run([PROFD, "--config", "/dev/null", "--export-sentry", dsn,
+                            "--show-config"], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 0 and key not in r.stdout and
+              "export_sentry = http://***@127.0.0.1:%d/42" % rx.port in r.stdout,
+              "--show-config shows the DSN without its key")
+        bad = dsn.replace("/42", "/x42")
+        r = subprocess.run([PROFD, "--config", "/dev/null", "--export-sentry", bad],
+                           capture_output=True, text=True, timeout=30)
+        check(r.returncode != 0 and key not in r.stderr and "project" in r.stderr,
+              "a bad DSN is refused without quoting it (%r)" % r.stderr.strip())
+        tmp = tempfile.mkdtemp(prefix="profd-secret-")
+        with Daemon("--export-sentry", dsn, "--export-spool", os.path.join(tmp, "spool")) as d:
+            with open("/proc/%d/cmdline" % d.pid, "rb") as f:
+                cmdline = f.read()
+            st = d.ctl("status", "--json").stdout
+            check(key.encode() not in cmdline and b"--export-sentry" in cmdline,
+                  "the process list shows --export-sentry without its value")
+            check(key not in st and key not in d.log() and
+                  "http://***@127.0.0.1" in st,
+                  "status and the log show the DSN without its key")
+        path = os.path.join(tmp, "sentry.dsn")
+        with open(path, "w") as f:
+            f.write(dsn + "\n")
+        if os.geteuid() == 0:
+            os.chmod(path, 0o644)
+            r = subprocess.run([PROFD, "--config", "/dev/null", "--export-sentry-file", path,
+                                "--show-config"], capture_output=True, text=True, timeout=30)
+            check(r.returncode != 0 and "chmod 600" in r.stderr and key not in r.stderr,
+                  "export_sentry_file readable by others: refused (%r)" % r.stderr.strip())
+            os.chmod(path, 0o600)
+            r = subprocess.run([PROFD, "--config", "/dev/null", "--export-sentry-file", path,
+                                "--show-config"], capture_output=True, text=True, timeout=30)
+            check(r.returncode == 0 and key not in r.stdout and
+                  "export_sentry = http://***@127.0.0.1" in r.stdout,
+                  "export_sentry_file (root's, mode 0600): its DSN taken, shown without its key")
+        else:
+            log("not root: export_sentry_file's owner check not tried")
+        shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        rx.stop()
+
+
 def main():
-    names = ["plain", "503", "reset", "hang", "down", "sigkill"]
+    secrets()
+    names = ["plain", "503", "reset", "hang", "down", "sigkill", "429", "400", "bound"]
     scenarios = [Scenario(n) for n in names]
     threads = [threading.Thread(target=s.run) for s in scenarios]
     for t in threads:

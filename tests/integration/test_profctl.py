@@ -157,7 +157,7 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     targets = {t["pid"]: t for t in lst["targets"]}
     check(sorted(targets) == sorted([p.pid, q.pid]), "list --json: {targets: [both]}")
     fields = {"pid", "comm", "exe", "state", "threads", "hz", "mode", "buffer_s", "samples",
-              "buffered", "oldest_ns", "newest_ns", "attached_s"}
+              "buffered", "oldest_ns", "newest_ns", "attached_s", "attach_ns"}
     t = targets[p.pid]
     check(set(t) == fields, "list --json: the documented fields (%s)" % sorted(set(t) ^ fields))
     check(t["comm"] == "busy" and os.path.realpath(t["exe"]) ==

@@ -259,7 +259,7 @@ for k, v in shown.items():
                         capture_output=True, text=True, timeout=30)
     flags_ok.append(rr.returncode == 0 and ("%s = %s" % (k, "yes" if k == "verbose" else v))
                     in rr.stdout.splitlines())
-check(all(flags_ok) and len(flags_ok) >= len(shown) - 3 and
+check(all(flags_ok) and len(flags_ok) == len([k for k in shown if shown[k] or k == "verbose"]) and
       all(("--" + k.replace("_", "-")) in usage for k in shown) and
       all("(%s)" % shown[k] in usage.replace("\n", " ").replace("  ", " ")
           for k in shown if shown[k] and k != "verbose") and

@@ -4,7 +4,8 @@
  * written to DIR/N-K.json (the inner ones to DIR/N-K-inner.json); errors are counted.
  * Built -O2 without frame pointers.
  *
- * Usage: txnapp SOCKET DIR THREADS COUNT MS [LOOP]. With PROFD_SLOW=N (N > 1) in its
+ * Usage: txnapp SOCKET DIR THREADS COUNT MS [LOOP]. With TXNAPP_SPANS=1 each request
+ * carries a trace and a span id (profd_txn_start_span). With PROFD_SLOW=N (N > 1) in its
  * environment the library's timeouts are N times its defaults.
  * With LOOP = 1 it then keeps starting and finishing transactions until stdin closes,
  * printing "ok N" / "err CODE" lines for each (the daemon-restart test). With LOOP = 2 it
@@ -124,6 +125,8 @@ static void count_result(int r)
         fprintf(stderr, "txnapp: %s\n", profd_strerror(r));
 }
 
+static int spans; /* TXNAPP_SPANS=1: requests with trace and span ids */
+
 static void *worker(void *arg)
 {
     int n = (int)(intptr_t)arg;
@@ -133,7 +136,14 @@ static void *worker(void *arg)
     for (int k = 0; k < count; k++) {
         uint64_t id, inner = 0;
         snprintf(name, sizeof(name), "request-%d", n);
-        int r = profd_txn_start(pd, name, NULL, &id);
+        /* With TXNAPP_SPANS=1, each request is a trace and span of its own: trace
+         * 00..0<thread>00<k>, span 00..<k + 1> (in hex), as test_export reads them back. */
+        char trace[33], span[17];
+        snprintf(trace, sizeof(trace), "%024x%02x%06x", 0, (unsigned)(n + 1) & 0xff,
+                 (unsigned)k & 0xffffff);
+        snprintf(span, sizeof(span), "%016x", k + 1);
+        int r = spans ? profd_txn_start_span(pd, name, trace, span, &id)
+                      : profd_txn_start(pd, name, NULL, &id);
         count_result(r);
         if (r < 0)
             continue;
@@ -389,6 +399,7 @@ int main(int argc, char **argv)
         return 2;
     }
     pd = profd_open(argv[1]);
+    spans = getenv("TXNAPP_SPANS") && !strcmp(getenv("TXNAPP_SPANS"), "1");
     /* Under a slow wrapper (the tests' PROFD_SLOW: the daemon under valgrind, which runs
      * its threads one at a time) the library's default waits are scaled as the tests'
      * are: a start answered after a finish's symbolization can take over the 1 s default. */
