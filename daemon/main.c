@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -397,6 +398,10 @@ static void start_export(void)
         spool = xasprintf("%.*s/spool", (int)strcspn(state, ":"), state);
     else
         spool = xstrdup("/var/lib/profd/spool");
+    /* A core dump of profd would hold the DSN's key: none is written while it holds one
+     * (and no unprivileged process may ptrace it or read its memory). */
+    if (live.export_sentry && prctl(PR_SET_DUMPABLE, 0) < 0)
+        log_warn("prctl(PR_SET_DUMPABLE): %s: a core dump would hold the DSN", strerror(errno));
     struct export_config ec = {
         .sentry_dsn = live.export_sentry, .pyroscope_url = live.export_pyroscope,
         .otlp_url = live.export_otlp, .interval_ns = live.export_interval_ns,
