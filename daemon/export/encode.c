@@ -124,9 +124,27 @@ static void sentry(struct export_window *w, const struct profile *p)
         free(payload);
     }
     if (id[0])
-        export_emit(w, EX_SENTRY, "application/x-sentry-envelope", id, NULL, env.buf, env.len);
+        export_emit_gzip(w, EX_SENTRY, "application/x-sentry-envelope", id, env.buf, env.len);
     strbuf_finish(&env);
     cJSON_Delete(chunks);
+}
+
+/* A body sent gzipped (Content-Encoding: gzip, which relay and the OpenTelemetry collector
+ * take): a window's Sentry chunk or OTLP request shrinks several times, on the wire and in
+ * the spool. */
+void export_emit_gzip(struct export_window *w, enum exporter_kind ex, const char *type,
+                      const char *id, const void *body, size_t len)
+{
+    struct strbuf gz = {0};
+    int r = profile_gzip(body, len, &gz);
+    if (r < 0) {
+        w->err = r;
+    } else {
+        cJSON *extra = cJSON_CreateObject();
+        cJSON_AddStringToObject(extra, "content_encoding", "gzip");
+        export_emit(w, ex, type, id, extra, gz.buf, gz.len);
+    }
+    strbuf_finish(&gz);
 }
 
 /* Pyroscope's name syntax has no quoting: its separators in a value become '_'. */

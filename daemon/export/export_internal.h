@@ -92,6 +92,9 @@ void export_encode_otlp(struct export_window *w, const struct profile *p);
 /* Write a record of w for exporter ex (encode.c). extra: more header fields (taken). */
 void export_emit(struct export_window *w, enum exporter_kind ex, const char *type,
                  const char *id, cJSON *extra, const void *body, size_t len);
+/* The same, the body gzipped (Content-Encoding: gzip). */
+void export_emit_gzip(struct export_window *w, enum exporter_kind ex, const char *type,
+                      const char *id, const void *body, size_t len);
 static inline const char *exporters_name(enum exporter_kind ex)
 {
     return ex == EX_SENTRY ? "sentry" : ex == EX_PYROSCOPE ? "pyroscope" : "otlp";

@@ -20,6 +20,6 @@ void export_encode_otlp(struct export_window *w, const struct profile *p)
     if (r < 0)
         w->err = r;
     else
-        export_emit(w, EX_OTLP, "application/x-protobuf", id, NULL, body.buf, body.len);
+        export_emit_gzip(w, EX_OTLP, "application/x-protobuf", id, body.buf, body.len);
     strbuf_finish(&body);
 }

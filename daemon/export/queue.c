@@ -229,6 +229,7 @@ static bool send_head(struct exporter *x)
     cJSON *h = e < 0 ? NULL : cJSON_Parse(header);
     const char *type = json_str(h, "content_type"), *id = json_str(h, "id");
     const char *window = json_str(h, "window"), *query = json_str(h, "query");
+    const char *encoding = json_str(h, "content_encoding");
     const cJSON *samples = cJSON_GetObjectItemCaseSensitive(h, "samples");
     if (!type || !id || !window || !cJSON_IsNumber(samples)) {
         log_warn("export: %s: not a record (%s): dropped", r->path ? r->path : "(memory)",
@@ -239,12 +240,14 @@ static bool send_head(struct exporter *x)
         remove_record(x, r);
         return false;
     }
-    x->req_headers = xcalloc(6, sizeof(char *));
+    x->req_headers = xcalloc(7, sizeof(char *));
     size_t n = 0;
     x->req_headers[n++] = xasprintf("Content-Type: %s", type);
     x->req_headers[n++] = xasprintf("X-Profd-Id: %s", id);
     x->req_headers[n++] = xasprintf("X-Profd-Window: %s", window);
     x->req_headers[n++] = xasprintf("X-Profd-Samples: %.0f", samples->valuedouble);
+    if (encoding)
+        x->req_headers[n++] = xasprintf("Content-Encoding: %s", encoding);
     if (x->auth)
         x->req_headers[n++] = xstrdup(x->auth);
     char *url = query ? xasprintf("%s?%s", x->url, query) : xstrdup(x->url);

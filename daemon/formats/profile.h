@@ -169,6 +169,9 @@ struct otlp_resource {
 int profile_write_otlp(const struct profile *p, const struct otlp_resource *res,
                        struct strbuf *out);
 
+/* gzip in[0..n) onto out (pprof's file; the exporters' bodies). Returns 0, -ENOMEM or -EIO. */
+int profile_gzip(const void *in, size_t n, struct strbuf *out);
+
 /* speedscope's file format: one sampled profile per thread, one per transaction. */
 cJSON *profile_to_speedscope(const struct profile *p);
 

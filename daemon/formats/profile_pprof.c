@@ -190,27 +190,6 @@ static void locations(struct writer *w, PProfile *pr)
     }
 }
 
-/* gzip in[0..n) onto out. */
-static int gzip_append(const void *in, size_t n, struct strbuf *out)
-{
-    z_stream z = {0};
-    if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-        return -ENOMEM;
-    uLong bound = deflateBound(&z, (uLong)n);
-    int r = strbuf_reserve(out, bound);
-    if (r == 0) {
-        z.next_in = (Bytef *)(uintptr_t)in;
-        z.avail_in = (uInt)n;
-        z.next_out = (Bytef *)out->buf + out->len;
-        z.avail_out = (uInt)bound;
-        r = deflate(&z, Z_FINISH) == Z_STREAM_END ? 0 : -EIO;
-        if (r == 0)
-            out->len += z.total_out;
-    }
-    deflateEnd(&z);
-    return r;
-}
-
 int profile_write_pprof(const struct profile *p, struct strbuf *out)
 {
     struct writer w = {.p = p};
@@ -248,7 +227,7 @@ int profile_write_pprof(const struct profile *p, struct strbuf *out)
         r = -ENOMEM;
     if (!r) {
         perftools__profiles__profile__pack(&pr, buf);
-        r = gzip_append(buf, n, out);
+        r = profile_gzip(buf, n, out);
     }
     free(buf);
     strbuf_finish(&w.path);

@@ -1,9 +1,11 @@
 /* profile_tables.c: the tables pprof and OTLP share (profile_tables.h). */
 #include "profile_tables.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "util.h"
 
@@ -149,4 +151,24 @@ void ptables_txn_path(const char *names, struct strbuf *out)
     }
     strbuf_append(out, "", 1);
     out->len--;
+}
+
+int profile_gzip(const void *in, size_t n, struct strbuf *out)
+{
+    z_stream z = {0};
+    if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return -ENOMEM;
+    uLong bound = deflateBound(&z, (uLong)n);
+    int r = strbuf_reserve(out, bound);
+    if (r == 0) {
+        z.next_in = (Bytef *)(uintptr_t)in;
+        z.avail_in = (uInt)n;
+        z.next_out = (Bytef *)out->buf + out->len;
+        z.avail_out = (uInt)bound;
+        r = deflate(&z, Z_FINISH) == Z_STREAM_END ? 0 : -EIO;
+        if (r == 0)
+            out->len += z.total_out;
+    }
+    deflateEnd(&z);
+    return r;
 }

@@ -95,9 +95,12 @@ command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null ||
 if [ ! -x "$root/usr/bin/systemctl" ]; then
     echo "debootstrap $suite from $mirror (this machine's APT source)"
     debootstrap --variant=minbase \
-        --include=systemd,systemd-sysv,dbus,libunwind8,libev4,libcjson1,libdw1,libelf1,util-linux \
+        --include=systemd,systemd-sysv,dbus,libunwind8,libev4,libcjson1,libdw1,libelf1,util-linux,libcurl4,libprotobuf-c1,ca-certificates \
         "$suite" "$root" "$mirror" >/dev/null
 fi
+# (A root made before the exporters: their libraries.)
+[ -e "$root/usr/lib/x86_64-linux-gnu/libprotobuf-c.so.1" ] ||
+    chroot "$root" apt-get install -y -qq libcurl4 libprotobuf-c1 ca-certificates >/dev/null
 [ -f "$bld/build.ninja" ] || meson setup --prefix=/usr "$bld" >/dev/null
 ninja -C "$bld" >/dev/null
 DESTDIR="$root" meson install -C "$bld" --no-rebuild >/dev/null
@@ -164,6 +167,23 @@ check "the refusal is in the journal at error priority" \
     sh -c "journalctl -b -u profd -p err -o cat | grep -q 'reload refused'"
 check "info lines at info priority" \
     sh -c "journalctl -b -u profd -p info -o verbose | grep -q 'PRIORITY=6'"
+# Export: the backends run on the host (receiver.py: the container shares its network);
+# the DSN from a root-only file, the spool in the unit's StateDirectory.
+port=$(cat /etc/profd-e2e-port)
+printf 'http://0123456789abcdef0123456789abcdef@127.0.0.1:%s/42\n' "$port" >/etc/profd/sentry.dsn
+chmod 600 /etc/profd/sentry.dsn
+printf 'export_sentry_file = /etc/profd/sentry.dsn\nexport_pyroscope = http://127.0.0.1:%s\nexport_otlp = http://127.0.0.1:%s\nexport_interval = 1\n' "$port" "$port" >/etc/profd/profd.conf
+systemctl restart profd.service
+check "export: profd restarted under the unit with the exporters" systemctl is-active -q profd.service
+check "export: attach (service and label)" profctl attach "$busy" --hz 99 --service e2e --label env=nspawn
+sleep 4
+profctl status --json >/tmp/st.json
+check "export: the unit's profd sent windows to each backend" \
+    sh -c "test \$(grep -Ec '\"sent\":[[:space:]]*[1-9]' /tmp/st.json) = 3"
+check "export: the spool is the unit's StateDirectory's" \
+    sh -c "grep -q '\"spool\":[[:space:]]*\"/var/lib/profd/spool\"' /tmp/st.json && test -d /var/lib/profd/spool"
+check "export: the DSN's key is nowhere in status or the journal" \
+    sh -c "! grep -q 0123456789abcdef /tmp/st.json && ! journalctl -b -u profd -o cat | grep -q 0123456789abcdef"
 printf '\n' >/etc/profd/profd.conf
 echo "--- state before the stop"; grep Cap /proc/"$main"/status; profctl status --json | head -c 600; echo; journalctl -b -u profd -o cat; ls -la /etc/profd
 systemctl stop profd.service
@@ -186,6 +206,18 @@ ExecStart=/usr/local/bin/profd-e2e
 WantedBy=multi-user.target
 EOF
 ln -sf /etc/systemd/system/profd-e2e.service "$root/etc/systemd/system/multi-user.target.wants/profd-e2e.service"
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+echo "$port" >"$root/etc/profd-e2e-port"
+rx_out=$(mktemp)
+python3 tests/e2e/receiver.py "$port" "$rx_out" &
+rx=$!
+sleep 1
 timeout 600 systemd-nspawn --quiet --boot --register=no --keep-unit --capability=CAP_PERFMON,CAP_CHECKPOINT_RESTORE --system-call-filter=perf_event_open -D "$root" >/dev/null 2>&1 || true
+kill "$rx"
+wait "$rx" || true
 cat "$root/var/log/profd-e2e.log" 2>/dev/null | grep -E '^(ok|FAIL|RESULT)' || true
-grep -q '^RESULT 0$' "$root/var/log/profd-e2e.log"
+echo "--- the host's receivers (strict: relay's rules, protoc --decode):"
+cat "$rx_out"
+grep -q '^RESULT 0$' "$root/var/log/profd-e2e.log" && ! grep -q '^problem' "$rx_out" &&
+    grep -Eq '^sentry [1-9]' "$rx_out" && grep -Eq '^pyroscope [1-9]' "$rx_out" &&
+    grep -Eq '^otlp [1-9]' "$rx_out"

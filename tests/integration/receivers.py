@@ -123,6 +123,14 @@ class Receiver:
     def handle(self, h):
         n = int(h.headers.get("Content-Length", "0"))
         data = h.rfile.read(n)
+        wire = len(data)
+        if h.headers.get("Content-Encoding") == "gzip":
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError) as e:
+                with self.lock:
+                    self.problems.append("a body said gzip, and is not: %s" % e)
+                return self.answer(h, 400, b"bad gzip")
         path, _, q = h.path.partition("?")
         kind = ("sentry" if path.startswith("/api/") else "pyroscope" if path == "/ingest"
                 else "otlp" if path == "/v1development/profiles" else "?")
@@ -152,7 +160,9 @@ class Receiver:
             return self.answer(h, 400, b"bad request: refused on purpose")
         if not self.strict:
             with self.lock:
-                self.bodies.append(Body(kind, h.headers, data))
+                b = Body(kind, h.headers, data)
+                b.wire = wire
+                self.bodies.append(b)
                 self.requests.append((kind, rid, 200))
             return self.answer(h, 200, b"{}")
         try:
