@@ -136,7 +136,7 @@ void export_emit_gzip(struct export_window *w, enum exporter_kind ex, const char
                       const char *id, const void *body, size_t len)
 {
     struct strbuf gz = {0};
-    int r = profile_gzip(body, len, &gz);
+    int r = profile_gzip(body, len, 1, &gz);
     if (r < 0) {
         w->err = r;
     } else {
@@ -170,7 +170,9 @@ static void percent_encode(struct strbuf *out, const char *s, size_t n)
 static void pyroscope(struct export_window *w, const struct profile *p)
 {
     struct strbuf body = {0}, name = {0}, query = {0};
-    int r = profile_write_pprof(p, &body);
+    struct profile fast = *p;
+    fast.gzip_level = 1;
+    int r = profile_write_pprof(&fast, &body);
     if (r < 0) {
         w->err = r;
         strbuf_finish(&body);

@@ -91,6 +91,7 @@ struct profile {
     uint64_t attach_ns;  /* CLOCK_MONOTONIC: when the process was attached */
     const char *profiler_id; /* Sentry's profiler_id for its chunks (not owned), or NULL: one
                                 derived from the pid and the attach */
+    int gzip_level;      /* pprof's zlib level (0: 6); the exporters take 1 */
     unsigned hz;         /* sampling rate requested */
     bool cputime;        /* a sample stands for period_ns of the thread's CPU time (cputime
                             schedule), else of wall-clock time */
@@ -169,8 +170,9 @@ struct otlp_resource {
 int profile_write_otlp(const struct profile *p, const struct otlp_resource *res,
                        struct strbuf *out);
 
-/* gzip in[0..n) onto out (pprof's file; the exporters' bodies). Returns 0, -ENOMEM or -EIO. */
-int profile_gzip(const void *in, size_t n, struct strbuf *out);
+/* gzip in[0..n) onto out at zlib's level (1 fastest ... 9 smallest: pprof's files 6, the
+ * exporters' bodies 1, sent every few seconds). Returns 0, -ENOMEM or -EIO. */
+int profile_gzip(const void *in, size_t n, int level, struct strbuf *out);
 
 /* speedscope's file format: one sampled profile per thread, one per transaction. */
 cJSON *profile_to_speedscope(const struct profile *p);

@@ -227,7 +227,7 @@ int profile_write_pprof(const struct profile *p, struct strbuf *out)
         r = -ENOMEM;
     if (!r) {
         perftools__profiles__profile__pack(&pr, buf);
-        r = profile_gzip(buf, n, out);
+        r = profile_gzip(buf, n, p->gzip_level ? p->gzip_level : 6, out);
     }
     free(buf);
     strbuf_finish(&w.path);

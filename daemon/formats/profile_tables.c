@@ -153,10 +153,10 @@ void ptables_txn_path(const char *names, struct strbuf *out)
     out->len--;
 }
 
-int profile_gzip(const void *in, size_t n, struct strbuf *out)
+int profile_gzip(const void *in, size_t n, int level, struct strbuf *out)
 {
     z_stream z = {0};
-    if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    if (deflateInit2(&z, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
         return -ENOMEM;
     uLong bound = deflateBound(&z, (uLong)n);
     int r = strbuf_reserve(out, bound);
