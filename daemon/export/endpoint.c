@@ -104,6 +104,8 @@ int dsn_parse(const char *dsn, struct sentry_dsn *out, char *why, size_t whylen)
         if (!isalnum((unsigned char)rest[i]))
             return bad(why, whylen, "the DSN's public key must be letters and digits");
     const char *host = at + 1;
+    if (strchr(host, '@'))
+        return bad(why, whylen, "a DSN has one '@', after its public key");
     slash = strchr(host, '/');
     if (!slash || !good_host(host, (size_t)(slash - host)))
         return bad(why, whylen, "the DSN has no valid host followed by /PROJECT");

@@ -7,7 +7,7 @@
  * Input: byte 0 picks the parser, the rest is its text (a NUL ends it, as in a C string).
  * What they return must hold: a service is 1 to 128 bytes of [A-Za-z0-9_.@:-]; a hold is
  * within an hour; a DSN taken apart has a numeric project and an alphanumeric key, and its
- * redacted form never holds the key.
+ * redacted form is its scheme, "***@", its host, path and project: nothing of its user part.
  *
  *   build-fuzz/tests/fuzz/fuzz_export-libfuzzer -max_len=4096 /tmp/export-new \
  *       tests/fuzz/corpus/export
@@ -63,7 +63,16 @@ static void check_dsn(const char *text)
             FUZZ_ASSERT(isdigit((unsigned char)*p));
         for (const char *p = d.key; *p; p++)
             FUZZ_ASSERT(isalnum((unsigned char)*p));
-        FUZZ_ASSERT(strlen(d.key) < 6 || !strstr(red, d.key));
+        /* Shown as the scheme, "***@", host, port, path and project: nothing of the user
+         * part, which is the only '@'. */
+        const char *rest = strstr(d.base, "://") + 3;
+        size_t sl = (size_t)(rest - d.base);
+        FUZZ_ASSERT(!strncmp(red, d.base, sl) && !strncmp(red + sl, "***@", 4));
+        FUZZ_ASSERT(!strncmp(red + sl + 4, rest, strlen(rest)));
+        FUZZ_ASSERT(!strchr(rest, '@'));
+        FUZZ_ASSERT(!strcmp(red + sl + 4 + strlen(rest), "/") ||
+                    (red[sl + 4 + strlen(rest)] == '/' &&
+                     !strcmp(red + sl + 5 + strlen(rest), d.project)));
         dsn_free(&d);
     } else {
         FUZZ_ASSERT(!strcmp(red, "(invalid DSN)"));

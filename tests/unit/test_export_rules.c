@@ -37,6 +37,7 @@ static void test_dsn(void)
     static const char *bad[] = {
         "ftp://k@h/1", "https://h/1", "https://@h/1", "https://k@h/", "https://k@h/x",
         "https://k@/1", "https://k@h/1?x=1", "https://k@h/1#f", "https://k @h/1",
+        "https://k@h/p@q/1",
         "https://k-!@h/1", "https://k@h",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
