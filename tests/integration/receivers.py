@@ -78,7 +78,8 @@ class Receiver:
             s.close()
 
     # -- life --
-    def start(self):
+    def start(self, tls=None):
+        """tls: (certificate file, key file): answer HTTPS with them."""
         rx = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -92,6 +93,11 @@ class Receiver:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.server.daemon_threads = True
+        if tls:
+            import ssl
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 

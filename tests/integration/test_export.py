@@ -14,7 +14,8 @@ Scenarios, each with a daemon, a receiver and a target of its own, side by side:
 - down: nothing listens for 6 s after profd starts;
 - sigkill: the receiver answers 503; profd is killed with SIGKILL in the middle and started
   again on the same spool, which it sends once the receiver is back.
-After each, for every backend: the windows delivered cover the whole time the process was
+And before them: the DSN's key shown nowhere, and TLS verified (a self-signed backend gets
+nothing). After each scenario, for every backend: the windows delivered cover the whole time the process was
 attached (from its attach to its exit; for sigkill, up to the last window spooled before
 the kill) back to back, with no gap and no overlap; their samples add up to what status
 counted; no window is delivered under two ids; and status counts what happened (sent,
@@ -420,8 +421,38 @@ def secrets():
         rx.stop()
 
 
+def tls():
+    """TLS is verified: a backend whose certificate no CA of the system signed (a self-signed
+    one, as a man in the middle would show) gets nothing, and status says why."""
+    tmp = tempfile.mkdtemp(prefix="profd-tls-")
+    cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                        "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", key, "-out", cert], capture_output=True, timeout=60)
+    if r.returncode != 0:
+        log("openssl could not make a certificate: TLS verification not tried (%s)"
+            % r.stderr[-200:])
+        return
+    rx = receivers.Receiver().start(tls=(cert, key))
+    try:
+        with Daemon("--export-pyroscope", "https://127.0.0.1:%d" % rx.port,
+                    "--export-interval", "0.5", "--export-spool",
+                    os.path.join(tmp, "spool")) as d:
+            with Program("busy", 1, 3, 1) as p:
+                d.ctl("attach", p.pid, "--hz", str(HZ))
+                ex = wait_until(lambda: (lambda x: x if x["failed"] else None)(
+                    d.status()["daemon"]["export"]["pyroscope"]), 30, "a refused TLS send")
+        check(not rx.taken("pyroscope") and "certificate" in ex["last_error"] and
+              not ex["sent"],
+              "TLS is verified: a self-signed backend gets nothing (%s)" % ex["last_error"])
+    finally:
+        rx.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     secrets()
+    tls()
     names = ["plain", "503", "reset", "hang", "down", "sigkill", "429", "400", "bound"]
     scenarios = [Scenario(n) for n in names]
     threads = [threading.Thread(target=s.run) for s in scenarios]
