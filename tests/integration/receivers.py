@@ -5,7 +5,8 @@ One Receiver answers all three on one port:
                                     profile_chunk items, each passing relay's rules
                                     (tests/unit/profile/check_sentry.py)
   POST /ingest?name=...&from=...    Pyroscope: the query's fields, the pprof (gzip) as the
-                                    multipart field "profile"
+                                    multipart field "profile", decoded by protoc with
+                                    daemon/formats/proto/pprof.proto
   POST /v1development/profiles      OTLP/HTTP protobuf
 A body that breaks a rule is answered 400 and its problem kept (a test fails on any). Faults
 are switched on by the test: answer 503 (or reset the connection, or never answer) until a
@@ -242,6 +243,11 @@ class Receiver:
         if not prof:
             raise ValueError("no multipart field \"profile\" (%s)" % list(parts))
         b = Body("pyroscope", h.headers, gzip.decompress(prof), query)
+        r = subprocess.run(["protoc", "--decode=perftools.profiles.Profile", "-I", PROTO_DIR,
+                            "pprof.proto"], input=b.data, capture_output=True, timeout=60)
+        if r.returncode != 0 or b"string_table: \"\"" not in r.stdout:
+            raise ValueError("protoc --decode of the pprof: %s"
+                             % r.stderr.decode(errors="replace")[:300])
         return b
 
     def judge_otlp(self, h, path, q, data):
