@@ -125,14 +125,27 @@ def run(prog):
         expect = {"epoll": "epoll_thread", "epollinf": "epollinf_thread",
                   "epollp": "epollp_thread", "select": "select_thread",
                   "accept": "accept_thread", "sig": "sig_thread"}
+        # The sig thread computes while a burst of real-time signals runs its handler, nested
+        # (each frame holds a few KiB of saved registers): a sample taken inside such a
+        # nest, or in the sigreturn trampoline on its way out, is often cut short (a copy
+        # too short for the nest; an unwind that cannot leave the trampoline at every one of
+        # its instructions): a known limit, daemon/DESIGN.md "Unwinding through signal
+        # frames". Those samples (on_rt or __restore_rt at their leaf end) are counted
+        # apart, bounded, and every other sample of every thread must be complete.
         for name, fn in expect.items():
             stacks = {s: c for s, c in prof.items() if s.startswith(name + ";")}
-            good = sum(c for s, c in stacks.items()
-                       if re.match(r"%s;(__clone3|clone3|__clone|clone);start_thread;%s" % (name, fn), s))
+            whole = r"%s;(__clone3|clone3|__clone|clone);start_thread;%s" % (name, fn)
+            good = sum(c for s, c in stacks.items() if re.match(whole, s))
             total = sum(stacks.values())
-            check(total and good >= 0.99 * total,
-                  "%s: thread %s: %d of %d samples unwind through %s to the thread start"
-                  % (prog, name, good, total, fn))
+            bad = sorted(((c, s) for s, c in stacks.items() if not re.match(whole, s)),
+                         reverse=True)
+            nested = sum(c for c, s in bad if name == "sig" and
+                         (s.endswith(";on_rt") or s.endswith(";__restore_rt")))
+            check(total and good >= 0.99 * (total - nested) and nested <= 0.1 * total,
+                  "%s: thread %s: %d of %d samples unwind through %s to the thread start "
+                  "(and %d inside the signal handlers' nest, at most a tenth)%s"
+                  % (prog, name, good, total - nested, fn, nested,
+                     "".join("\n  %d x %s" % (c, s) for c, s in bad[:4])))
         check(any(s.startswith("ctl;_start;") and ";main;" in s for s in prof),
               "%s: the main thread's read() shows a complete stack from _start" % prog)
 
