@@ -9,12 +9,10 @@
  * header says what the send needs: the content type, the id, the window (real time, ns),
  * the samples. */
 #include <errno.h>
-#include <pthread.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "export_internal.h"
 #include "log.h"
@@ -32,33 +30,6 @@ static uint64_t next_seq(void)
     uint64_t s = realtime_ns();
     last_seq = s > last_seq ? s : last_seq + 1;
     return last_seq;
-}
-
-void export_random_id(uint8_t bytes[16], char hex[33])
-{
-    size_t got = 0;
-    while (got < 16) {
-        ssize_t n = getrandom(bytes + got, 16 - got, 0);
-        if (n > 0)
-            got += (size_t)n;
-        else if (errno != EINTR)
-            break;
-    }
-    if (got < 16) { /* (getrandom cannot fail here; the time then, rather than no id) */
-        uint64_t t = realtime_ns() ^ (uint64_t)pthread_self();
-        for (size_t i = got; i < 16; i++)
-            bytes[i] = (uint8_t)(t >> (8 * (i % 8)));
-    }
-    bytes[6] = (uint8_t)((bytes[6] & 0x0f) | 0x40); /* a version 4 uuid's form */
-    bytes[8] = (uint8_t)((bytes[8] & 0x3f) | 0x80);
-    for (int i = 0; i < 16; i++)
-        snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
-}
-
-static void hex_id(char out[33])
-{
-    uint8_t b[16];
-    export_random_id(b, out);
 }
 
 /* A record: header (content type, id, window, samples, and extra fields) and body. */
@@ -196,11 +167,16 @@ static void pyroscope(struct export_window *w, const struct profile *p)
     strbuf_printf(&query, "&from=%" PRIu64 "&until=%" PRIu64 "&format=pprof&sampleRate=%u"
                   "&spyName=profd", w->from_rt / NS_PER_SEC,
                   (w->to_rt + NS_PER_SEC - 1) / NS_PER_SEC, p->hz);
-    cJSON *extra = cJSON_CreateObject();
-    cJSON_AddStringToObject(extra, "query", query.buf);
+    uint8_t raw[16];
     char id[33];
-    hex_id(id);
-    export_emit(w, EX_PYROSCOPE, "multipart/form-data", id, extra, body.buf, body.len);
+    r = profile_random_id(raw, id);
+    if (r < 0) {
+        w->err = r;
+    } else {
+        cJSON *extra = cJSON_CreateObject();
+        cJSON_AddStringToObject(extra, "query", query.buf);
+        export_emit(w, EX_PYROSCOPE, "multipart/form-data", id, extra, body.buf, body.len);
+    }
     strbuf_finish(&body);
     strbuf_finish(&name);
     strbuf_finish(&query);

@@ -14,13 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "endpoint.h"
 #include "export_internal.h"
 #include "http.h"
 #include "log.h"
+#include "profile.h"
 #include "proto.h"
 #include "retry.h"
 #include "slice.h"
@@ -110,28 +110,21 @@ bool export_label_ok(const char *kv)
     return true;
 }
 
-static void random_hex(char *out, size_t bytes)
-{
-    uint8_t b[32];
-    if (bytes > sizeof(b))
-        bytes = sizeof(b);
-    if (getrandom(b, bytes, 0) != (ssize_t)bytes)
-        for (size_t i = 0; i < bytes; i++)
-            b[i] = (uint8_t)random_below(256);
-    if (bytes == 16) {
-        b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* a version 4 uuid, as Sentry's ids are */
-        b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
-    }
-    for (size_t i = 0; i < bytes; i++)
-        sprintf(out + 2 * i, "%02x", b[i]);
-}
-
 void export_attached(struct target *t, const char *service, char *const *labels,
                      size_t nlabels, bool off)
 {
     if (!g.on || off)
         return;
+    uint8_t raw[16];
+    char profiler_id[33];
+    int r = profile_random_id(raw, profiler_id);
+    if (r < 0) {
+        log_warn("%d (%s) is not exported: no random profiler_id: %s", t->pid, t->comm,
+                 strerror(-r));
+        return;
+    }
     struct export_target *e = xcalloc(1, sizeof(*e));
+    memcpy(e->profiler_id, profiler_id, sizeof(e->profiler_id));
     e->pid = t->pid;
     e->attach_ns = t->attach_ns;
     e->from_ns = t->attach_ns;
@@ -140,7 +133,6 @@ void export_attached(struct target *t, const char *service, char *const *labels,
     e->labels = xcalloc(nlabels ? nlabels : 1, sizeof(*e->labels));
     for (size_t i = 0; i < nlabels && i < EXPORT_MAX_LABELS; i++)
         e->labels[e->nlabels++] = xstrdup(labels[i]);
-    random_hex(e->profiler_id, 16);
     e->next = g.targets;
     g.targets = e;
     log_info("exporting %d (%s) as service \"%s\"", t->pid, t->comm, e->service);

@@ -85,8 +85,6 @@ struct export_window {
 
 /* encode.c (worker thread): the window's profile, once per exporter, spooled. */
 void export_encode(struct slice_job *job, const struct profile *p);
-/* 16 random bytes (a version 4 uuid's form) and their hex (any thread). */
-void export_random_id(uint8_t bytes[16], char hex[33]);
 /* The OTLP body (otlp.c). */
 void export_encode_otlp(struct export_window *w, const struct profile *p);
 /* Write a record of w for exporter ex (encode.c). extra: more header fields (taken). */

@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 /* Free every string and array the profile owns and zero it, so that a second call, or a call
  * on a profile that was only zeroed (or half built when an allocation failed), is harmless. */
@@ -159,4 +160,43 @@ int profile_describe_sampling(const struct profile *p, struct strbuf *out)
         r |= strbuf_printf(out, "%s %s %" PRIu64, i ? "," : "", profile_path_name(i),
                            p->by_path[i]);
     return r ? -ENOMEM : 0;
+}
+
+void profile_hex(const uint8_t *b, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+int profile_hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int profile_random_id(uint8_t bytes[16], char hex[33])
+{
+    size_t got = 0;
+    while (got < 16) {
+        ssize_t n = getrandom(bytes + got, 16 - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        got += (size_t)n;
+    }
+    bytes[6] = (uint8_t)((bytes[6] & 0x0f) | 0x40); /* version 4: never the nil uuid */
+    bytes[8] = (uint8_t)((bytes[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    profile_hex(bytes, 16, hex);
+    return 0;
 }

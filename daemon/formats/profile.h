@@ -134,6 +134,14 @@ const char *profile_path_name(unsigned path);
  * "sampled by profd: alarm at 99 Hz, sampler auto; 1234 samples: perf 1000, proc 200,
  * ptrace 0, reused 34". Appends to out. Returns 0 or -ENOMEM. */
 int profile_describe_sampling(const struct profile *p, struct strbuf *out);
+/* n bytes as 2n lowercase hex digits and a NUL. */
+void profile_hex(const uint8_t *b, size_t n, char *out);
+/* The value of a hex digit, or -1. */
+int profile_hexval(char c);
+/* A random version 4 uuid: its 16 bytes and 32 hex digits (the form of Sentry's ids; never
+ * the nil uuid). Any thread. Returns 0 or -errno from getrandom(2), which blocks only until
+ * the kernel's pool is first initialized. */
+int profile_random_id(uint8_t bytes[16], char hex[33]);
 /* Thread name for tid, or NULL. */
 const char *profile_thread_name(const struct profile *p, int32_t tid);
 

@@ -230,12 +230,6 @@ static void locations(struct writer *w)
     }
 }
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* hex (exactly 2n digits) into out[n]; false if it is not that, or all zero. */
 static bool unhex(const char *hex, uint8_t *out, size_t n)
 {
@@ -243,7 +237,7 @@ static bool unhex(const char *hex, uint8_t *out, size_t n)
         return false;
     uint8_t any = 0;
     for (size_t i = 0; i < n; i++) {
-        int a = hexval(hex[2 * i]), b = hexval(hex[2 * i + 1]);
+        int a = profile_hexval(hex[2 * i]), b = profile_hexval(hex[2 * i + 1]);
         if (a < 0 || b < 0)
             return false;
         out[i] = (uint8_t)(a << 4 | b);

@@ -145,48 +145,12 @@ static int cmp_tid(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Write n bytes as 2n lowercase hex digits and a NUL. */
-static void hex(const uint8_t *b, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[b[i] >> 4];
-        out[2 * i + 1] = digits[b[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
-/* A random (version 4) uuid as 32 hex digits, the form Sentry SDKs send. Returns 0 or -errno
- * from getrandom(2), which blocks only until the kernel's pool is first initialized. */
+/* A random (version 4) uuid as 32 hex digits, the form Sentry SDKs send. Returns 0 or
+ * -errno. */
 static int random_uuid(char out[33])
 {
     uint8_t b[16];
-    size_t got = 0;
-    while (got < sizeof(b)) {
-        ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        got += (size_t)n;
-    }
-    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4: never the nil uuid relay rejects */
-    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-    hex(b, sizeof(b), out);
-    return 0;
-}
-
-/* Value of a hex digit, or -1. */
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
+    return profile_random_id(b, out);
 }
 
 /* Parse a uuid given as 32 hex digits or 8-4-4-4-12 into 32 lowercase hex digits. False
@@ -204,7 +168,7 @@ static bool parse_uuid(const char *s, char out[33])
                 return false;
             continue;
         }
-        int v = hexval(s[i]);
+        int v = profile_hexval(s[i]);
         if (v < 0)
             return false;
         nil = nil && v == 0;
@@ -230,7 +194,7 @@ static void debug_id_from_build_id(const uint8_t *id, size_t len, char out[37])
     for (int i = 0; i < 16; i++) {
         if (i == 4 || i == 6 || i == 8 || i == 10)
             *o++ = '-';
-        hex(&u[order[i]], 1, o);
+        profile_hex(&u[order[i]], 1, o);
         o += 2;
     }
     *o = '\0';
@@ -380,7 +344,7 @@ static cJSON *image_json(const struct profile_image *im)
     size_t idlen =
         im->build_id_len < PROFILE_MAX_BUILD_ID ? im->build_id_len : PROFILE_MAX_BUILD_ID;
     debug_id_from_build_id(im->build_id, idlen, debug_id);
-    hex(im->build_id, idlen, code_id);
+    profile_hex(im->build_id, idlen, code_id);
     snprintf(addr, sizeof(addr), "0x%" PRIx64, im->addr);
     bool ok = cJSON_AddStringToObject(o, "type", "symbolic") != NULL;
     ok = ok && add_text(o, "code_file", im->code_file);
@@ -807,7 +771,7 @@ static void profiler_id(const struct profile *p, char out[33])
     }
     u[6] = (u[6] & 0x0f) | 0x40; /* a version 4 uuid's form */
     u[8] = (u[8] & 0x3f) | 0x80;
-    hex(u, 16, out);
+    profile_hex(u, 16, out);
 }
 
 static cJSON *chunk_json(const struct profile *p, const char *profiler, bool python)

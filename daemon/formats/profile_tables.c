@@ -2,7 +2,6 @@
 #include "profile_tables.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -133,11 +132,9 @@ uint32_t ptables_stack(struct ptables *t, uint32_t stack, uint64_t *ids)
 
 void ptables_build_id(const struct profile_image *im, char *out)
 {
-    size_t n = im->build_id_len < PROFILE_MAX_BUILD_ID ? im->build_id_len
-                                                        : PROFILE_MAX_BUILD_ID;
-    for (size_t k = 0; k < n; k++)
-        snprintf(out + 2 * k, 3, "%02x", im->build_id[k]);
-    out[2 * n] = '\0';
+    profile_hex(im->build_id, im->build_id_len < PROFILE_MAX_BUILD_ID ? im->build_id_len
+                                                                     : PROFILE_MAX_BUILD_ID,
+                out);
 }
 
 void ptables_txn_path(const char *names, struct strbuf *out)
