@@ -130,15 +130,6 @@ struct server_config {
     unsigned max_targets;
     unsigned max_targets_per_user; /* for clients without CAP_SYS_PTRACE */
     uint64_t max_memory;           /* all targets' samples and stacks; 0: no limit */
-    /* Export (export/export.h): each backend's address ("": none), how often, the spool. */
-    char *export_sentry;     /* a DSN: its key is a secret (never shown) */
-    char *export_sentry_file; /* a file holding the DSN, readable by root alone */
-    char *export_pyroscope;
-    char *export_otlp;
-    uint64_t export_interval_ns;
-    uint64_t export_timeout_ns;
-    char *export_spool;      /* "": $STATE_DIRECTORY/spool, else /var/lib/profd/spool */
-    uint64_t export_spool_max;
     gid_t allow_groups[CONFIG_MAX_GROUPS]; /* members may profile any process */
     size_t nallow_groups;
     gid_t socket_gid;              /* group of the socket profd creates; -1: its own */
