@@ -151,16 +151,6 @@ static void slice_wait_free(struct slice_wait *w)
     free(w);
 }
 
-/* A transaction of the target that overlaps the job's window (and ran on a known thread). */
-static void collect_txn(const struct txn *x, void *arg)
-{
-    struct slice_job *job = arg;
-    uint64_t end = x->end_ns ? x->end_ns : UINT64_MAX;
-    if (x->tid <= 0 || end < job->start_ns || x->start_ns > job->end_ns)
-        return;
-    slice_add_txn(job, x->tid, x->start_ns, end, x->name, x->trace_id, x->span_id);
-}
-
 static void wait_unlink(struct slice_wait *w)
 {
     for (struct slice_wait **p = &waits; *p; p = &(*p)->next)
@@ -232,7 +222,7 @@ static void slice_start(struct slice_wait *w, struct target *t)
         job->only_txn = w->only_txn;
         w->only_txn = NULL;
         job->by_txn = w->by_txn;
-        txn_each(job->pid, collect_txn, job);
+        slice_add_txns(job);
     }
     job->ctx = w->p;
     job->reply_id = w->p->id ? cJSON_Duplicate(w->p->id, 1) : NULL;

@@ -12,6 +12,7 @@
 #include "modules.h"
 #include "perms.h"
 #include "symbols.h"
+#include "txn.h"
 #include "util.h"
 
 const char *slice_format_name(enum slice_format f)
@@ -525,16 +526,25 @@ void slice_job_free(struct slice_job *job)
 
 /* ---- transactions: which ones each sample ran under ---- */
 
-void slice_add_txn(struct slice_job *job, int32_t tid, uint64_t start_ns, uint64_t end_ns,
-                   const char *name, const char *trace_id, const char *span_id)
+/* A transaction of the job's process, if it overlaps the window and ran on a known thread. */
+static void add_txn(const struct txn *x, void *arg)
 {
+    struct slice_job *job = arg;
+    uint64_t end = x->end_ns ? x->end_ns : UINT64_MAX;
+    if (x->tid <= 0 || end < job->start_ns || x->start_ns > job->end_ns)
+        return;
     if (job->ntxns == job->cap_txns) {
         job->cap_txns = job->cap_txns ? job->cap_txns * 2 : 16;
         job->txns = xrealloc(job->txns, job->cap_txns * sizeof(*job->txns));
     }
-    job->txns[job->ntxns++] = (struct slice_txn){tid, start_ns, end_ns, xstrdup(name),
-                                                 trace_id ? xstrdup(trace_id) : NULL,
-                                                 span_id ? xstrdup(span_id) : NULL};
+    job->txns[job->ntxns++] = (struct slice_txn){x->tid, x->start_ns, end, xstrdup(x->name),
+                                                 x->trace_id ? xstrdup(x->trace_id) : NULL,
+                                                 x->span_id ? xstrdup(x->span_id) : NULL};
+}
+
+void slice_add_txns(struct slice_job *job)
+{
+    txn_each(job->pid, add_txn, job);
 }
 
 /* By thread, then start; of two starting together the longer (the outer) first. */

@@ -190,10 +190,9 @@ struct slice_job *slice_warm(struct target *t);
 bool slice_copy_step(struct slice_job *job, size_t max, size_t *taken, size_t *as_dropped);
 /* Symbolize as this client (its uid, gid, groups and file capabilities); NULL: as nobody. */
 void slice_set_requester(struct slice_job *job, const struct peer *p);
-/* Add a transaction (tid > 0) to the job; name, trace_id and span_id (NULL: none) are
- * copied. */
-void slice_add_txn(struct slice_job *job, int32_t tid, uint64_t start_ns, uint64_t end_ns,
-                   const char *name, const char *trace_id, const char *span_id);
+/* Add to the job the transactions of its process (txn.h) that overlap its window and ran
+ * on a known thread (their names, trace and span ids copied). Loop thread. */
+void slice_add_txns(struct slice_job *job);
 /* Tag every sample with the transactions open on its thread then, and drop those outside
  * only_txn if set. Runs on the worker thread (slice_run calls it). */
 void slice_tag_txns(struct slice_job *job);

@@ -146,16 +146,6 @@ const char *export_profiler_id(const struct target *t)
 
 /* ---- Windows ---------------------------------------------------------------------------- */
 
-/* A transaction of the process that overlaps the window. */
-static void collect_txn(const struct txn *x, void *arg)
-{
-    struct slice_job *job = arg;
-    uint64_t end = x->end_ns ? x->end_ns : UINT64_MAX;
-    if (x->tid <= 0 || end < job->start_ns || x->start_ns > job->end_ns)
-        return;
-    slice_add_txn(job, x->tid, x->start_ns, end, x->name, x->trace_id, x->span_id);
-}
-
 static void window_free(struct export_window *w)
 {
     for (size_t i = 0; i < w->nout; i++) {
@@ -204,7 +194,7 @@ static void submit(struct export_target *e, struct target *t, uint64_t to, bool 
     *gid = t->creds.gid[1];
     job->creds = (struct fs_creds){.uid = t->creds.uid[1], .gid = *gid, .groups = gid,
                                    .ngroups = 1};
-    txn_each(t->pid, collect_txn, job);
+    slice_add_txns(job);
     job->on_profile = export_encode;
     job->ctx = w;
     job->done = window_done;
