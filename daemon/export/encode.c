@@ -48,7 +48,6 @@ void export_emit(struct export_window *w, enum exporter_kind ex, const char *typ
     struct export_out *o = &w->out[w->nout];
     o->ex = ex;
     o->seq = next_seq();
-    o->id = xstrdup(id);
     int err = 0;
     if (w->spool_dir)
         o->path = spool_write(w->spool_dir, o->seq, exporters_name(ex), header, body, len, &err);

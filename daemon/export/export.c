@@ -151,7 +151,6 @@ static void window_free(struct export_window *w)
     for (size_t i = 0; i < w->nout; i++) {
         free(w->out[i].path);
         free(w->out[i].mem);
-        free(w->out[i].id);
     }
     free(w->service);
     free(w->spool_dir);
@@ -164,7 +163,7 @@ static void window_free(struct export_window *w)
 static void window_done(struct slice_job *job);
 
 /* Hand [e->from_ns, to] of t to the worker. */
-static void submit(struct export_target *e, struct target *t, uint64_t to, bool last)
+static void submit(struct export_target *e, struct target *t, uint64_t to)
 {
     if (to < e->from_ns)
         return;
@@ -172,7 +171,6 @@ static void submit(struct export_target *e, struct target *t, uint64_t to, bool 
     w->pid = e->pid;
     w->from_ns = e->from_ns;
     w->to_ns = to;
-    w->last = last;
     w->service = xstrdup(e->service);
     w->labels = xcalloc(e->nlabels ? e->nlabels : 1, sizeof(*w->labels));
     for (size_t i = 0; i < e->nlabels; i++)
@@ -224,7 +222,7 @@ static void on_tick(struct ev_loop *l, ev_timer *w, int revents)
             continue;
         catch_up(t);
         if (now > EXPORT_LAG_NS)
-            submit(e, t, now - EXPORT_LAG_NS, false);
+            submit(e, t, now - EXPORT_LAG_NS);
     }
 }
 
@@ -243,7 +241,7 @@ void export_target_stopped(struct target *t)
     }
     e->stopped = true;
     uint64_t end = t->state == T_EXITED && t->exit_ns ? t->exit_ns : now_ns();
-    submit(e, t, end, true);
+    submit(e, t, end);
 }
 
 /* Back from the worker (loop): the window's records join their queues. */
@@ -270,8 +268,8 @@ static void window_done(struct slice_job *job)
                  w->pid, w->from_ns, w->to_ns, strerror(-(job->err < 0 ? job->err : w->err)));
     for (size_t i = 0; i < w->nout; i++) {
         struct export_out *o = &w->out[i];
-        queue_add(&exporters[o->ex], o->seq, o->path, o->mem, o->size, o->id);
-        o->path = o->mem = o->id = NULL;
+        queue_add(&exporters[o->ex], o->seq, o->path, o->mem, o->size);
+        o->path = o->mem = NULL;
     }
     if (e && e->forgotten && !e->pending)
         unlink_target(e);
@@ -290,7 +288,7 @@ static void take_spooled(uint64_t seq, const char *name, const char *path, size_
     (void)ctx;
     for (int x = 0; x < EX_COUNT; x++)
         if (exporters[x].on && !strcmp(exporters[x].name, name)) {
-            queue_add(&exporters[x], seq, xstrdup(path), NULL, size, NULL);
+            queue_add(&exporters[x], seq, xstrdup(path), NULL, size);
             return;
         }
     log_warn("spool: %s is for the %s exporter, which is not configured: kept", path, name);

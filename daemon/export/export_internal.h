@@ -58,7 +58,7 @@ extern struct exporter exporters[EX_COUNT];
 struct export_out {
     enum exporter_kind ex;
     uint64_t seq;
-    char *path, *mem, *id;
+    char *path, *mem;
     size_t size;
 };
 
@@ -66,7 +66,6 @@ struct export_out {
 struct export_window {
     pid_t pid;
     uint64_t from_ns, to_ns; /* CLOCK_MONOTONIC, both in it */
-    bool last;
     char *service;
     char **labels;
     size_t nlabels;
@@ -105,7 +104,8 @@ char *service_from_cgroup(const char *text);
 
 /* queue.c (loop thread). */
 int exporter_setup(struct exporter *x, const char *url, char *why, size_t whylen);
-void queue_add(struct exporter *x, uint64_t seq, char *path, char *mem, size_t size, char *id);
+/* Queue a record (path or mem, taken) of size bytes: the id sent is in its header. */
+void queue_add(struct exporter *x, uint64_t seq, char *path, char *mem, size_t size);
 void queue_pump(struct exporter *x);
 /* Drop the oldest records of every queue while the spool is past its bound. */
 void queue_bound(void);

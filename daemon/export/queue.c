@@ -51,9 +51,8 @@ static void on_wake(struct ev_loop *l, ev_timer *w, int revents)
     queue_pump(w->data);
 }
 
-void queue_add(struct exporter *x, uint64_t seq, char *path, char *mem, size_t size, char *id)
+void queue_add(struct exporter *x, uint64_t seq, char *path, char *mem, size_t size)
 {
-    free(id);
     struct record *r = xcalloc(1, sizeof(*r));
     r->seq = seq;
     r->path = path;
@@ -265,7 +264,6 @@ static bool send_head(struct exporter *x)
     if (!x->req) {
         struct http_result res = {.status = 0, .error = "the request could not be made",
                                   .body = ""};
-        x->req = (struct http_req *)1; /* on_answer frees as for a request */
         on_answer(x, &res);
     }
     return true;
