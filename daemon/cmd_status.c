@@ -10,6 +10,7 @@
 #include "export.h"
 #include "fds.h"
 #include "lateness.h"
+#include "pykernel.h"
 #include "memory.h"
 #include "modules.h"
 #include "schedule.h"
@@ -125,6 +126,9 @@ static void add_perf(cJSON *o, const struct target *t)
     ADD_COUNTERS(sw, TARGET_STATS_SWITCH_WATCH, struct stats_switch_watch, &s->switch_watch);
     if (t->perf_err)
         cJSON_AddStringToObject(pf, "error", strerror(-t->perf_err));
+    /* Why a Python target's running threads are stopped (stopped_for_python's reason). */
+    if (t->py.status == PYS_OK && !t->py.kernel)
+        cJSON_AddStringToObject(pf, "stopped_for_python_why", t->py.kernel_why);
 }
 
 static void add_python(cJSON *o, const struct target *t)
@@ -147,6 +151,25 @@ static void add_python(cJSON *o, const struct target *t)
                             t->py.captures ? (double)t->py.capture_ns / 1e3 /
                                                  (double)t->py.captures
                                            : 0);
+    if (t->py.status != PYS_OK)
+        return;
+    /* Where its running threads' frames are read: in the kernel at the sample (eBPF), or in
+     * a stop (why). */
+    cJSON *k = cJSON_AddObjectToObject(py, "kernel");
+    cJSON_AddBoolToObject(k, "frames", t->py.kernel);
+    if (!t->py.kernel)
+        cJSON_AddStringToObject(k, "why_not", t->py.kernel_why);
+    const struct py_kernel_stats *ks = &t->py.ks;
+    struct {
+        const char *name;
+        uint64_t v;
+    } kv[] = {{"records", ks->records},         {"paired", ks->paired},
+              {"missing", ks->missing},         {"faulted", ks->faulted},
+              {"failed_check", ks->failed_check}, {"truncated", ks->truncated},
+              {"no_thread_state", ks->no_thread_state}, {"unpaired", ks->unpaired},
+              {"queue_dropped", ks->queue_dropped}};
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+        cJSON_AddNumberToObject(k, kv[i].name, (double)kv[i].v);
 }
 
 static cJSON *target_status(const struct target *t, uint64_t now)
@@ -263,6 +286,21 @@ cJSON *cmd_status(struct request *r)
     cJSON_AddNumberToObject(fo, "threads", (double)fs.per_thread);
     cJSON_AddNumberToObject(fo, "threads_refused", (double)fs.refused);
     cJSON_AddNumberToObject(fo, "clients_refused", (double)server_refused_count());
+    /* The eBPF program that reads Python frames at the sample (pykernel.h), once a Python
+     * target came: loaded, or why not; its records, and those its ring buffer had no room
+     * for. */
+    const char *bpf_why;
+    bool bpf = pyk_loaded(&bpf_why);
+    if (bpf || bpf_why) {
+        cJSON *pb = cJSON_AddObjectToObject(d, "python_ebpf");
+        cJSON_AddBoolToObject(pb, "loaded", bpf);
+        if (bpf_why)
+            cJSON_AddStringToObject(pb, "why_not", bpf_why);
+        uint64_t recs, full;
+        pyk_counters(&recs, &full);
+        cJSON_AddNumberToObject(pb, "records", (double)recs);
+        cJSON_AddNumberToObject(pb, "ring_full", (double)full);
+    }
     char why[256];
     size_t visible = 0;
     uint64_t samples = 0;

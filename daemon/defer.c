@@ -441,7 +441,7 @@ static void defer_waits(struct target *t, struct thread *th, const uint64_t *tic
         if (r == 1) {
             if (th->smp.pw_stack != STACK_NONE)
                 stacks_unref(&t->stacks, th->smp.pw_stack);
-            th->smp.pw_stack = s.tid == th->tid ? unwind_copy(t, th, th->smp.pw.stack_size)
+            th->smp.pw_stack = s.tid == th->tid ? unwind_copy(t, th, &th->smp.pw, s.time_ns)
                                             : STACK_NONE;
             th->smp.pw_ns = s.time_ns;
         }

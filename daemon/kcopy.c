@@ -113,11 +113,22 @@ void learn_perf_stack(struct thread *th, uint64_t sp)
     stack_look_restart(th);
 }
 
-/* Unwind a kernel's copy of stack_size bytes (in snap) and intern it; learn from it how
- * much the thread's copies should hold. Returns as unwind_and_intern. */
-uint32_t unwind_copy(struct target *t, struct thread *th, uint32_t stack_size)
+/* Unwind a kernel's copy (in snap) of th's event ps's sample taken at time_ns and intern
+ * it, with the Python frames the kernel read at that sample (pykernel.h), if any; learn from
+ * it how much the thread's copies should hold. Returns as unwind_and_intern. */
+uint32_t unwind_copy(struct target *t, struct thread *th, const struct perf_stream *ps,
+                     uint64_t time_ns)
 {
+    uint32_t stack_size = ps->stack_size;
     enum unwind_end end;
+    if (t->py.kernel) {
+        enum pyk_event ev = ps == &th->smp.pl   ? PYK_LATEST
+                            : ps == &th->smp.pw ? PYK_PREEMPT
+                                                : PYK_CLOCK;
+        npy = pyk_take(t, th, ev, time_ns, pyframes);
+        if (npy < 0)
+            npy = 0;
+    }
     uint32_t id = unwind_and_intern(t, th, &end, false);
     if (end == UNWIND_COMPLETE) {
         learn_perf_stack(th, snap.regs.rsp);
@@ -159,7 +170,7 @@ uint32_t unwind_kernel_sample(struct target *t, struct thread *th,
         t->stats.perf.without_registers++;
         return STACK_NONE;
     }
-    uint32_t id = unwind_copy(t, th, th->smp.ps.stack_size);
+    uint32_t id = unwind_copy(t, th, &th->smp.ps, ps->time_ns);
     th->smp.perf_last_ns = ps->time_ns;
     return id;
 }
@@ -261,8 +272,14 @@ int perf_open_once(struct thread *th, enum stream_kind kind, uint64_t period,
     if (!fds_take(1))
         return -EMFILE;
     int r = kind == STREAM_LATEST    ? perfs_open_latest(ps, th->tid, period, stack)
-            : kind == STREAM_PREEMPT ? perfs_open_preempt(ps, th->tid, stack)
+            : kind == STREAM_PREEMPT ? perfs_open_preempt(ps, th->tid, stack, th->t->py.kernel)
                                      : perfs_open(ps, th->tid, period, stack, continuous, batch);
+    if (r == 0 && stack && th->t->py.kernel &&
+        (r = pyk_attach(th->t, ps->fd, kind == STREAM_LATEST    ? PYK_LATEST
+                                       : kind == STREAM_PREEMPT ? PYK_PREEMPT
+                                                                : PYK_CLOCK,
+                        ps->tracepoint)) < 0)
+        perfs_close(ps); /* (its samples would lack the Python frames: stopped for them) */
     if (r == 0)
         memacct_add(memory_samples(), perfs_bytes(ps));
     else
@@ -292,9 +309,10 @@ int sampler_perf_open_continuous(struct target *t, struct thread *th, uint64_t p
                                  unsigned batch, bool stacks)
 {
     sampler_thread_release(th);
-    /* (A Python target's running threads are stopped for their Python frames, python.h.) */
+    /* (A Python target's running threads are stopped for their Python frames where the
+     * kernel cannot read them, pykernel.h.) */
     uint32_t stack = t->sampler == SAMPLER_PTRACE || !stacks || th->smp.perf_refused ||
-                             t->py.status == PYS_OK
+                             py_stops(t)
                          ? 0
                          : want_stack(th);
     int r = perf_open(t, th, STREAM_CONTINUOUS, period_ns, stack, batch);
@@ -355,7 +373,7 @@ bool perf_oneshot(struct target *t, struct thread *th, const struct sample_req *
         t->stats.perf.stopped_no_event++;
         return false;
     }
-    if (t->py.status == PYS_OK) {
+    if (py_stops(t)) {
         t->stats.perf.stopped_for_python++;
         return false;
     }
@@ -463,7 +481,7 @@ bool perf_preempted(struct target *t, struct thread *th, const struct sample_req
         if (th->smp.pw_stack != STACK_NONE)
             stacks_unref(&t->stacks, th->smp.pw_stack);
         th->smp.pw_stack =
-            s.tid == th->tid ? unwind_copy(t, th, th->smp.pw.stack_size) : STACK_NONE;
+            s.tid == th->tid ? unwind_copy(t, th, &th->smp.pw, s.time_ns) : STACK_NONE;
         th->smp.pw_ns = s.time_ns;
         t->stats.ns_perf += thread_cpu_ns() - t0;
     } else if (r != 2) {
@@ -514,7 +532,7 @@ bool perf_latest(struct target *t, struct thread *th, const struct sample_req *r
 {
     uint64_t tick_ns = rq->tick_ns;
     if (t->sampler == SAMPLER_PTRACE || th->smp.perf_refused || th->smp.pl_refused ||
-        rq->boundary || rq->event || t->py.status == PYS_OK || th->smp.perf_deep_left)
+        rq->boundary || rq->event || py_stops(t) || th->smp.perf_deep_left)
         return false; /* (perf_oneshot counts why) */
     uint64_t max_age = t->interval_ns * LATEST_MAX_AGE_HALVES / 2;
     uint32_t want = want_stack(th);
@@ -546,7 +564,7 @@ bool perf_latest(struct target *t, struct thread *th, const struct sample_req *r
         refused_sliced = true;
     else if (fresh) {
         bool recent = clock_sample_stands(t, th, tick_ns, s.time_ns, max_age);
-        uint32_t id = recent ? unwind_copy(t, th, th->smp.pl.stack_size) : STACK_NONE;
+        uint32_t id = recent ? unwind_copy(t, th, &th->smp.pl, s.time_ns) : STACK_NONE;
         sampler_forget_latest(th);
         th->smp.pl_last_ns = s.time_ns;
         th->smp.perf_last_ns = s.time_ns;

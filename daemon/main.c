@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "config.h"
 #include "export.h"
+#include "pykernel.h"
 #include "fds.h"
 #include "log.h"
 #include "memory.h"
@@ -432,6 +433,7 @@ static void shut_down(void)
     modules_shutdown();
     sched_global_finish();
     sampler_finish();
+    pyk_shutdown();
     ev_timer_stop(loop, &housekeeping_w);
     ev_signal_stop(loop, &sigchld_w);
     ev_signal_stop(loop, &sigterm_w);

@@ -478,7 +478,7 @@ size_t perfs_preempt_bytes(uint32_t stack_size)
     return perfs_latest_bytes(stack_size);
 }
 
-int perfs_open_preempt(struct perf_stream *ps, pid_t tid, uint32_t stack_size)
+int perfs_open_preempt(struct perf_stream *ps, pid_t tid, uint32_t stack_size, bool no_tracepoint)
 {
     if (perfs_init() < 0)
         return -ENOMEM;
@@ -500,7 +500,7 @@ int perfs_open_preempt(struct perf_stream *ps, pid_t tid, uint32_t stack_size)
     size_t data = ring_data_size(stack_size, LATEST_RECORDS);
     pa.watermark = 1; /* (nobody polls it) */
     pa.wakeup_watermark = (uint32_t)data;
-    long id = sched_switch_unusable ? 0 : sched_switch_id();
+    long id = sched_switch_unusable || no_tracepoint ? 0 : sched_switch_id();
     if (id > 0) {
         pa.type = PERF_TYPE_TRACEPOINT;
         pa.config = (uint64_t)id;
@@ -513,6 +513,7 @@ int perfs_open_preempt(struct perf_stream *ps, pid_t tid, uint32_t stack_size)
             if (ioctl(ps->fd, PERF_EVENT_IOC_SET_FILTER, "prev_state == 0 || prev_state >= 256") ==
                 0) {
                 sched_switch_hold(id);
+                ps->tracepoint = true;
                 goto opened;
             }
             int e = errno;

@@ -54,6 +54,7 @@ struct perf_stream {
      * perfs_take_waited (perfs_first_block reads it). */
     uint64_t out_ns, waited_ns, waits_pos; /* (records before waits_pos are counted) */
     uint64_t opened_ns;  /* a preemption watch: when it was opened */
+    bool tracepoint;     /* a preemption watch on the sched_switch tracepoint */
 };
 
 /* Why perf_event_open or the ring's mmap was refused, for status and the log. */
@@ -130,8 +131,11 @@ int perfs_latest(struct perf_stream *ps, struct snapshot *snap, struct perf_samp
  * running at a tick may be waiting for a CPU, preempted: its clock's newest sample is from
  * before, up to an interval of its CPU before, and the one-shot's would come after it ran
  * again, while the tick's wall time belongs where it waits. Needs what events that count in
- * the kernel need (CAP_PERFMON, or perf_event_paranoid 1). Returns as perfs_open. */
-int perfs_open_preempt(struct perf_stream *ps, pid_t tid, uint32_t stack_size);
+ * the kernel need (CAP_PERFMON, or perf_event_paranoid 1). no_tracepoint: the context-switch
+ * event even where the tracepoint can be had (an eBPF program on a tracepoint runs for all of
+ * its events: pykernel.h attaches one per thread). Returns as perfs_open. */
+int perfs_open_preempt(struct perf_stream *ps, pid_t tid, uint32_t stack_size,
+                       bool no_tracepoint);
 /* The bytes perfs_open_preempt maps for such a watch. */
 size_t perfs_preempt_bytes(uint32_t stack_size);
 /* Whether the watched thread was waiting for a CPU at at_ns (at or before its newest record):

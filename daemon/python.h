@@ -73,6 +73,22 @@ struct py_target {
     uint64_t codes_failed;      /* code objects that could not be named */
     uint64_t captures;          /* chains read (py_capture calls on a Python runtime) */
     uint64_t capture_ns;        /* profd's CPU reading them: in a stop, the pause it adds */
+    /* Its running threads' frames read in the kernel at their perf samples' instant
+     * (pykernel.h): when kernel is false, they are stopped for them, kernel_why says why. */
+    bool kernel;
+    uint64_t kernel_module;     /* the module whose runtime the program was given */
+    char kernel_why[160];
+    struct py_kernel_stats {
+        uint64_t records;       /* records the program wrote for its threads */
+        uint64_t paired;        /* samples that found their record */
+        uint64_t missing;       /* samples without one (native frames only) */
+        uint64_t faulted;       /* chains a read ended (a page not resident): native only */
+        uint64_t failed_check;  /* chains a check ended (not a frame, not a code object) */
+        uint64_t truncated;     /* chains longer than a record (innermost kept) */
+        uint64_t no_thread_state; /* samples of threads without a thread state */
+        uint64_t unpaired;      /* records whose sample was not read (skipped, lost) */
+        uint64_t queue_dropped; /* records dropped for room before their sample was read */
+    } ks;
 };
 
 /* Look for a runtime in the maps (at attach, and when they change). pid: the process. */

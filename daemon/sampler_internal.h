@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "perfsample.h"
+#include "pykernel.h"
 #include "python.h"
 #include "ring.h"
 #include "sampler.h"
@@ -45,6 +46,13 @@ extern struct snapshot snap;
 extern struct py_frame pyframes[PY_MAX_FRAMES];
 extern int npy;
 
+/* Whether t's running threads are stopped for their Python frames (a Python target whose
+ * frames the kernel does not read: pykernel.h). */
+static inline bool py_stops(const struct target *t)
+{
+    return t->py.status == PYS_OK && !t->py.kernel;
+}
+
 /* sampler.c */
 void push(struct target *t, struct thread *th, uint64_t when, uint32_t stack,
           enum sample_path path);
@@ -61,7 +69,8 @@ void young_name(struct thread *th);
 /* kcopy.c */
 uint32_t want_stack(const struct thread *th);
 void learn_perf_stack(struct thread *th, uint64_t sp);
-uint32_t unwind_copy(struct target *t, struct thread *th, uint32_t stack_size);
+uint32_t unwind_copy(struct target *t, struct thread *th, const struct perf_stream *ps,
+                     uint64_t time_ns);
 uint32_t unwind_kernel_sample(struct target *t, struct thread *th,
                               const struct perf_sample *ps);
 bool ring_room(size_t ring);

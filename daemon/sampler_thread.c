@@ -3,6 +3,8 @@
  * the stack table and the accounting of memory and descriptors, nothing above them. */
 #include "sampler_thread.h"
 
+#include <stdlib.h>
+
 #include <ev.h>
 
 #include "fds.h"
@@ -35,6 +37,10 @@ void sampler_thread_release(struct thread *th)
     sampler_latest_close(th);
     sampler_preempt_close(th);
     sampler_stream_close(th);
+    for (int i = 0; i < PYK_EVENTS; i++) {
+        free(th->smp.pyq[i].buf);
+        th->smp.pyq[i] = (struct pyk_queue){0};
+    }
 }
 
 void sampler_stream_close(struct thread *th)

@@ -11,6 +11,7 @@
 #include <ev.h>
 
 #include "perfsample.h"
+#include "pykernel.h"
 
 struct thread;
 
@@ -75,6 +76,9 @@ struct sampler_thread {
     uint64_t defer_block_ns;    /* running, it blocked then and has stayed blocked */
     uint32_t defer_ticks, defer_clock; /* running: ticks taken, clock samples read, since
                                         * its share of the CPU was last judged */
+    /* A Python target's: the records of its Python frames the kernel wrote with its events'
+     * samples, not yet paired with them (pykernel.h), one queue per event. */
+    struct pyk_queue pyq[PYK_EVENTS];
 };
 
 /* Set up the module: the loop its event watchers are on. */

@@ -41,6 +41,7 @@
 #include "modules.h"
 #include "procstatus.h"
 #include "procfs.h"
+#include "pykernel.h"
 #include "syscalls.h"
 #include "sigrepair.h"
 #include "symhelper.h"
@@ -419,6 +420,7 @@ int target_refresh_maps(struct target *t)
     t->maps_dirty = false;
     epoch_merge(t, &t->maps);
     py_target_detect(&t->py, t->pid, &t->maps);
+    pyk_target_update(t);
     if (code_gone) {
         /* Code unmapped (dlclose): cached unwind rules for its addresses may now be wrong. */
         unwinder_flush(&t->unw);
@@ -527,6 +529,7 @@ static void target_destroy(struct target *t)
         maps_finish(&t->epochs[i].maps);
     free(t->epochs);
     unwinder_finish(&t->unw);
+    pyk_target_forget(t);
     py_target_finish(&t->py);
     if (t->status_fd >= 0)
         close(t->status_fd);
@@ -753,6 +756,7 @@ static int seize_and_set_up(pid_t pid, unsigned hz, uint64_t buffer_ns,
     }
     epoch_merge(t, &t->maps);
     py_target_detect(&t->py, t->pid, &t->maps);
+    pyk_target_update(t);
     r = unwinder_init(&t->unw, mm_tid(t), &t->maps);
     if (r < 0) {
         snprintf(why, whylen, "cannot set up unwinding: %s", strerror(-r));
@@ -996,6 +1000,15 @@ static void target_execed(struct target *t, struct thread *th)
     t->py.status = PYS_NONE;
     t->py.module_id = 0;
     py_target_detect(&t->py, t->pid, &t->maps);
+    pyk_target_update(t);
+    if (t->py.kernel) {
+        /* Its events from before, without the program: opened again as they are asked for.
+         * (cputime's clock with stacks is reopened by cputime; before an exec it counts.) */
+        sampler_latest_close(leader);
+        sampler_preempt_close(leader);
+        if (!leader->smp.ps.continuous)
+            sampler_stream_close(leader);
+    }
     log_info("process %d exec'd %s", t->pid, t->exe);
     if (t->state == T_DETACHING)
         detach_thread(leader, 0);

@@ -1,7 +1,9 @@
 """Python programs profiled from outside: pyapp.py (a known time split, a C extension under
 Python, a generator, an asyncio coroutine, a sleeping thread) under every CPython 3.11-3.13 on
 the machine (Debian's python3.11 always; pyenv's 3.11, 3.12 and 3.13 where present), on both
-sampling paths. Checked in each run: the Python functions in the collapsed profile in place
+sampling paths. On each path (auto: the frames read in the kernel at each sample, by eBPF; stops: the same
+turned off, running threads stopped for their frames; ptrace). Checked in each run: where the
+frames were read, and the Python functions in the collapsed profile in place
 of the interpreter's evaluation loop, module-qualified; the split of the work thread within
 5 points of 60/30/10; zlib's native frames under the Python function that called it; at least
 99% of the work thread's samples complete (from start_thread through Thread._bootstrap to the
@@ -31,7 +33,11 @@ if not found:
 if not interpreters:
     skip("no CPython 3.11-3.13 on this machine")
 
-SAMPLERS = ["auto", "ptrace"]
+# auto: running threads from the kernel's copy, their Python frames read in the kernel at the
+# sample (eBPF, daemon/pykernel.h) where it loads; "stops": the same with that turned off
+# (PROFD_PYTHON_BPF=0), their Python frames read in a ptrace stop, as where the kernel refuses
+# the program; ptrace: every running thread stopped.
+SAMPLERS = ["auto", "stops", "ptrace"]
 # Under valgrind (the daemon takes a few samples a second) one interpreter, one sampler, and
 # what does not need many samples: names, nesting, completeness; not the split.
 WRAPPED = bool(os.environ.get("PROFD_WRAPPER"))
@@ -51,12 +57,50 @@ def start_pyapp(python, what):
     return app
 
 
+def check_path(what, sampler, st, ebpf):
+    """Where the running threads' Python frames were read: in the kernel at each sample (auto,
+    where the program loads: no stop, every sample paired with its record), or in stops, with
+    the reason in status."""
+    k = (st.get("python") or {}).get("kernel") or {}
+    perf = st.get("perf") or {}
+    stopped = perf.get("stopped_for_python", 0)
+    if sampler == "ptrace":
+        return
+    if sampler == "stops":
+        check(k.get("frames") is False and "PROFD_PYTHON_BPF=0" in k.get("why_not", "") and
+              "PROFD_PYTHON_BPF=0" in perf.get("stopped_for_python_why", "") and stopped > 0,
+              "%s: running threads stopped for their Python frames (%d), status says why "
+              "(%r)" % (what, stopped, perf.get("stopped_for_python_why")))
+        return
+    if not ebpf.get("loaded"):
+        # (Not this machine's kind: CI's is root on a kernel with BPF. Said, and the
+        # fallback checked instead.)
+        log("%s: the eBPF program did not load here (%s): the stop path is checked"
+            % (what, ebpf.get("why_not")))
+        check(stopped > 0 and perf.get("stopped_for_python_why"),
+              "%s: stopped for Python frames, and why (%r)"
+              % (what, perf.get("stopped_for_python_why")))
+        return
+    paired = k.get("paired", 0)
+    bad = k.get("missing", 0) + k.get("failed_check", 0)
+    check(k.get("frames") is True and stopped == 0 and
+          st["sampled"].get("stopped", 0) == 0 and paired > 0 and
+          st["sampled"].get("kernel_copy", 0) >= paired and bad == 0 and
+          k.get("faulted", 0) <= 0.01 * paired,
+          "%s: running threads sampled without a stop, their Python frames read in the "
+          "kernel: %d samples paired with their record, %d stopped (for Python %d), %d "
+          "without a record or failing a check, %d ended by a fault"
+          % (what, paired, st["sampled"].get("stopped", 0), stopped, bad, k.get("faulted", 0)))
+
+
 def run(python, sampler):
     what = "%s (%s)" % (python, sampler)
     app = start_pyapp(python, what)
+    env = {"PROFD_PYTHON_BPF": "0"} if sampler == "stops" else None
     try:
-        with Daemon() as d:
-            d.ctl("attach", app.pid, "--hz", HZ, "--sampler", sampler)
+        with Daemon(env=env) as d:
+            d.ctl("attach", app.pid, "--hz", HZ, "--sampler",
+                  "auto" if sampler == "stops" else sampler)
             app.stdin.write("reset\n")
             app.stdin.flush()
             # Enough samples of the work thread for a split within 5 points: 4 threads a
@@ -68,7 +112,9 @@ def run(python, sampler):
             st = d.target_status(app.pid)
             prof = d.slice(app.pid, "--thread-ids")
             sentry = d.ctl("slice", app.pid, "--last", "2", "--format", "sentry").stdout
+            ebpf = d.status().get("daemon", {}).get("python_ebpf") or {}
         py = st.get("python") or {}
+        check_path(what, sampler, st, ebpf)
         ver = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                              capture_output=True, text=True).stdout.strip()
         check(py.get("frames") is True and py.get("version") == ver,

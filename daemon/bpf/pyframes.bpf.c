@@ -1,0 +1,286 @@
+/* pyframes.bpf.c: a CPython 3.11-3.13 thread's Python frames, read in the kernel at the
+ * instant of its perf sample (the event's overflow, the thread interrupted: its chain cannot
+ * change under the read), into a ring buffer that profd pairs with the same sample's stack
+ * copy (daemon/pykernel.c). Per frame: the code object's address and what identifies it,
+ * the code unit it is at, whether it is an evaluation call's first; naming is profd's.
+ *
+ * Everything is read with bpf_probe_read_user from the target's memory, a page not resident
+ * ends the chain (counted: PYBPF_FAULT), every pointer is checked before it is followed as
+ * pyframes.c checks it (a code object's type; bounded counts), and a chain longer than a
+ * record is marked truncated, its outer frames left out, never guessed. */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "pybpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, __u32);
+    __type(value, struct pybpf_proc);
+} procs SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, struct pybpf_tstate);
+} tstates SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 4 << 20);
+} records SEC(".maps");
+
+/* The record being built and the walk's state (too big for the 512-byte stack). */
+struct scratch {
+    struct pybpf_proc p;
+    __u64 f;          /* the next frame to read */
+    __u64 t, interp;  /* the thread-state walk */
+    __u32 tid;
+    __u32 n;
+    __u8 fb[PYBPF_FRAME_BYTES + 8]; /* (room for a field at the masked offset's end) */
+    __u8 cb[256 + 8];
+    struct pybpf_rec rec;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct scratch);
+} scratch SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, PYBPF_C_N);
+    __type(key, __u32);
+    __type(value, __u64);
+} counters SEC(".maps");
+
+static __always_inline void count(__u32 which, __u64 n)
+{
+    __u64 *c = bpf_map_lookup_elem(&counters, &which);
+    if (c)
+        *c += n;
+}
+
+static __always_inline struct scratch *get_scratch(void)
+{
+    __u32 zero = 0;
+    return bpf_map_lookup_elem(&scratch, &zero);
+}
+
+/* A field of the frame or code object read into s (its offset bounded within the buffer). */
+#define FB64(s, off) (*(__u64 *)&(s)->fb[(off) & (PYBPF_FRAME_BYTES - 1)])
+#define CB64(s, off) (*(__u64 *)&(s)->cb[(off) & 0xff])
+#define CB32(s, off) (*(__u32 *)&(s)->cb[(off) & 0xff])
+
+static __always_inline int read_u64(__u64 *dst, __u64 addr)
+{
+    return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
+}
+
+/* One thread state of the walk: 1 stops it (found, or the list's end). */
+static long tstate_step(__u32 i, void *arg)
+{
+    struct scratch *s = get_scratch();
+    (void)i;
+    (void)arg;
+    if (!s)
+        return 1;
+    if (!s->t) {
+        /* The next interpreter's threads. */
+        if (!s->interp)
+            return 1;
+        if (read_u64(&s->t, s->interp + s->p.interp_threads) ||
+            read_u64(&s->interp, s->interp + s->p.interp_next)) {
+            s->interp = 0;
+            s->t = 0;
+            return 1;
+        }
+        return 0;
+    }
+    __u64 tid = 0, next = 0;
+    if (read_u64(&tid, s->t + s->p.ts_native_tid) || read_u64(&next, s->t + s->p.ts_next)) {
+        s->t = 0;
+        s->interp = 0;
+        return 1;
+    }
+    if ((__u32)tid == s->tid)
+        return 1; /* s->t is it */
+    s->t = next;
+    return 0;
+}
+
+/* The current thread's state: the one found last time if it is still the thread's, else
+ * looked for in the interpreters' lists (and remembered; none found is remembered for
+ * PYBPF_RECHECK_NS). 0 if none. */
+static __always_inline __u64 find_tstate(struct scratch *s, __u64 now)
+{
+    __u32 tid = s->tid;
+    struct pybpf_tstate *ts = bpf_map_lookup_elem(&tstates, &tid);
+    if (ts && ts->addr) {
+        __u64 native = 0;
+        if (!read_u64(&native, ts->addr + s->p.ts_native_tid) && (__u32)native == tid)
+            return ts->addr;
+    } else if (ts && now - ts->checked_ns < PYBPF_RECHECK_NS) {
+        return 0;
+    }
+    s->t = 0;
+    s->interp = 0;
+    if (read_u64(&s->interp, s->p.runtime + s->p.rt_interp_head))
+        return 0;
+    bpf_loop(PYBPF_MAX_TSTATES * PYBPF_MAX_INTERPS, tstate_step, NULL, 0);
+    struct pybpf_tstate v = {.addr = s->t, .checked_ns = now};
+    bpf_map_update_elem(&tstates, &tid, &v, BPF_ANY);
+    return s->t;
+}
+
+/* One step of the frame chain: 1 ends it. */
+static long frame_step(__u32 i, void *arg)
+{
+    struct scratch *s = get_scratch();
+    (void)i;
+    (void)arg;
+    if (!s || !s->f)
+        return 1;
+    __u32 fsz = s->p.fr_size;
+    if (fsz > PYBPF_FRAME_BYTES)
+        fsz = PYBPF_FRAME_BYTES;
+    if (bpf_probe_read_user(s->fb, fsz, (const void *)s->f)) {
+        s->rec.flags |= PYBPF_FAULT;
+        return 1;
+    }
+    __u64 prev = FB64(s, s->p.fr_previous);
+    __u8 owner = s->fb[s->p.fr_owner & (PYBPF_FRAME_BYTES - 1)];
+    if (owner > 3) {
+        s->rec.flags |= PYBPF_BAD;
+        return 1;
+    }
+    __u32 n = s->n;
+    if (owner == 3) {
+        /* A shim: the frame recorded before it is an evaluation call's first. */
+        if (n > 0 && n <= PYBPF_MAX_FRAMES)
+            s->rec.frames[(n - 1) & (PYBPF_MAX_FRAMES - 1)].entry = 1;
+        s->f = prev;
+        return 0;
+    }
+    if (n >= PYBPF_MAX_FRAMES) {
+        s->rec.flags |= PYBPF_TRUNCATED;
+        return 1;
+    }
+    __u64 code = FB64(s, s->p.fr_code);
+    __u32 csz = s->p.co_size;
+    if (csz > PYBPF_CODE_BYTES)
+        csz = PYBPF_CODE_BYTES;
+    if (!code || bpf_probe_read_user(s->cb, csz, (const void *)code)) {
+        s->rec.flags |= PYBPF_FAULT;
+        return 1;
+    }
+    if (CB64(s, 8) != s->p.code_type) {
+        s->rec.flags |= PYBPF_BAD;
+        return 1;
+    }
+    __u64 units = CB64(s, 16);
+    __u64 base = code + s->p.co_code_adaptive;
+    __u64 ip = FB64(s, s->p.fr_instr);
+    __u64 instr = ip >= base ? (ip - base) / 2 : 0;
+    if (units > (1u << 24) || instr > units) {
+        s->rec.flags |= PYBPF_BAD;
+        return 1;
+    }
+    struct pybpf_frame *fr = &s->rec.frames[n & (PYBPF_MAX_FRAMES - 1)];
+    fr->code = code;
+    fr->func = FB64(s, s->p.fr_func);
+    fr->instr = (__u32)instr;
+    fr->entry = s->p.fr_is_entry >= 0 && s->fb[s->p.fr_is_entry & (PYBPF_FRAME_BYTES - 1)];
+    fr->ident = pybpf_ident(CB64(s, s->p.co_filename), CB64(s, s->p.co_name),
+                            CB64(s, s->p.co_qualname), CB64(s, s->p.co_linetable),
+                            CB32(s, s->p.co_firstlineno));
+    s->n = n + 1;
+    s->f = prev;
+    return 0;
+}
+
+static __always_inline int walk(enum pybpf_kind kind)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 pid = (__u32)(id >> 32);
+    struct pybpf_proc *p = bpf_map_lookup_elem(&procs, &pid);
+    if (!p)
+        return 1; /* (not a Python target's: its sample goes on as it is) */
+    struct scratch *s = get_scratch();
+    if (!s)
+        return 1;
+    __u64 now = bpf_ktime_get_ns();
+    s->p = *p;
+    s->tid = (__u32)id;
+    s->n = 0;
+    s->f = 0;
+    s->rec.time_ns = now;
+    s->rec.pid = pid;
+    s->rec.tid = (__u32)id;
+    s->rec.kind = (__u8)kind;
+    s->rec.flags = 0;
+    __u64 ts = find_tstate(s, now);
+    if (!ts) {
+        s->rec.flags = PYBPF_NO_TSTATE;
+    } else if (!read_u64(&s->f, ts + s->p.ts_frame)) {
+        if (s->p.cframe_current >= 0 && s->f &&
+            read_u64(&s->f, s->f + (__u32)s->p.cframe_current)) {
+            s->f = 0;
+            s->rec.flags |= PYBPF_FAULT;
+        }
+        bpf_loop(PYBPF_MAX_STEPS, frame_step, NULL, 0);
+        if (s->f && !(s->rec.flags & (PYBPF_FAULT | PYBPF_BAD)))
+            s->rec.flags |= PYBPF_TRUNCATED;
+    } else {
+        s->rec.flags |= PYBPF_FAULT;
+    }
+    __u32 n = s->n;
+    if (n > PYBPF_MAX_FRAMES)
+        n = PYBPF_MAX_FRAMES;
+    s->rec.nframes = (__u16)n;
+    __u64 size = PYBPF_REC_HEAD + (__u64)n * sizeof(struct pybpf_frame);
+    count(PYBPF_C_RECORDS, 1);
+    if (bpf_ringbuf_output(&records, &s->rec, size, BPF_RB_NO_WAKEUP))
+        count(PYBPF_C_RB_FULL, 1);
+    return 1; /* the perf sample (the stack copy) is written as always */
+}
+
+SEC("perf_event")
+int py_clock(void *ctx)
+{
+    (void)ctx;
+    return walk(PYBPF_CLOCK);
+}
+
+SEC("perf_event")
+int py_latest(void *ctx)
+{
+    (void)ctx;
+    return walk(PYBPF_LATEST);
+}
+
+SEC("perf_event")
+int py_preempt(void *ctx)
+{
+    (void)ctx;
+    return walk(PYBPF_PREEMPT);
+}
+
+/* The preemption watch on the sched_switch tracepoint (perfsample.c): the switched-out
+ * thread is still current there. Its filter keeps preemptions and yields only (the state it
+ * leaves in 0, or TASK_REPORT_MAX and above), but the program runs before the filter: it
+ * walks for those alone. (prev_state: at 32 in the tracepoint's record, its format file.) */
+SEC("tracepoint")
+int py_preempt_tp(void *ctx)
+{
+    long state = *(long *)((char *)ctx + 32);
+    if (state != 0 && state < 256)
+        return 0; /* a block: the filter drops its sample too */
+    return walk(PYBPF_PREEMPT);
+}

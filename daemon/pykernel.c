@@ -1,0 +1,331 @@
+/* pykernel.c: Python frames read in the kernel at the sample's instant (see pykernel.h). */
+#include "pykernel.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "bpf/pybpf.h"
+#include "log.h"
+#include "pyframes.skel.h"
+#include "target.h"
+#include "util.h"
+
+_Static_assert(PYBPF_MAX_FRAMES == PY_MAX_FRAMES, "a record holds what a sample can");
+_Static_assert((int)PYK_EVENTS == (int)PYBPF_KINDS, "one program per event");
+
+static struct pyframes_bpf *skel;
+static struct ring_buffer *rb;
+static bool tried;
+static char why_not[160];
+
+/* A queued record: the sample's frames, ready for py_encode. */
+struct entry {
+    uint64_t time_ns;
+    uint16_t n;
+    uint8_t flags;
+    uint8_t pad[5];
+    struct py_frame frames[];
+};
+#define ENTRY_SIZE(n) (sizeof(struct entry) + (size_t)(n) * sizeof(struct py_frame))
+/* Most bytes a thread's queue for one event holds: records of samples not read yet (a
+ * continuous clock's batch, a preemption watch's switches between two ticks). */
+#define QUEUE_MAX (64u * 1024u)
+
+static int on_libbpf(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+    if (level == LIBBPF_DEBUG)
+        return 0;
+    char buf[512];
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    size_t n = strlen(buf);
+    if (n && buf[n - 1] == '\n')
+        buf[n - 1] = '\0';
+    log_debug("libbpf: %s", buf);
+    return 0;
+}
+
+static int on_record(void *ctx, void *data, size_t size);
+
+/* Load the program once. 0, or -errno with why_not said. */
+static int load(void)
+{
+    if (tried)
+        return skel ? 0 : -EPERM;
+    tried = true;
+    const char *e = getenv("PROFD_PYTHON_BPF");
+    if (e && !strcmp(e, "0")) {
+        snprintf(why_not, sizeof(why_not), "turned off (PROFD_PYTHON_BPF=0)");
+        return -EPERM;
+    }
+    libbpf_set_print(on_libbpf);
+    struct pyframes_bpf *s = pyframes_bpf__open();
+    int r = s ? pyframes_bpf__load(s) : -errno;
+    if (r < 0) {
+        r = r == -1 ? -errno : r;
+        snprintf(why_not, sizeof(why_not), "the kernel refused the eBPF program (%s%s)",
+                 strerror(-r), r == -EPERM || r == -EACCES ? ": no CAP_BPF and CAP_PERFMON, "
+                                                             "or a seccomp filter" : "");
+        pyframes_bpf__destroy(s);
+        log_info("Python frames are read in ptrace stops: %s", why_not);
+        return r;
+    }
+    rb = ring_buffer__new(bpf_map__fd(s->maps.records), on_record, NULL, NULL);
+    if (!rb) {
+        r = -errno;
+        snprintf(why_not, sizeof(why_not), "no ring buffer for the eBPF program (%s)",
+                 strerror(-r));
+        pyframes_bpf__destroy(s);
+        return r;
+    }
+    skel = s;
+    log_info("Python frames are read in the kernel at each sample (eBPF)");
+    return 0;
+}
+
+bool pyk_loaded(const char **why)
+{
+    if (why)
+        *why = tried && !skel ? why_not : NULL;
+    return skel != NULL;
+}
+
+void pyk_shutdown(void)
+{
+    ring_buffer__free(rb);
+    rb = NULL;
+    pyframes_bpf__destroy(skel);
+    skel = NULL;
+}
+
+/* The layout the program walks with, from the runtime's. */
+static void proc_of(const struct py_runtime *rt, struct pybpf_proc *p)
+{
+    const struct py_layout *L = rt->lay;
+    memset(p, 0, sizeof(*p));
+    p->runtime = rt->runtime;
+    p->code_type = rt->code_type;
+    p->rt_interp_head = L->rt_interp_head;
+    p->interp_next = L->interp_next;
+    p->interp_threads = L->interp_threads;
+    p->ts_next = L->ts_next;
+    p->ts_native_tid = L->ts_native_tid;
+    p->ts_frame = L->ts_frame;
+    p->cframe_current = L->cframe_current;
+    p->fr_code = L->fr_code;
+    p->fr_previous = L->fr_previous;
+    p->fr_instr = L->fr_instr;
+    p->fr_owner = L->fr_owner;
+    p->fr_func = L->fr_func;
+    p->fr_is_entry = L->fr_is_entry;
+    p->fr_size = L->fr_size;
+    p->co_filename = L->co_filename;
+    p->co_name = L->co_name;
+    p->co_qualname = L->co_qualname;
+    p->co_linetable = L->co_linetable;
+    p->co_firstlineno = L->co_firstlineno;
+    p->co_code_adaptive = L->co_code_adaptive;
+    p->co_size = L->co_size;
+}
+
+/* Whether every field the program reads lies where its buffers reach (3.13's offsets come
+ * from the target's memory: pyframes.c bounds them; checked again against the program's). */
+static bool proc_fits(const struct pybpf_proc *p)
+{
+    unsigned fr[] = {p->fr_code, p->fr_previous, p->fr_instr, p->fr_func};
+    for (size_t i = 0; i < sizeof(fr) / sizeof(fr[0]); i++)
+        if (fr[i] + 8 > PYBPF_FRAME_BYTES || fr[i] + 8 > p->fr_size)
+            return false;
+    if (p->fr_owner >= p->fr_size || (p->fr_is_entry >= 0 && (unsigned)p->fr_is_entry >= p->fr_size))
+        return false;
+    unsigned co[] = {p->co_filename, p->co_name, p->co_qualname, p->co_linetable};
+    for (size_t i = 0; i < sizeof(co) / sizeof(co[0]); i++)
+        if (co[i] + 8 > p->co_size)
+            return false;
+    return p->co_firstlineno + 4 <= p->co_size && p->co_size <= PYBPF_CODE_BYTES &&
+           p->fr_size <= PYBPF_FRAME_BYTES && p->co_size >= 24;
+}
+
+void pyk_target_update(struct target *t)
+{
+    struct py_target *py = &t->py;
+    bool was = py->kernel;
+    if (was && py->status == PYS_OK && py->kernel_module == py->module_id)
+        return; /* (maps read again: the same runtime) */
+    py->kernel = false;
+    if (py->status != PYS_OK) {
+        if (was)
+            pyk_target_forget(t);
+        return;
+    }
+    if (load() < 0) {
+        snprintf(py->kernel_why, sizeof(py->kernel_why), "%s", why_not);
+        return;
+    }
+    struct pybpf_proc p;
+    proc_of(&py->rt, &p);
+    if (!proc_fits(&p)) {
+        snprintf(py->kernel_why, sizeof(py->kernel_why), "this CPython's layout is beyond "
+                 "what the eBPF program reads");
+        return;
+    }
+    __u32 key = (__u32)t->pid;
+    if (bpf_map_update_elem(bpf_map__fd(skel->maps.procs), &key, &p, BPF_ANY) < 0) {
+        snprintf(py->kernel_why, sizeof(py->kernel_why), "the eBPF program's map refused it "
+                 "(%s)", strerror(errno));
+        return;
+    }
+    py->kernel = true;
+    py->kernel_module = py->module_id;
+    py->kernel_why[0] = '\0';
+}
+
+void pyk_target_forget(struct target *t)
+{
+    t->py.kernel = false;
+    if (!skel)
+        return;
+    __u32 key = (__u32)t->pid;
+    bpf_map_delete_elem(bpf_map__fd(skel->maps.procs), &key);
+}
+
+int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint)
+{
+    if (!t->py.kernel || !skel)
+        return -EPERM;
+    const struct bpf_program *prog = ev == PYK_CLOCK     ? skel->progs.py_clock
+                                     : ev == PYK_LATEST  ? skel->progs.py_latest
+                                     : tracepoint         ? skel->progs.py_preempt_tp
+                                                          : skel->progs.py_preempt;
+    if (ioctl(fd, PERF_EVENT_IOC_SET_BPF, bpf_program__fd(prog)) == 0)
+        return 0;
+    int r = -errno;
+    if (!t->py.kernel_why[0] || t->py.kernel)
+        snprintf(t->py.kernel_why, sizeof(t->py.kernel_why), "the kernel refused the eBPF "
+                 "program on a perf event (%s)", strerror(-r));
+    log_info("pid %d: %s: its running threads are stopped for their Python frames", t->pid,
+             t->py.kernel_why);
+    pyk_target_forget(t);
+    return r;
+}
+
+/* Append record r to queue q of target t, dropping the oldest records for room. */
+static void enqueue(struct target *t, struct pyk_queue *q, const struct pybpf_rec *r)
+{
+    size_t need = ENTRY_SIZE(r->nframes);
+    if (q->tail + need > q->cap && q->head) {
+        memmove(q->buf, q->buf + q->head, q->tail - q->head);
+        q->tail -= q->head;
+        q->head = 0;
+    }
+    while (q->tail + need > q->cap && q->cap < QUEUE_MAX) {
+        uint32_t cap = q->cap ? q->cap * 2 : 4096;
+        q->buf = xrealloc(q->buf, cap);
+        q->cap = cap;
+    }
+    while (q->tail + need > q->cap && q->head < q->tail) {
+        const struct entry *e = (const void *)(q->buf + q->head);
+        q->head += (uint32_t)ENTRY_SIZE(e->n);
+        t->py.ks.queue_dropped++;
+        if (q->head == q->tail)
+            q->head = q->tail = 0;
+    }
+    if (q->tail + need > q->cap)
+        return;
+    struct entry *e = (void *)(q->buf + q->tail);
+    e->time_ns = r->time_ns;
+    e->n = r->nframes;
+    e->flags = r->flags;
+    for (unsigned i = 0; i < r->nframes; i++) {
+        const struct pybpf_frame *f = &r->frames[i];
+        e->frames[i] = (struct py_frame){.code = f->code, .ident = f->ident, .func = f->func,
+                                         .instr = f->instr, .entry = f->entry != 0};
+    }
+    q->tail += (uint32_t)need;
+}
+
+static int on_record(void *ctx, void *data, size_t size)
+{
+    (void)ctx;
+    const struct pybpf_rec *r = data;
+    if (size < PYBPF_REC_HEAD || r->nframes > PYBPF_MAX_FRAMES || r->kind >= PYBPF_KINDS ||
+        size < PYBPF_REC_HEAD + r->nframes * sizeof(struct pybpf_frame))
+        return 0;
+    struct target *t = target_find((pid_t)r->pid);
+    if (!t || !t->py.kernel)
+        return 0;
+    struct thread *th = target_thread(t, (pid_t)r->tid);
+    if (!th)
+        return 0;
+    t->py.ks.records++;
+    enqueue(t, &th->smp.pyq[r->kind], r);
+    return 0;
+}
+
+int pyk_take(struct target *t, struct thread *th, enum pyk_event ev, uint64_t time_ns,
+             struct py_frame *out)
+{
+    if (!t->py.kernel)
+        return -1;
+    ring_buffer__consume(rb);
+    struct pyk_queue *q = &th->smp.pyq[ev];
+    while (q->head < q->tail) {
+        const struct entry *e = (const void *)(q->buf + q->head);
+        uint32_t size = (uint32_t)ENTRY_SIZE(e->n);
+        if (e->time_ns < time_ns) {
+            q->head += size; /* a sample not read (skipped, lost) */
+            t->py.ks.unpaired++;
+            continue;
+        }
+        if (e->time_ns - time_ns > PYK_PAIR_NS)
+            break; /* a later sample's: this one's is missing */
+        int n = 0;
+        if (e->flags & PYBPF_FAULT) {
+            t->py.ks.faulted++;
+        } else if (e->flags & PYBPF_BAD) {
+            t->py.ks.failed_check++;
+        } else {
+            t->py.ks.truncated += (e->flags & PYBPF_TRUNCATED) != 0;
+            t->py.ks.no_thread_state += (e->flags & PYBPF_NO_TSTATE) != 0;
+            n = e->n;
+            memcpy(out, e->frames, (size_t)n * sizeof(*out));
+        }
+        t->py.ks.paired++;
+        q->head += size;
+        if (q->head == q->tail)
+            q->head = q->tail = 0;
+        return n;
+    }
+    if (q->head == q->tail)
+        q->head = q->tail = 0;
+    t->py.ks.missing++;
+    return 0;
+}
+
+void pyk_counters(uint64_t *records, uint64_t *full)
+{
+    *records = *full = 0;
+    if (!skel)
+        return;
+    int ncpu = libbpf_num_possible_cpus();
+    if (ncpu <= 0 || ncpu > 4096)
+        return;
+    uint64_t v[ncpu];
+    int fd = bpf_map__fd(skel->maps.counters);
+    __u32 k = PYBPF_C_RECORDS;
+    if (bpf_map_lookup_elem(fd, &k, v) == 0)
+        for (int i = 0; i < ncpu; i++)
+            *records += v[i];
+    k = PYBPF_C_RB_FULL;
+    if (bpf_map_lookup_elem(fd, &k, v) == 0)
+        for (int i = 0; i < ncpu; i++)
+            *full += v[i];
+}

@@ -1,0 +1,61 @@
+/* pykernel.h: a Python target's running threads sampled without a stop: their Python frames
+ * read in the kernel at the instant of each perf sample, by an eBPF program (bpf/
+ * pyframes.bpf.c) attached to the thread's perf events, and paired here with the same
+ * sample's stack copy.
+ *
+ * The program is loaded once, when the first Python target comes (and not again once the
+ * kernel refused it: no CAP_BPF or CAP_PERFMON, no BPF or no program type, a seccomp
+ * filter). Each Python process profd reads is in its map with its version's layout; the
+ * program finds the interrupted thread's state, walks its chain and writes one record per
+ * sample into a ring buffer, stamped with the perf event it ran for and the time. profd
+ * reads the ring buffer before it reads a perf sample of such a thread, keeps each thread's
+ * records per event in arrival order, and takes for a sample the record of the same event
+ * written at most PYK_PAIR_NS after it (the program runs in the overflow, right after the
+ * kernel stamped the sample): older records are those of samples not read (a clock's
+ * newest sample only is read) and go.
+ *
+ * Where this cannot be (refused, or PROFD_PYTHON_BPF=0), the target's running threads are
+ * stopped for their frames (perf.stopped_for_python), and status says why. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pyframes.h"
+
+struct target;
+struct thread;
+
+/* The perf events a record can come from (bpf/pybpf.h enum pybpf_kind). */
+enum pyk_event { PYK_CLOCK, PYK_LATEST, PYK_PREEMPT, PYK_EVENTS };
+
+/* Most a record's time may follow its sample's. */
+#define PYK_PAIR_NS 200000ull
+
+/* A thread's records not yet paired, one queue per event (sampler_thread.h, which frees
+ * them with the thread's events). */
+struct pyk_queue {
+    uint8_t *buf;
+    uint32_t head, tail, cap;
+};
+
+/* After t's runtime was looked for (attach, new maps, exec): t->py.kernel says whether its
+ * frames come from the kernel from now on, t->py.kernel_why why not. Its threads' events
+ * opened before keep what they had (the caller reopens them). */
+void pyk_target_update(struct target *t);
+/* t is going: its map entry goes. */
+void pyk_target_forget(struct target *t);
+/* Attach the program for event ev to perf event fd, a software event or (tracepoint) the
+ * sched_switch tracepoint's, of a thread of t. 0, or -errno (t->py.kernel is then false: its
+ * frames are read in stops from now on). */
+int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint);
+/* The Python frames of th's sample of event ev taken at time_ns, from its record: how many
+ * into out (0: none, counted why), or -1 when t's frames are not read in the kernel. */
+int pyk_take(struct target *t, struct thread *th, enum pyk_event ev, uint64_t time_ns,
+             struct py_frame *out);
+/* The program's counters: records written, records the ring buffer had no room for. */
+void pyk_counters(uint64_t *records, uint64_t *full);
+/* Whether the program is loaded; why not if it is not (NULL: not tried yet). */
+bool pyk_loaded(const char **why);
+/* Unload (at exit). */
+void pyk_shutdown(void);
