@@ -35,6 +35,9 @@ PROGRAMS = os.path.join(BUILD, "tests", "programs")
 SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SLOW = float(os.environ.get("PROFD_SLOW", "1"))
 SAMPLER = os.environ.get("PROFD_SAMPLER")  # forced on every daemon a test starts
+# PROFD_PYTHON_BPF=0, likewise: Python targets' running threads stopped for their frames, as
+# where the kernel refuses the eBPF program (daemon/pykernel.h).
+PY_STOPS = os.environ.get("PROFD_PYTHON_BPF") == "0"
 # Under a slow wrapper (valgrind) rates and latencies are not the daemon's own: only
 # correctness is checked then.
 TIMING = SLOW == 1
@@ -210,6 +213,13 @@ class Daemon:
                   "event (%s, %d)" % (t["pid"], t["perf"]["sampler"],
                                       t["paths"]["perf"]["samples"]))
             _forced[t["pid"]] = max(_forced.get(t["pid"], 0), t["paths"]["ptrace"]["samples"])
+        py = t.get("python") or {}
+        if PY_STOPS and py.get("frames"):
+            check(py["kernel"]["frames"] is False and t["paths"]["perf"]["samples"] == 0 or
+                  t["perf"].get("stopped_for_python", 0) > 0 and
+                  "PROFD_PYTHON_BPF=0" in t["perf"].get("stopped_for_python_why", ""),
+                  "(PROFD_PYTHON_BPF=0) process %d: Python frames not read in the kernel (%s)"
+                  % (t["pid"], t["perf"].get("stopped_for_python_why")))
 
     def target_status(self, pid):
         for t in self.status(pid)["targets"]:
