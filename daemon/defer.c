@@ -87,7 +87,7 @@ bool defer_waits_too_long(size_t unknown, uint64_t waits_ns, size_t nr, size_t n
 static bool defer_possible(const struct target *t, uint64_t tick_ns, unsigned max_batch,
                            unsigned *batch, size_t *ring_bytes)
 {
-    if (t->deferred || t->sampler == SAMPLER_PTRACE || t->py.status == PYS_OK ||
+    if (t->deferred || t->sampler == SAMPLER_PTRACE || py_stops(t) ||
         t->state != T_ATTACHED || t->maps_dirty || !t->nthreads)
         return false;
     uint64_t max_age = t->interval_ns * LATEST_MAX_AGE_HALVES / 2;

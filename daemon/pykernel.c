@@ -38,7 +38,7 @@ struct entry {
 #define ENTRY_SIZE(n) (sizeof(struct entry) + (size_t)(n) * sizeof(struct py_frame))
 /* Most bytes a thread's queue for one event holds: records of samples not read yet (a
  * continuous clock's batch, a preemption watch's switches between two ticks). */
-#define QUEUE_MAX (64u * 1024u)
+#define QUEUE_MAX (256u * 1024u)
 
 static int on_libbpf(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
@@ -319,6 +319,7 @@ void pyk_counters(uint64_t *records, uint64_t *full)
     if (ncpu <= 0 || ncpu > 4096)
         return;
     uint64_t v[ncpu];
+    memset(v, 0, sizeof(v)); /* (valgrind does not know a per-CPU map's lookup fills it) */
     int fd = bpf_map__fd(skel->maps.counters);
     __u32 k = PYBPF_C_RECORDS;
     if (bpf_map_lookup_elem(fd, &k, v) == 0)

@@ -31,7 +31,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_RINGBUF);
-    __uint(max_entries, 4 << 20);
+    __uint(max_entries, 8 << 20);
 } records SEC(".maps");
 
 /* The record being built and the walk's state (too big for the 512-byte stack). */
@@ -41,6 +41,9 @@ struct scratch {
     __u64 t, interp;  /* the thread-state walk */
     __u32 tid;
     __u32 n;
+    /* The code object read last in this walk (a recursion's frames share it): its head's
+     * facts, not read again. */
+    __u64 last_code, last_ident, last_units;
     __u8 fb[PYBPF_FRAME_BYTES + 8]; /* (room for a field at the masked offset's end) */
     __u8 cb[256 + 8];
     struct pybpf_rec rec;
@@ -173,18 +176,25 @@ static long frame_step(__u32 i, void *arg)
         return 1;
     }
     __u64 code = FB64(s, s->p.fr_code);
-    __u32 csz = s->p.co_size;
-    if (csz > PYBPF_CODE_BYTES)
-        csz = PYBPF_CODE_BYTES;
-    if (!code || bpf_probe_read_user(s->cb, csz, (const void *)code)) {
-        s->rec.flags |= PYBPF_FAULT;
-        return 1;
+    if (code != s->last_code || !code) {
+        __u32 csz = s->p.co_size;
+        if (csz > PYBPF_CODE_BYTES)
+            csz = PYBPF_CODE_BYTES;
+        if (!code || bpf_probe_read_user(s->cb, csz, (const void *)code)) {
+            s->rec.flags |= PYBPF_FAULT;
+            return 1;
+        }
+        if (CB64(s, 8) != s->p.code_type) {
+            s->rec.flags |= PYBPF_BAD;
+            return 1;
+        }
+        s->last_code = code;
+        s->last_units = CB64(s, 16);
+        s->last_ident = pybpf_ident(CB64(s, s->p.co_filename), CB64(s, s->p.co_name),
+                                    CB64(s, s->p.co_qualname), CB64(s, s->p.co_linetable),
+                                    CB32(s, s->p.co_firstlineno));
     }
-    if (CB64(s, 8) != s->p.code_type) {
-        s->rec.flags |= PYBPF_BAD;
-        return 1;
-    }
-    __u64 units = CB64(s, 16);
+    __u64 units = s->last_units;
     __u64 base = code + s->p.co_code_adaptive;
     __u64 ip = FB64(s, s->p.fr_instr);
     __u64 instr = ip >= base ? (ip - base) / 2 : 0;
@@ -197,9 +207,7 @@ static long frame_step(__u32 i, void *arg)
     fr->func = FB64(s, s->p.fr_func);
     fr->instr = (__u32)instr;
     fr->entry = s->p.fr_is_entry >= 0 && s->fb[s->p.fr_is_entry & (PYBPF_FRAME_BYTES - 1)];
-    fr->ident = pybpf_ident(CB64(s, s->p.co_filename), CB64(s, s->p.co_name),
-                            CB64(s, s->p.co_qualname), CB64(s, s->p.co_linetable),
-                            CB32(s, s->p.co_firstlineno));
+    fr->ident = s->last_ident;
     s->n = n + 1;
     s->f = prev;
     return 0;
@@ -220,6 +228,7 @@ static __always_inline int walk(enum pybpf_kind kind)
     s->tid = (__u32)id;
     s->n = 0;
     s->f = 0;
+    s->last_code = 0;
     s->rec.time_ns = now;
     s->rec.pid = pid;
     s->rec.tid = (__u32)id;
