@@ -101,7 +101,7 @@ static uint64_t ident_of(const struct py_layout *L, const uint8_t *cb)
  * 3.13.x whose structures moved is still read right. Where they are in _Py_DebugOffsets
  * (3.13's own layout of it, offsetof against its headers): */
 enum {
-    DO_VERSION = 8, DO_RT_INTERP_HEAD = 40, DO_INTERP_NEXT = 64, DO_INTERP_THREADS = 72,
+    DO_VERSION = 8, DO_FREE_THREADED = 16, DO_RT_INTERP_HEAD = 40, DO_INTERP_NEXT = 64, DO_INTERP_THREADS = 72,
     DO_TS_NEXT = 168, DO_TS_FRAME = 184, DO_TS_NATIVE_TID = 200, DO_FR_PREVIOUS = 232,
     DO_FR_CODE = 240, DO_FR_INSTR = 248, DO_FR_OWNER = 264, DO_CO_FILENAME = 280,
     DO_CO_NAME = 288, DO_CO_QUALNAME = 296, DO_CO_LINETABLE = 304, DO_CO_FIRSTLINENO = 312,
@@ -116,6 +116,12 @@ static int debug_offsets(struct py_runtime *rt)
         return r;
     if (memcmp(d, "xdebugpy", 8) || (u64_at(d, DO_VERSION) & 0xffff0000ul) != 0x030d0000)
         return -ENOTSUP;
+    /* The free-threaded build (3.13t): every object's head is another size, so no offset
+     * of the table below holds for it (and its debug offsets do not give them all). */
+    if (u64_at(d, DO_FREE_THREADED)) {
+        rt->free_threaded = true;
+        return -ENOTSUP;
+    }
     /* The target's memory: every offset bounded by what the reads here can hold. */
     struct py_layout L = *rt->lay;
     uint64_t v[] = {u64_at(d, DO_RT_INTERP_HEAD), u64_at(d, DO_INTERP_NEXT),

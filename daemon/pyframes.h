@@ -67,6 +67,7 @@ struct py_runtime {
     uint64_t runtime;   /* address of _PyRuntime */
     uint64_t code_type; /* address of PyCode_Type: what a code object's ob_type must be */
     uint64_t str_type;  /* address of PyUnicode_Type: a str's */
+    bool free_threaded; /* a free-threaded build (3.13t), which this file cannot read */
 };
 
 /* Set up rt for process pid: the addresses of _PyRuntime, Py_Version, PyCode_Type and

@@ -9,6 +9,8 @@
 #include <unistd.h>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -67,7 +69,19 @@ static int load(void)
         return -EPERM;
     }
     libbpf_set_print(on_libbpf);
+    struct stat ns;
+    if (stat("/proc/self/ns/pid", &ns) < 0) {
+        int r = -errno;
+        snprintf(why_not, sizeof(why_not), "no PID namespace to key processes by (%s)",
+                 strerror(-r));
+        return r;
+    }
     struct pyframes_bpf *s = pyframes_bpf__open();
+    if (s) {
+        /* (The kernel's dev_t: major << 20 | minor.) */
+        s->rodata->pidns_dev = ((uint64_t)major(ns.st_dev) << 20) | minor(ns.st_dev);
+        s->rodata->pidns_ino = ns.st_ino;
+    }
     int r = s ? pyframes_bpf__load(s) : -errno;
     if (r < 0) {
         r = r == -1 ? -errno : r;

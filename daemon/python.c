@@ -55,7 +55,11 @@ void py_target_detect(struct py_target *py, pid_t pid, const struct maps *maps)
             return;
         }
         py->status = PYS_UNSUPPORTED;
-        if (r == -ENOTSUP)
+        if (r == -ENOTSUP && py->rt.free_threaded)
+            snprintf(py->why, sizeof(py->why), "a free-threaded CPython (3.13t) in %s: its "
+                     "objects' layout is not the one profd reads; its native stacks are "
+                     "sampled", m->name);
+        else if (r == -ENOTSUP)
             snprintf(py->why, sizeof(py->why), "CPython %lu.%lu in %s: profd reads 3.11 to "
                      "3.13; its native stacks are sampled",
                      (py->rt.version_hex >> 24) & 0xff, (py->rt.version_hex >> 16) & 0xff,

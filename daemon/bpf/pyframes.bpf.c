@@ -15,6 +15,12 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+/* profd's PID namespace (its nsfs device and inode, set before the load): processes and
+ * threads are keyed and named by their ids there, as profd knows them (a container's profd,
+ * or targets in one, see other numbers than the kernel's first namespace). */
+const volatile __u64 pidns_dev = 0;
+const volatile __u64 pidns_ino = 0;
+
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, 4096);
@@ -215,8 +221,10 @@ static long frame_step(__u32 i, void *arg)
 
 static __always_inline int walk(enum pybpf_kind kind)
 {
-    __u64 id = bpf_get_current_pid_tgid();
-    __u32 pid = (__u32)(id >> 32);
+    struct bpf_pidns_info ns;
+    if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
+        return 1; /* (not in profd's namespace: not a target) */
+    __u32 pid = ns.tgid, tid = ns.pid;
     struct pybpf_proc *p = bpf_map_lookup_elem(&procs, &pid);
     if (!p)
         return 1; /* (not a Python target's: its sample goes on as it is) */
@@ -225,13 +233,13 @@ static __always_inline int walk(enum pybpf_kind kind)
         return 1;
     __u64 now = bpf_ktime_get_ns();
     s->p = *p;
-    s->tid = (__u32)id;
+    s->tid = tid;
     s->n = 0;
     s->f = 0;
     s->last_code = 0;
     s->rec.time_ns = now;
     s->rec.pid = pid;
-    s->rec.tid = (__u32)id;
+    s->rec.tid = tid;
     s->rec.kind = (__u8)kind;
     s->rec.flags = 0;
     __u64 ts = find_tstate(s, now);

@@ -95,12 +95,15 @@ command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null ||
 if [ ! -x "$root/usr/bin/systemctl" ]; then
     echo "debootstrap $suite from $mirror (this machine's APT source)"
     debootstrap --variant=minbase \
-        --include=systemd,systemd-sysv,dbus,libunwind8,libev4,libcjson1,libdw1,libelf1,util-linux,libcurl4,libprotobuf-c1,ca-certificates \
+        --include=systemd,systemd-sysv,dbus,libunwind8,libev4,libcjson1,libdw1,libelf1,util-linux,libcurl4,libprotobuf-c1,ca-certificates,libbpf1,python3 \
         "$suite" "$root" "$mirror" >/dev/null
 fi
-# (A root made before the exporters: their libraries.)
+# (A root made before the exporters: their libraries; before the Python frames' eBPF
+# program: libbpf, and a Python to profile.)
 [ -e "$root/usr/lib/x86_64-linux-gnu/libprotobuf-c.so.1" ] ||
     chroot "$root" apt-get install -y -qq libcurl4 libprotobuf-c1 ca-certificates >/dev/null
+[ -e "$root/usr/lib/x86_64-linux-gnu/libbpf.so.1" ] && [ -x "$root/usr/bin/python3" ] ||
+    chroot "$root" apt-get install -y -qq libbpf1 python3 >/dev/null
 [ -f "$bld/build.ninja" ] || meson setup --prefix=/usr "$bld" >/dev/null
 ninja -C "$bld" >/dev/null
 DESTDIR="$root" meson install -C "$bld" --no-rebuild >/dev/null
@@ -130,8 +133,8 @@ check "the first connection starts profd (socket activation)" profctl status
 check "profd.service is active" systemctl is-active -q profd.service
 main=$(systemctl show -p MainPID --value profd.service)
 check "it runs as user profd" test "$(awk '/^Uid:/ {print $2}' /proc/"$main"/status)" = "$(id -u profd)"
-check "with CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_PERFMON and CAP_CHECKPOINT_RESTORE only" \
-    test "$(grep CapEff /proc/"$main"/status | awk '{print $2}')" = "$(printf '%016x' $(( (1 << 19) | (1 << 2) | (1 << 38) | (1 << 40) )))"
+check "with CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_PERFMON, CAP_BPF and CAP_CHECKPOINT_RESTORE only" \
+    test "$(grep CapEff /proc/"$main"/status | awk '{print $2}')" = "$(printf '%016x' $(( (1 << 19) | (1 << 2) | (1 << 38) | (1 << 39) | (1 << 40) )))"
 check "attach" profctl attach "$busy" --hz 199
 check "attach (cputime: perf events under the unit's filter)" sh -c "profctl configure $busy --mode cputime && sleep 2"
 profctl slice "$busy" --last 2 -o /tmp/p.folded --top 0
@@ -156,6 +159,30 @@ check "two helpers (ELF headers for sampling, symbols for slices)" test "$helper
 check "cputime used perf events (CAP_PERFMON, perf_event_open allowed by the unit's filter)" \
     sh -c "! journalctl -b -u profd -o cat | grep -q 'perf task-clock events unavailable'"
 check "STATUS= in systemctl status" sh -c "systemctl show -p StatusText --value profd | grep -q '1 processes sampled'"
+# A Python program: its running thread sampled without a stop, its frames read by the eBPF
+# program the unit's capabilities (CAP_BPF, CAP_PERFMON) and system call filter (bpf) let
+# profd load.
+python3 -c 'import time
+def spin_py():
+    while True:
+        sum(range(1000))
+spin_py()' &
+pyb=$!
+check "attach a Python program" profctl attach "$pyb" --hz 199
+sleep 3
+profctl status "$pyb" --json >/tmp/py.json
+profctl slice "$pyb" --last 2 -o /tmp/py.folded --top 0
+python3 - /tmp/py.json <<'PY' && ok "Python: the eBPF program loaded under the unit, the running thread sampled without a stop" || bad "Python: the eBPF program loaded under the unit, the running thread sampled without a stop"
+import json, sys
+st = json.load(open(sys.argv[1]))
+t = st["targets"][0]
+k = t["python"]["kernel"]
+print("python_ebpf", st["daemon"].get("python_ebpf"), "kernel", k, "stopped", t["sampled"]["stopped"])
+sys.exit(0 if st["daemon"]["python_ebpf"]["loaded"] and k["frames"] and k["paired"] > 0 and
+         t["sampled"]["stopped"] == 0 else 1)
+PY
+check "Python: the profile names __main__.spin_py" grep -q '__main__.spin_py' /tmp/py.folded
+kill "$pyb"
 printf 'hz = 77\n' >/etc/profd/profd.conf
 check "systemctl reload succeeds" systemctl reload profd
 check "reload: the new configuration in force" sh -c "profctl status --json | grep -Eq '\"default_hz\":[[:space:]]*77'"
@@ -212,7 +239,7 @@ rx_out=$(mktemp)
 python3 tests/e2e/receiver.py "$port" "$rx_out" &
 rx=$!
 sleep 1
-timeout 600 systemd-nspawn --quiet --boot --register=no --keep-unit --capability=CAP_PERFMON,CAP_CHECKPOINT_RESTORE --system-call-filter=perf_event_open -D "$root" >/dev/null 2>&1 || true
+timeout 600 systemd-nspawn --quiet --boot --register=no --keep-unit --capability=CAP_PERFMON,CAP_CHECKPOINT_RESTORE,CAP_BPF --system-call-filter='perf_event_open bpf' -D "$root" >/dev/null 2>&1 || true
 kill "$rx"
 wait "$rx" || true
 cat "$root/var/log/profd-e2e.log" 2>/dev/null | grep -E '^(ok|FAIL|RESULT)' || true
