@@ -126,8 +126,15 @@ uint32_t unwind_copy(struct target *t, struct thread *th, const struct perf_stre
                             : ps == &th->smp.pw ? PYK_PREEMPT
                                                 : PYK_CLOCK;
         npy = pyk_take(t, th, ev, time_ns, pyframes);
-        if (npy < 0)
+        if (npy == PYK_MISSING && ev == PYK_PREEMPT) {
+            /* A switch the program did not walk (it walks preemptions only, by the task's
+             * state, which the watch may see otherwise): not this tick's sample, which is
+             * the clock's or a one-shot's then. */
             npy = 0;
+            return STACK_NONE;
+        }
+        if (npy < 0)
+            npy = 0; /* (the native frames alone, counted missing) */
     }
     uint32_t id = unwind_and_intern(t, th, &end, false);
     if (end == UNWIND_COMPLETE) {

@@ -1,5 +1,6 @@
 /* pyframes.c: CPython 3.11-3.13 frames from a process's memory (see pyframes.h). */
 #include "pyframes.h"
+#include "bpf/pybpf.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -84,16 +85,10 @@ static uint32_t u32_at(const uint8_t *b, unsigned off)
  * another object reusing its address after it was freed differs here. */
 static uint64_t ident_of(const struct py_layout *L, const uint8_t *cb)
 {
-    uint64_t parts[5] = {u64_at(cb, L->co_filename), u64_at(cb, L->co_name),
-                         u64_at(cb, L->co_qualname), u64_at(cb, L->co_linetable),
-                         u32_at(cb, L->co_firstlineno)};
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < 5; i++) {
-        h ^= parts[i];
-        h *= 0x100000001b3ull;
-        h ^= h >> 29;
-    }
-    return h;
+    /* (The eBPF program's hash: a code object it read and one read here agree.) */
+    return pybpf_ident(u64_at(cb, L->co_filename), u64_at(cb, L->co_name),
+                       u64_at(cb, L->co_qualname), u64_at(cb, L->co_linetable),
+                       u32_at(cb, L->co_firstlineno));
 }
 
 /* 3.13 starts _PyRuntime with _Py_DebugOffsets (a cookie, the version, then the offsets an

@@ -39,8 +39,10 @@ struct entry {
 };
 #define ENTRY_SIZE(n) (sizeof(struct entry) + (size_t)(n) * sizeof(struct py_frame))
 /* Most bytes a thread's queue for one event holds: records of samples not read yet (a
- * continuous clock's batch, a preemption watch's switches between two ticks). */
+ * deferral's batch of a clock). A preemption watch's ring holds its last few preemptions
+ * only, and its records of older ones, never to be read, go first (counted unpaired). */
 #define QUEUE_MAX (256u * 1024u)
+#define QUEUE_MAX_PREEMPT (32u * 1024u)
 
 static int on_libbpf(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
@@ -152,6 +154,15 @@ static void proc_of(const struct py_runtime *rt, struct pybpf_proc *p)
 
 /* Whether every field the program reads lies where its buffers reach (3.13's offsets come
  * from the target's memory: pyframes.c bounds them; checked again against the program's). */
+static bool proc_fits(const struct pybpf_proc *p);
+
+bool pyk_layout_fits(const struct py_runtime *rt)
+{
+    struct pybpf_proc p;
+    proc_of(rt, &p);
+    return proc_fits(&p);
+}
+
 static bool proc_fits(const struct pybpf_proc *p)
 {
     unsigned fr[] = {p->fr_code, p->fr_previous, p->fr_instr, p->fr_func};
@@ -186,7 +197,7 @@ void pyk_target_update(struct target *t)
     }
     struct pybpf_proc p;
     proc_of(&py->rt, &p);
-    if (!proc_fits(&p)) {
+    if (!proc_fits(&p)) { /* (3.13's offsets come from the target) */
         snprintf(py->kernel_why, sizeof(py->kernel_why), "this CPython's layout is beyond "
                  "what the eBPF program reads");
         return;
@@ -231,29 +242,30 @@ int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint)
     return r;
 }
 
-/* Append record r to queue q of target t, dropping the oldest records for room. */
-static void enqueue(struct target *t, struct pyk_queue *q, const struct pybpf_rec *r)
+void pyk_queue_push(struct pyk_queue *q, const struct pybpf_rec *r, struct py_kernel_stats *ks)
 {
+    uint32_t max = r->kind == PYBPF_PREEMPT ? QUEUE_MAX_PREEMPT : QUEUE_MAX;
     size_t need = ENTRY_SIZE(r->nframes);
-    if (q->tail + need > q->cap && q->head) {
-        memmove(q->buf, q->buf + q->head, q->tail - q->head);
-        q->tail -= q->head;
-        q->head = 0;
+    while (q->tail + need > q->cap) {
+        if (q->head) { /* the room taken records left at the front */
+            memmove(q->buf, q->buf + q->head, q->tail - q->head);
+            q->tail -= q->head;
+            q->head = 0;
+        } else if (q->cap < max) {
+            uint32_t cap = q->cap ? q->cap * 2 : 4096;
+            q->buf = xrealloc(q->buf, cap);
+            q->cap = cap;
+        } else if (q->tail) { /* full: its oldest record goes */
+            const struct entry *e = (const void *)q->buf;
+            q->head = (uint32_t)ENTRY_SIZE(e->n);
+            if (r->kind == PYBPF_PREEMPT)
+                ks->unpaired++;
+            else
+                ks->queue_dropped++;
+        } else {
+            return; /* (a record larger than a queue: none is) */
+        }
     }
-    while (q->tail + need > q->cap && q->cap < QUEUE_MAX) {
-        uint32_t cap = q->cap ? q->cap * 2 : 4096;
-        q->buf = xrealloc(q->buf, cap);
-        q->cap = cap;
-    }
-    while (q->tail + need > q->cap && q->head < q->tail) {
-        const struct entry *e = (const void *)(q->buf + q->head);
-        q->head += (uint32_t)ENTRY_SIZE(e->n);
-        t->py.ks.queue_dropped++;
-        if (q->head == q->tail)
-            q->head = q->tail = 0;
-    }
-    if (q->tail + need > q->cap)
-        return;
     struct entry *e = (void *)(q->buf + q->tail);
     e->time_ns = r->time_ns;
     e->n = r->nframes;
@@ -280,7 +292,7 @@ static int on_record(void *ctx, void *data, size_t size)
     if (!th)
         return 0;
     t->py.ks.records++;
-    enqueue(t, &th->smp.pyq[r->kind], r);
+    pyk_queue_push(&th->smp.pyq[r->kind], r, &t->py.ks);
     return 0;
 }
 
@@ -290,29 +302,34 @@ int pyk_take(struct target *t, struct thread *th, enum pyk_event ev, uint64_t ti
     if (!t->py.kernel)
         return -1;
     ring_buffer__consume(rb);
-    struct pyk_queue *q = &th->smp.pyq[ev];
+    return pyk_queue_take(&th->smp.pyq[ev], time_ns, out, &t->py.ks);
+}
+
+int pyk_queue_take(struct pyk_queue *q, uint64_t time_ns, struct py_frame *out,
+                   struct py_kernel_stats *ks)
+{
     while (q->head < q->tail) {
         const struct entry *e = (const void *)(q->buf + q->head);
         uint32_t size = (uint32_t)ENTRY_SIZE(e->n);
         if (e->time_ns < time_ns) {
             q->head += size; /* a sample not read (skipped, lost) */
-            t->py.ks.unpaired++;
+            ks->unpaired++;
             continue;
         }
         if (e->time_ns - time_ns > PYK_PAIR_NS)
             break; /* a later sample's: this one's is missing */
         int n = 0;
         if (e->flags & PYBPF_FAULT) {
-            t->py.ks.faulted++;
+            ks->faulted++;
         } else if (e->flags & PYBPF_BAD) {
-            t->py.ks.failed_check++;
+            ks->failed_check++;
         } else {
-            t->py.ks.truncated += (e->flags & PYBPF_TRUNCATED) != 0;
-            t->py.ks.no_thread_state += (e->flags & PYBPF_NO_TSTATE) != 0;
+            ks->truncated += (e->flags & PYBPF_TRUNCATED) != 0;
+            ks->no_thread_state += (e->flags & PYBPF_NO_TSTATE) != 0;
             n = e->n;
             memcpy(out, e->frames, (size_t)n * sizeof(*out));
         }
-        t->py.ks.paired++;
+        ks->paired++;
         q->head += size;
         if (q->head == q->tail)
             q->head = q->tail = 0;
@@ -320,8 +337,8 @@ int pyk_take(struct target *t, struct thread *th, enum pyk_event ev, uint64_t ti
     }
     if (q->head == q->tail)
         q->head = q->tail = 0;
-    t->py.ks.missing++;
-    return 0;
+    ks->missing++;
+    return PYK_MISSING;
 }
 
 void pyk_counters(uint64_t *records, uint64_t *full)

@@ -50,9 +50,22 @@ void pyk_target_forget(struct target *t);
  * frames are read in stops from now on). */
 int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint);
 /* The Python frames of th's sample of event ev taken at time_ns, from its record: how many
- * into out (0: none, counted why), or -1 when t's frames are not read in the kernel. */
+ * into out (0: none, counted why), PYK_MISSING when it has no record (counted), or -1 when
+ * t's frames are not read in the kernel. */
+#define PYK_MISSING (-2)
 int pyk_take(struct target *t, struct thread *th, enum pyk_event ev, uint64_t time_ns,
              struct py_frame *out);
+/* The queue's parts, pure (tests/unit/test_pykernel.c): append a record (the oldest dropped
+ * for room, counted); take the frames of the sample at time_ns (as pyk_take, counting in
+ * ks: PYK_MISSING when it has none). */
+struct pybpf_rec;
+struct py_kernel_stats;
+void pyk_queue_push(struct pyk_queue *q, const struct pybpf_rec *r, struct py_kernel_stats *ks);
+int pyk_queue_take(struct pyk_queue *q, uint64_t time_ns, struct py_frame *out,
+                   struct py_kernel_stats *ks);
+/* Whether the program can read rt's layout (every field within what it reads of a frame and
+ * of a code object: 3.13's come from the target's memory). */
+bool pyk_layout_fits(const struct py_runtime *rt);
 /* The program's counters: records written, records the ring buffer had no room for. */
 void pyk_counters(uint64_t *records, uint64_t *full);
 /* Whether the program is loaded; why not if it is not (NULL: not tried yet). */
