@@ -381,7 +381,10 @@ bool perf_oneshot(struct target *t, struct thread *th, const struct sample_req *
         return false;
     }
     if (py_stops(t)) {
-        t->stats.perf.stopped_for_python++;
+        if (t->py.kernel_loading)
+            t->stats.perf.stopped_for_python_loading++;
+        else
+            t->stats.perf.stopped_for_python++;
         return false;
     }
     if (th->smp.ps.fd >= 0 && th->smp.ps.continuous) {

@@ -491,6 +491,7 @@ int main(int argc, char **argv)
     hooks = sched_target_hooks;
     hooks.stopped = target_stopped;
     targets_init(loop, &hooks);
+    pyk_init(loop);
     memory_count_with(targets_memory, server_memory);
     server_init(&(struct server_handlers){.dispatch = commands_dispatch,
                                           .client_gone = txn_client_gone});

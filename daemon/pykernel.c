@@ -2,6 +2,7 @@
 #include "pykernel.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <ev.h>
 
 #include "bpf/pybpf.h"
 #include "log.h"
@@ -24,10 +26,24 @@
 _Static_assert(PYBPF_MAX_FRAMES == PY_MAX_FRAMES, "a record holds what a sample can");
 _Static_assert((int)PYK_EVENTS == (int)PYBPF_KINDS, "one program per event");
 
-static struct pyframes_bpf *skel;
+/* The program is loaded on a thread of its own (the verifier, and libbpf's relocations,
+ * take 20-30 ms here, seconds under valgrind: not on the loop, whose ticks would wait);
+ * until it is, Python targets are stopped for their frames, then switched over. */
+enum { LOAD_NONE, LOAD_RUNNING, LOAD_DONE, LOAD_FAILED };
+static int load_state; /* (atomic: the loader's result is read after it) */
+static pthread_t loader;
+static struct ev_loop *loop;
+static ev_async load_done_w;
+static bool loader_started, loader_joined; /* (the loop thread's) */
+static struct pyframes_bpf *skel;   /* (the loader's until load_state says it is done) */
 static struct ring_buffer *rb;
-static bool tried;
 static char why_not[160];
+
+/* The program, once the loader is done with it; NULL before, or if it failed. */
+static struct pyframes_bpf *loaded(void)
+{
+    return __atomic_load_n(&load_state, __ATOMIC_ACQUIRE) == LOAD_DONE ? skel : NULL;
+}
 
 /* A queued record: the sample's frames, ready for py_encode. */
 struct entry {
@@ -59,63 +75,123 @@ static int on_libbpf(enum libbpf_print_level level, const char *fmt, va_list ap)
 
 static int on_record(void *ctx, void *data, size_t size);
 
-/* Load the program once. 0, or -errno with why_not said. */
-static int load(void)
+/* The loader thread: the program and its ring buffer, or why not. */
+static void *load_thread(void *arg)
 {
-    if (tried)
-        return skel ? 0 : -EPERM;
-    tried = true;
-    const char *e = getenv("PROFD_PYTHON_BPF");
-    if (e && !strcmp(e, "0")) {
-        snprintf(why_not, sizeof(why_not), "turned off (PROFD_PYTHON_BPF=0)");
-        return -EPERM;
-    }
-    libbpf_set_print(on_libbpf);
+    (void)arg;
     struct stat ns;
+    int r = 0;
+    struct pyframes_bpf *s = NULL;
     if (stat("/proc/self/ns/pid", &ns) < 0) {
-        int r = -errno;
+        r = -errno;
         snprintf(why_not, sizeof(why_not), "no PID namespace to key processes by (%s)",
                  strerror(-r));
-        return r;
+        goto out;
     }
-    struct pyframes_bpf *s = pyframes_bpf__open();
-    if (s) {
+    s = pyframes_bpf__open();
+    if (!s) {
+        r = -errno;
+    } else {
         /* (The kernel's dev_t: major << 20 | minor.) */
         s->rodata->pidns_dev = ((uint64_t)major(ns.st_dev) << 20) | minor(ns.st_dev);
         s->rodata->pidns_ino = ns.st_ino;
-    }
-    int r = s ? pyframes_bpf__load(s) : -errno;
-    if (r < 0) {
+        r = pyframes_bpf__load(s);
         r = r == -1 ? -errno : r;
+    }
+    if (r < 0) {
         snprintf(why_not, sizeof(why_not), "the kernel refused the eBPF program (%s%s)",
                  strerror(-r), r == -EPERM || r == -EACCES ? ": no CAP_BPF and CAP_PERFMON, "
                                                              "or a seccomp filter" : "");
-        pyframes_bpf__destroy(s);
-        log_info("Python frames are read in ptrace stops: %s", why_not);
-        return r;
+        goto out;
     }
     rb = ring_buffer__new(bpf_map__fd(s->maps.records), on_record, NULL, NULL);
     if (!rb) {
         r = -errno;
         snprintf(why_not, sizeof(why_not), "no ring buffer for the eBPF program (%s)",
                  strerror(-r));
-        pyframes_bpf__destroy(s);
-        return r;
+        goto out;
     }
     skel = s;
-    log_info("Python frames are read in the kernel at each sample (eBPF)");
-    return 0;
+out:
+    if (r < 0)
+        pyframes_bpf__destroy(s);
+    __atomic_store_n(&load_state, r < 0 ? LOAD_FAILED : LOAD_DONE, __ATOMIC_RELEASE);
+    ev_async_send(loop, &load_done_w);
+    return NULL;
+}
+
+/* On the loop: the loader is done. Every Python target is switched over (or told why not). */
+static void on_load_done(struct ev_loop *l, ev_async *w, int revents)
+{
+    (void)l;
+    (void)w;
+    (void)revents;
+    pthread_join(loader, NULL);
+    loader_joined = true;
+    if (loaded())
+        log_info("Python frames are read in the kernel at each sample (eBPF)");
+    else
+        log_info("Python frames are read in ptrace stops: %s", why_not);
+    for (struct target *t = targets_first(); t; t = t->next)
+        pyk_target_update(t);
+}
+
+void pyk_init(struct ev_loop *l)
+{
+    loop = l;
+    ev_async_init(&load_done_w, on_load_done);
+    ev_async_start(loop, &load_done_w);
+    ev_unref(loop); /* (a watcher that does not keep the loop alive) */
+}
+
+/* 0 when the program is loaded; -EINPROGRESS while it loads (started on the first call);
+ * else -EPERM with why_not said. */
+static int load(void)
+{
+    int st = __atomic_load_n(&load_state, __ATOMIC_ACQUIRE);
+    if (st == LOAD_DONE)
+        return 0;
+    if (st == LOAD_RUNNING)
+        return -EINPROGRESS;
+    if (st == LOAD_FAILED)
+        return -EPERM;
+    const char *e = getenv("PROFD_PYTHON_BPF");
+    if ((e && !strcmp(e, "0")) || !loop) {
+        snprintf(why_not, sizeof(why_not), "turned off (PROFD_PYTHON_BPF=0)");
+        __atomic_store_n(&load_state, LOAD_FAILED, __ATOMIC_RELEASE);
+        return -EPERM;
+    }
+    libbpf_set_print(on_libbpf);
+    __atomic_store_n(&load_state, LOAD_RUNNING, __ATOMIC_RELEASE);
+    int r = pthread_create(&loader, NULL, load_thread, NULL);
+    loader_started = r == 0;
+    if (r) {
+        snprintf(why_not, sizeof(why_not), "no thread to load the eBPF program (%s)",
+                 strerror(r));
+        __atomic_store_n(&load_state, LOAD_FAILED, __ATOMIC_RELEASE);
+        return -EPERM;
+    }
+    return -EINPROGRESS;
 }
 
 bool pyk_loaded(const char **why)
 {
+    int st = __atomic_load_n(&load_state, __ATOMIC_ACQUIRE);
     if (why)
-        *why = tried && !skel ? why_not : NULL;
-    return skel != NULL;
+        *why = st == LOAD_FAILED ? why_not : st == LOAD_RUNNING ? "being loaded" : NULL;
+    return st == LOAD_DONE;
 }
 
 void pyk_shutdown(void)
 {
+    if (loop) {
+        if (loader_started && !loader_joined) {
+            pthread_join(loader, NULL); /* (its notice will not be read) */
+            loader_joined = true;
+        }
+        ev_ref(loop);
+        ev_async_stop(loop, &load_done_w);
+    }
     ring_buffer__free(rb);
     rb = NULL;
     pyframes_bpf__destroy(skel);
@@ -191,8 +267,11 @@ void pyk_target_update(struct target *t)
             pyk_target_forget(t);
         return;
     }
-    if (load() < 0) {
-        snprintf(py->kernel_why, sizeof(py->kernel_why), "%s", why_not);
+    int r = load();
+    py->kernel_loading = r == -EINPROGRESS;
+    if (r < 0) {
+        snprintf(py->kernel_why, sizeof(py->kernel_why), "%s",
+                 r == -EINPROGRESS ? "the eBPF program is being loaded" : why_not);
         return;
     }
     struct pybpf_proc p;
@@ -203,12 +282,13 @@ void pyk_target_update(struct target *t)
         return;
     }
     __u32 key = (__u32)t->pid;
-    if (bpf_map_update_elem(bpf_map__fd(skel->maps.procs), &key, &p, BPF_ANY) < 0) {
+    if (bpf_map_update_elem(bpf_map__fd(loaded()->maps.procs), &key, &p, BPF_ANY) < 0) {
         snprintf(py->kernel_why, sizeof(py->kernel_why), "the eBPF program's map refused it "
                  "(%s)", strerror(errno));
         return;
     }
     py->kernel = true;
+    py->kernel_reopen = true;
     py->kernel_module = py->module_id;
     py->kernel_why[0] = '\0';
 }
@@ -216,20 +296,22 @@ void pyk_target_update(struct target *t)
 void pyk_target_forget(struct target *t)
 {
     t->py.kernel = false;
-    if (!skel)
+    struct pyframes_bpf *sk = loaded();
+    if (!sk)
         return;
     __u32 key = (__u32)t->pid;
-    bpf_map_delete_elem(bpf_map__fd(skel->maps.procs), &key);
+    bpf_map_delete_elem(bpf_map__fd(sk->maps.procs), &key);
 }
 
 int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint)
 {
-    if (!t->py.kernel || !skel)
+    struct pyframes_bpf *sk = loaded();
+    if (!t->py.kernel || !sk)
         return -EPERM;
-    const struct bpf_program *prog = ev == PYK_CLOCK     ? skel->progs.py_clock
-                                     : ev == PYK_LATEST  ? skel->progs.py_latest
-                                     : tracepoint         ? skel->progs.py_preempt_tp
-                                                          : skel->progs.py_preempt;
+    const struct bpf_program *prog = ev == PYK_CLOCK     ? sk->progs.py_clock
+                                     : ev == PYK_LATEST  ? sk->progs.py_latest
+                                     : tracepoint         ? sk->progs.py_preempt_tp
+                                                          : sk->progs.py_preempt;
     if (ioctl(fd, PERF_EVENT_IOC_SET_BPF, bpf_program__fd(prog)) == 0)
         return 0;
     int r = -errno;
@@ -344,14 +426,15 @@ int pyk_queue_take(struct pyk_queue *q, uint64_t time_ns, struct py_frame *out,
 void pyk_counters(uint64_t *records, uint64_t *full)
 {
     *records = *full = 0;
-    if (!skel)
+    struct pyframes_bpf *sk = loaded();
+    if (!sk)
         return;
     int ncpu = libbpf_num_possible_cpus();
     if (ncpu <= 0 || ncpu > 4096)
         return;
     uint64_t v[ncpu];
     memset(v, 0, sizeof(v)); /* (valgrind does not know a per-CPU map's lookup fills it) */
-    int fd = bpf_map__fd(skel->maps.counters);
+    int fd = bpf_map__fd(sk->maps.counters);
     __u32 k = PYBPF_C_RECORDS;
     if (bpf_map_lookup_elem(fd, &k, v) == 0)
         for (int i = 0; i < ncpu; i++)

@@ -3,9 +3,10 @@
  * pyframes.bpf.c) attached to the thread's perf events, and paired here with the same
  * sample's stack copy.
  *
- * The program is loaded once, when the first Python target comes (and not again once the
- * kernel refused it: no CAP_BPF or CAP_PERFMON, no BPF or no program type, a seccomp
- * filter). Each Python process profd reads is in its map with its version's layout; the
+ * The program is loaded once, when the first Python target comes, on a thread of its own
+ * (the targets' threads are stopped for their frames until it is loaded, then switched
+ * over), and not again once the kernel refused it: no CAP_BPF or CAP_PERFMON, no BPF or no
+ * program type, a seccomp filter. Each Python process profd reads is in its map with its version's layout; the
  * program finds the interrupted thread's state, walks its chain and writes one record per
  * sample into a ring buffer, stamped with the perf event it ran for and the time. profd
  * reads the ring buffer before it reads a perf sample of such a thread, keeps each thread's
@@ -39,6 +40,10 @@ struct pyk_queue {
     uint32_t head, tail, cap;
 };
 
+struct ev_loop;
+/* Set up (at start): the loop on which the program's loader says it is done. Loads
+ * nothing. */
+void pyk_init(struct ev_loop *loop);
 /* After t's runtime was looked for (attach, new maps, exec): t->py.kernel says whether its
  * frames come from the kernel from now on, t->py.kernel_why why not. Its threads' events
  * opened before keep what they had (the caller reopens them). */

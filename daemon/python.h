@@ -76,6 +76,9 @@ struct py_target {
     /* Its running threads' frames read in the kernel at their perf samples' instant
      * (pykernel.h): when kernel is false, they are stopped for them, kernel_why says why. */
     bool kernel;
+    bool kernel_loading;        /* not yet: the program is being loaded */
+    bool kernel_reopen;         /* it just began: events opened before, without the program,
+                                   are closed at the next tick (sampler_tick) */
     uint64_t kernel_module;     /* the module whose runtime the program was given */
     char kernel_why[160];
     struct py_kernel_stats {

@@ -509,6 +509,23 @@ void sampler_sample_boundary(struct target *t, pid_t tid, uint64_t now, uint64_t
     sample_one(t, th, now);
 }
 
+/* t's Python frames are read in the kernel from now on (a runtime found since attach: an
+ * exec, a library loaded): its threads' events opened before, without the program, would
+ * give samples without them. Closed here, they open again with it as they are asked for.
+ * (cputime's clock keeps its own: it has stacks only after a thread's first interval of
+ * CPU, which a process that execs into Python spends mostly after the exec.) */
+static void py_kernel_began(struct target *t)
+{
+    t->py.kernel_reopen = false;
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        sampler_latest_close(th);
+        sampler_preempt_close(th);
+        if (!th->smp.ps.continuous)
+            sampler_stream_close(th);
+    }
+}
+
 void sampler_tick(struct target *t, const struct sample_req *rq)
 {
     uint64_t tick_ns = rq->tick_ns;
@@ -520,6 +537,8 @@ void sampler_tick(struct target *t, const struct sample_req *rq)
      * the maps is copied up to UNKNOWN_STACK_COPY. */
     if (t->maps_dirty && tick_ns - t->maps_read_ns > 20 * NS_PER_MS)
         target_refresh_maps(t);
+    if (t->py.kernel_reopen)
+        py_kernel_began(t);
     /* What the kernel sampled since the last tick (one-shot samples of that tick). */
     sampler_flush(t);
     for (size_t i = 0; i < t->nthreads; i++) {

@@ -1001,14 +1001,6 @@ static void target_execed(struct target *t, struct thread *th)
     t->py.module_id = 0;
     py_target_detect(&t->py, t->pid, &t->maps);
     pyk_target_update(t);
-    if (t->py.kernel) {
-        /* Its events from before, without the program: opened again as they are asked for.
-         * (cputime's clock with stacks is reopened by cputime; before an exec it counts.) */
-        sampler_latest_close(leader);
-        sampler_preempt_close(leader);
-        if (!leader->smp.ps.continuous)
-            sampler_stream_close(leader);
-    }
     log_info("process %d exec'd %s", t->pid, t->exe);
     if (t->state == T_DETACHING)
         detach_thread(leader, 0);
@@ -1503,8 +1495,11 @@ size_t target_memory(const struct target *t)
     for (size_t i = 0; i < t->nepochs; i++)
         m += t->epochs[i].maps.n * sizeof(struct map_entry);
     m += t->maps.n * sizeof(struct map_entry);
-    for (size_t i = 0; i < t->nthreads; i++)
-        m += perfs_bytes(&t->threads[i]->smp.ps) + perfs_bytes(&t->threads[i]->smp.pl); /* the
-                                                           kernel's rings: locked memory */
+    for (size_t i = 0; i < t->nthreads; i++) {
+        const struct sampler_thread *smp = &t->threads[i]->smp;
+        m += perfs_bytes(&smp->ps) + perfs_bytes(&smp->pl); /* the kernel's rings: locked */
+        for (int k = 0; k < PYK_EVENTS; k++)
+            m += smp->pyq[k].cap; /* records of Python frames not paired yet (pykernel.h) */
+    }
     return m + py_target_memory(&t->py);
 }

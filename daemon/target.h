@@ -140,7 +140,9 @@ enum target_state {
                                     of CPU, no copy yet) */                                        \
     X(T, stopped_without_files)  /* without their /proc files (fds.h), not known to be             \
                                     blocked, and no event asked for */                             \
-    X(T, stopped_for_python)     /* running: Python frames are read in the stop (python.h) */
+    X(T, stopped_for_python)     /* running: Python frames are read in the stop (python.h) */      \
+    X(T, stopped_for_python_loading) /* the same while the eBPF program that reads them at         \
+                                        the sample is loaded (pykernel.h) */
 
 /* "perf"."switch_watch": the switch watches of threads that seldom run (watch.c). */
 #define TARGET_STATS_SWITCH_WATCH(X, T)                                                            \
