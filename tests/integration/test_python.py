@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import sys
+import time
 
 from harness import *
 
@@ -108,6 +109,13 @@ def run(python, sampler):
         with Daemon(env=env) as d:
             d.ctl("attach", app.pid, "--hz", HZ, "--sampler",
                   "auto" if sampler == "stops" else sampler)
+            # The eBPF program loads on a thread of its own at a daemon's first Python
+            # target (tens of ms; seconds under valgrind): the samples judged are after it.
+            deadline = time.monotonic() + 30 * SLOW
+            while time.monotonic() < deadline and \
+                    (d.status().get("daemon", {}).get("python_ebpf") or {}).get("why_not") == \
+                    "being loaded":
+                time.sleep(0.05)
             app.stdin.write("reset\n")
             app.stdin.flush()
             # Enough samples of the work thread for a split within 5 points: 4 threads a
