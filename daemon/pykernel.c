@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,7 +91,7 @@ static void *load_thread(void *arg)
     }
     s = pyframes_bpf__open();
     if (!s) {
-        r = -errno;
+        r = errno ? -errno : -ENOMEM;
     } else {
         /* (The kernel's dev_t: major << 20 | minor.) */
         s->rodata->pidns_dev = ((uint64_t)major(ns.st_dev) << 20) | minor(ns.st_dev);
@@ -163,7 +164,12 @@ static int load(void)
     }
     libbpf_set_print(on_libbpf);
     __atomic_store_n(&load_state, LOAD_RUNNING, __ATOMIC_RELEASE);
+    /* (No signal for it: they are the loop's.) */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     int r = pthread_create(&loader, NULL, load_thread, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     loader_started = r == 0;
     if (r) {
         snprintf(why_not, sizeof(why_not), "no thread to load the eBPF program (%s)",

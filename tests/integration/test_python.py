@@ -101,7 +101,7 @@ def check_path(what, sampler, st, ebpf):
              k.get("missing", 0), k.get("faulted", 0)))
 
 
-def run(python, sampler):
+def run(python, sampler, first=True):
     what = "%s (%s)" % (python, sampler)
     app = start_pyapp(python, what)
     env = {"PROFD_PYTHON_BPF": "0"} if sampler == "stops" else None
@@ -183,6 +183,7 @@ def run(python, sampler):
         # still_stopping.)
         tot = sum(spent.values()) or 1
         want = {"__main__.phase_a": 60, "__main__.phase_b": 30, "__main__.phase_c": 10}
+        off = []
         for k, e in want.items():
             got = 100.0 * share[k] / max(1, named)
             measured = 100.0 * spent[k[-1]] / tot
@@ -190,8 +191,15 @@ def run(python, sampler):
                    "for %d%%)" % (what, k, got, measured, e))
             if WRAPPED:
                 log("not checked under a slow wrapper (too few samples):", msg)
+            elif first and abs(got - measured) > 5:
+                off.append(msg)
             else:
                 check(abs(got - measured) <= 5, msg)
+        if off:
+            # (As test_truth: a run off by more, on a machine busy with other work, is run
+            # again once and the second judged.)
+            log("off by more than 5 points, run again once:", "; ".join(off))
+            return False
         check(under_b and native_under_b >= 0.8 * under_b and
               (in_libz >= 0.1 * under_b or (WRAPPED and in_libz)),
               "%s: native frames under __main__.phase_b (zlib.compress) in %d of its %d "
@@ -253,7 +261,8 @@ def run(python, sampler):
 
 for python in interpreters:
     for sampler in SAMPLERS:
-        run(python, sampler)
+        if run(python, sampler) is False:
+            run(python, sampler, first=False)
 
 # A CPython profd cannot read (before 3.11): said in status, native stacks still sampled.
 old = sorted(glob.glob(os.path.join(root, "versions", "3.[0-9].*", "bin", "python3.[0-9]")) +
@@ -277,6 +286,54 @@ else:
         check(py.get("frames") is False and "3.11" in py.get("error", "") and native > 0,
               "%s: status says profd cannot read it (%s), and its native stacks are sampled "
               "(%d samples in the evaluation loop)" % (python, py.get("error"), native))
+    finally:
+        app.kill()
+        app.wait()
+
+# Hostile frames: a program that makes the code object it runs look like another type (its
+# ob_type set to int's, with ctypes) while it runs. The program's check refuses the chain at
+# that frame (failed_check), the sample keeps its native frames only, nothing is named from
+# it, and the daemon goes on sampling.
+HOSTILE = r"""
+import ctypes, sys
+def victim():
+    x = 0
+    while True:
+        for i in range(100):
+            x += i
+ctypes.c_void_p.from_address(id(victim.__code__) + 8).value = id(int)
+print("ready", flush=True)
+victim()
+"""
+if not WRAPPED:
+    python = interpreters[-1]
+    app = subprocess.Popen([python, "-c", HOSTILE], stdout=subprocess.PIPE, text=True)
+    try:
+        if app.stdout.readline().strip() != "ready":
+            fail("%s: the hostile program did not start" % python)
+        with Daemon() as d:
+            d.ctl("attach", app.pid, "--hz", HZ)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and \
+                    (d.status().get("daemon", {}).get("python_ebpf") or {}).get("why_not") == \
+                    "being loaded":
+                time.sleep(0.05)
+            d.wait_samples(app.pid, 200, timeout=60)
+            st = d.target_status(app.pid)
+            ebpf = d.status().get("daemon", {}).get("python_ebpf") or {}
+            prof = d.slice(app.pid)
+        k = (st.get("python") or {}).get("kernel") or {}
+        named = sum(c for s, c in prof.items() if "__main__.victim" in s)
+        native = sum(c for s, c in prof.items() if "_PyEval_EvalFrameDefault" in s)
+        if ebpf.get("loaded"):
+            check(k.get("failed_check", 0) > 0 and named == 0 and native > 0 and
+                  app.poll() is None,
+                  "%s: a code object made to look like another type while it runs: its chains "
+                  "refused by the program's check (%d), never named (%d), its native frames "
+                  "sampled (%d)" % (python, k.get("failed_check", 0), named, native))
+        else:
+            log("%s: the eBPF program did not load here (%s): the hostile frames are not "
+                "checked on it" % (python, ebpf.get("why_not")))
     finally:
         app.kill()
         app.wait()
