@@ -217,7 +217,8 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
                "preempt_watch_failed", "latest_across_waits", "latest_in_sliced_window",
                "lost", "without_registers", "copy_too_short", "copy_shrunk", "copy_bytes",
                "stopped_stack_too_deep", "stopped_no_event", "stopped_first_interval",
-               "stopped_without_files", "stopped_for_python", "switch_watch"}
+               "stopped_without_files", "stopped_for_python", "stopped_for_python_loading",
+               "switch_watch"}
     counters = [ts[p.pid].get(k) for k in ("ticks", "running_again", "threads_stopped",
                                            "syscalls_restarted", "wakeups_rescued",
                                            "signals_forwarded", "group_stops",
