@@ -127,9 +127,8 @@ uint32_t unwind_copy(struct target *t, struct thread *th, const struct perf_stre
                                                 : PYK_CLOCK;
         npy = pyk_take(t, th, ev, time_ns, pyframes);
         if (npy == PYK_MISSING && ev == PYK_PREEMPT) {
-            /* A switch the program did not walk (it walks preemptions only, by the task's
-             * state, which the watch may see otherwise): not this tick's sample, which is
-             * the clock's or a one-shot's then. */
+            /* A switch without its record (the ring buffer was full): not this tick's
+             * sample, which is the clock's or a one-shot's then. */
             npy = 0;
             return STACK_NONE;
         }

@@ -9,7 +9,6 @@
  * pyframes.c checks it (a code object's type; bounded counts), and a chain longer than a
  * record is marked truncated, its outer frames left out, never guessed. */
 #include <linux/bpf.h>
-#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 
 #include "pybpf.h"
@@ -287,24 +286,10 @@ int py_latest(void *ctx)
     return walk(PYBPF_LATEST);
 }
 
-/* The kernel's task, as far as the program reads it: its state's offset comes from the
- * running kernel's BTF when the program is loaded (CO-RE). */
-struct task_struct {
-    unsigned int __state;
-} __attribute__((preserve_access_index));
-
-/* The preemption watch on the context-switch event: every switch out, blocks too. Only a
- * preemption's sample is ever taken for a tick (the thread left runnable: state 0), so a
- * block's is not walked (where the kernel's BTF says where the state is). */
 SEC("perf_event")
 int py_preempt(void *ctx)
 {
     (void)ctx;
-    if (bpf_core_field_exists(((struct task_struct *)0)->__state)) {
-        struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-        if (BPF_CORE_READ(task, __state) != 0)
-            return 1; /* (its sample as always: the watch reads the switches) */
-    }
     return walk(PYBPF_PREEMPT);
 }
 

@@ -86,17 +86,21 @@ def check_path(what, sampler, st, ebpf):
     # A chain that fails a check would be a torn read: none. A sample whose record is missing
     # (native frames only, counted) or whose chain a fault ended: rare (one in 70 once, with
     # the daemon under valgrind).
-    # (Stopped only while the program was being loaded, on a thread of its own: at the first
-    # Python target of a daemon, tens of milliseconds, seconds under valgrind.)
+    # (Stopped for Python frames only while the program was being loaded, on a thread of its
+    # own: at the first Python target of a daemon, tens of milliseconds, seconds under
+    # valgrind. Other stops, as for a native target's running threads: rare; once 127 of
+    # ~1,500 in one run on a busy machine, not seen again in ten.)
     loading = perf.get("stopped_for_python_loading", 0)
     check(k.get("frames") is True and stopped == 0 and
-          st["sampled"].get("stopped", 0) <= loading and paired > 0 and
+          st["sampled"].get("stopped", 0) <= loading + 0.05 * st["sampled"].get("kernel_copy", 0)
+          and paired > 0 and
           st["sampled"].get("kernel_copy", 0) >= paired and k.get("failed_check", 0) == 0 and
           k.get("missing", 0) + k.get("faulted", 0) <= max(2, 0.01 * paired),
           "%s: running threads sampled without a stop, their Python frames read in the "
           "kernel: %d samples paired with their record, %d stopped (for Python %d, while the "
-          "program loaded %d), %d failing a check, %d without a record, %d ended by a fault"
+          "program loaded %d; %s), %d failing a check, %d without a record, %d ended by a fault"
           % (what, paired, st["sampled"].get("stopped", 0), stopped, loading,
+             {x: v for x, v in perf.items() if x.startswith("stopped") and v},
              k.get("failed_check", 0),
              k.get("missing", 0), k.get("faulted", 0)))
 
