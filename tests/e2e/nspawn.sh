@@ -178,8 +178,10 @@ st = json.load(open(sys.argv[1]))
 t = st["targets"][0]
 k = t["python"]["kernel"]
 print("python_ebpf", st["daemon"].get("python_ebpf"), "kernel", k, "stopped", t["sampled"]["stopped"])
+# (Stopped only while the program loaded, on its own thread: perf.stopped_for_python_loading.)
 sys.exit(0 if st["daemon"]["python_ebpf"]["loaded"] and k["frames"] and k["paired"] > 0 and
-         t["sampled"]["stopped"] == 0 else 1)
+         t["perf"]["stopped_for_python"] == 0 and
+         t["sampled"]["stopped"] <= t["perf"]["stopped_for_python_loading"] else 1)
 PY
 check "Python: the profile names __main__.spin_py" grep -q '__main__.spin_py' /tmp/py.folded
 kill "$pyb"
