@@ -113,6 +113,12 @@ void learn_perf_stack(struct thread *th, uint64_t sp)
     stack_look_restart(th);
 }
 
+/* Which of th's events ps is, for the Python frames' program (pykernel.h). */
+static enum pyk_event pyk_event_of(const struct thread *th, const struct perf_stream *ps)
+{
+    return ps == &th->smp.pl ? PYK_LATEST : ps == &th->smp.pw ? PYK_PREEMPT : PYK_CLOCK;
+}
+
 /* Unwind a kernel's copy (in snap) of th's event ps's sample taken at time_ns and intern
  * it, with the Python frames the kernel read at that sample (pykernel.h), if any; learn from
  * it how much the thread's copies should hold. Returns as unwind_and_intern. */
@@ -122,9 +128,7 @@ uint32_t unwind_copy(struct target *t, struct thread *th, const struct perf_stre
     uint32_t stack_size = ps->stack_size;
     enum unwind_end end;
     if (t->py.kernel) {
-        enum pyk_event ev = ps == &th->smp.pl   ? PYK_LATEST
-                            : ps == &th->smp.pw ? PYK_PREEMPT
-                                                : PYK_CLOCK;
+        enum pyk_event ev = pyk_event_of(th, ps);
         npy = pyk_take(t, th, ev, time_ns, pyframes);
         if (npy == PYK_MISSING && ev == PYK_PREEMPT) {
             /* A switch without its record (the ring buffer was full): not this tick's
@@ -281,10 +285,7 @@ int perf_open_once(struct thread *th, enum stream_kind kind, uint64_t period,
             : kind == STREAM_PREEMPT ? perfs_open_preempt(ps, th->tid, stack, th->t->py.kernel)
                                      : perfs_open(ps, th->tid, period, stack, continuous, batch);
     if (r == 0 && stack && th->t->py.kernel &&
-        (r = pyk_attach(th->t, ps->fd, kind == STREAM_LATEST    ? PYK_LATEST
-                                       : kind == STREAM_PREEMPT ? PYK_PREEMPT
-                                                                : PYK_CLOCK,
-                        ps->tracepoint)) < 0)
+        (r = pyk_attach(th->t, ps->fd, pyk_event_of(th, ps), ps->tracepoint)) < 0)
         perfs_close(ps); /* (its samples would lack the Python frames: stopped for them) */
     if (r == 0)
         memacct_add(memory_samples(), perfs_bytes(ps));

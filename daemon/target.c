@@ -367,6 +367,14 @@ static pid_t mm_tid(const struct target *t)
     return t->pid;
 }
 
+/* Look for t's CPython runtime in its maps (python.h), and where its running threads' frames
+ * are read from then (pykernel.h). */
+static void detect_python(struct target *t)
+{
+    py_target_detect(&t->py, t->pid, &t->maps);
+    pyk_target_update(t);
+}
+
 int target_refresh_maps(struct target *t)
 {
     struct maps nm;
@@ -419,8 +427,7 @@ int target_refresh_maps(struct target *t)
     t->maps = nm;
     t->maps_dirty = false;
     epoch_merge(t, &t->maps);
-    py_target_detect(&t->py, t->pid, &t->maps);
-    pyk_target_update(t);
+    detect_python(t);
     if (code_gone) {
         /* Code unmapped (dlclose): cached unwind rules for its addresses may now be wrong. */
         unwinder_flush(&t->unw);
@@ -755,8 +762,7 @@ static int seize_and_set_up(pid_t pid, unsigned hz, uint64_t buffer_ns,
         goto setup_failed;
     }
     epoch_merge(t, &t->maps);
-    py_target_detect(&t->py, t->pid, &t->maps);
-    pyk_target_update(t);
+    detect_python(t);
     r = unwinder_init(&t->unw, mm_tid(t), &t->maps);
     if (r < 0) {
         snprintf(why, whylen, "cannot set up unwinding: %s", strerror(-r));
@@ -999,8 +1005,7 @@ static void target_execed(struct target *t, struct thread *th)
      * old generation's stacks name them.) */
     t->py.status = PYS_NONE;
     t->py.module_id = 0;
-    py_target_detect(&t->py, t->pid, &t->maps);
-    pyk_target_update(t);
+    detect_python(t);
     log_info("process %d exec'd %s", t->pid, t->exe);
     if (t->state == T_DETACHING)
         detach_thread(leader, 0);
