@@ -89,7 +89,10 @@ static void perf_usage(const struct target *t, struct perf_usage *u)
         const struct thread *th = t->threads[i];
         const struct perf_stream *ev[3] = {&th->smp.ps, &th->smp.pl, &th->smp.pw};
         for (size_t k = 0; k < 3; k++) {
-            if (ev[k]->fd < 0 || !ev[k]->stack_size)
+            /* (A one-shot not armed copies nothing: it is opened again at the thread's
+             * size when next asked, kcopy.c.) */
+            if (ev[k]->fd < 0 || !ev[k]->stack_size ||
+                (k == 0 && !ev[k]->continuous && !ev[k]->armed))
                 continue;
             if (!copy_min || ev[k]->stack_size < copy_min)
                 copy_min = ev[k]->stack_size;

@@ -26,6 +26,7 @@
 
 #include "log.h"
 #include "maps.h"
+#include "unwind_internal.h"
 
 #define RED_ZONE 128
 
@@ -38,6 +39,7 @@ struct uctx {
     bool noinfo;        /* some frame had no unwind info: libunwind then guesses from rbp */
     uint64_t noinfo_ip;
     uint64_t cur_sp;    /* stack pointer of the frame being stepped */
+    bool go_hit;        /* the frame being stepped was found to be Go code (gounwind.c) */
 };
 static struct uctx *cur;
 
@@ -107,7 +109,7 @@ extern int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t as, unw_word_t ip
 
 /* Is [addr, addr + n) inside the snapshot? Written without addr + n, which a target can make
  * wrap around (an rbp of 0xfffffffffffffff8 followed by libunwind's frame-chain guess). */
-static bool in_snapshot(const struct snapshot *s, uint64_t addr, uint64_t n)
+bool in_snapshot(const struct snapshot *s, uint64_t addr, uint64_t n)
 {
     return addr >= s->base && s->len >= n && addr - s->base <= s->len - n;
 }
@@ -120,7 +122,7 @@ static ssize_t read_remote(pid_t pid, void *dst, uint64_t addr, size_t len)
 }
 
 /* Read one word of file-backed memory through the page cache. */
-static int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val)
+int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val)
 {
     const struct map_entry *m = u->maps ? maps_find(u->maps, addr) : NULL;
     if (!m)
@@ -181,7 +183,7 @@ static int access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int
     return read_cached(c->u, addr, val);
 }
 
-static bool is_code(struct unwinder *u, uint64_t addr)
+bool is_code(struct unwinder *u, uint64_t addr)
 {
     const struct map_entry *m = u->maps ? maps_find(u->maps, addr) : NULL;
     return m && (m->prot & MAP_PROT_X);
@@ -190,7 +192,7 @@ static bool is_code(struct unwinder *u, uint64_t addr)
 /* Was the instruction before ret a call? Checks the common encodings: call rel32 (E8),
  * call *%reg (FF D0+r), call *disp8(%reg) (FF 50+r), call *disp32(%rip) or *disp32(%reg)
  * (FF 15 / FF 90+r), call *(%reg,...) with SIB forms. */
-static bool preceded_by_call(struct unwinder *u, uint64_t ret)
+bool preceded_by_call(struct unwinder *u, uint64_t ret)
 {
     unw_word_t w;
     if (ret < 8 || read_cached(u, ret - 8, &w) < 0)
@@ -363,7 +365,7 @@ static bool read_encoded(const uint8_t **p, const uint8_t *end, uint8_t enc, uin
 }
 
 /* Read n bytes of file-backed memory at addr through the page cache. */
-static bool read_bytes(struct unwinder *u, uint64_t addr, void *out, size_t n)
+bool read_bytes(struct unwinder *u, uint64_t addr, void *out, size_t n)
 {
     uint8_t *o = out;
     while (n > 0) {
@@ -463,15 +465,15 @@ static const struct map_entry *base_mapping(const struct unwinder *u, const stru
     return best;
 }
 
-/* The unwind table of the object mapped at m, found on first use. */
-static const struct eh_table *eh_table_for(struct unwinder *u, const struct map_entry *m)
+/* The entry of the object mapped at m, its unwind table found on first use. */
+static struct eh_table *module_table(struct unwinder *u, const struct map_entry *m)
 {
     const struct map_entry *b = base_mapping(u, m);
     if (!b)
         return NULL;
     for (size_t i = 0; i < u->ntables; i++)
         if (u->tables[i].base == b->start)
-            return u->tables[i].ok ? &u->tables[i] : NULL;
+            return &u->tables[i];
     if (u->ntables == MAX_TABLES)
         return NULL;
     if (u->ntables == u->cap_tables) {
@@ -486,7 +488,7 @@ static const struct eh_table *eh_table_for(struct unwinder *u, const struct map_
     memset(t, 0, sizeof(*t));
     t->base = b->start;
     eh_build(u, t);
-    return t->ok ? t : NULL;
+    return t;
 }
 
 /* Unwind tables, from the ELF headers and .eh_frame_hdr in the process's memory (file-backed
@@ -506,10 +508,16 @@ static int find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *p
     if (!m) {
         u->maps_miss = true;
     } else if (m->path && (m->path[0] == '/' || !strcmp(m->path, "[vdso]"))) {
-        const struct eh_table *t = eh_table_for(u, m);
-        if (t && ip >= t->lo && ip < t->hi) {
+        struct eh_table *t = module_table(u, m);
+        if (t && t->ok && ip >= t->lo && ip < t->hi) {
             unw_dyn_info_t di = t->di;
             r = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, c);
+        }
+        /* Code without CFI in an object not looked at yet: Go's? (gounwind.c) */
+        if (r < 0 && t && !t->go_probed) {
+            go_probe(u, t);
+            if (go_covers(u, ip))
+                c->go_hit = true;
         }
     }
     if (r < 0 && !c->noinfo) {
@@ -577,6 +585,7 @@ int unwinder_init(struct unwinder *u, pid_t pid, const struct maps *maps)
 
 void unwinder_finish(struct unwinder *u)
 {
+    go_finish(u);
     if (u->as)
         unw_destroy_addr_space(u->as);
     free(u->pages);
@@ -593,13 +602,17 @@ void unwinder_flush(struct unwinder *u)
             u->pages[i].addr = 0;
     u->ntables = 0;
     u->maps_miss = false;
+    go_flush(u);
 }
 
-/* One libunwind pass over the snapshot's current registers. */
+/* One libunwind pass over the snapshot's current registers. Stops at a frame in Go code
+ * (*go_at, the frame's stack pointer in *go_sp: the last of the frames returned), which
+ * gounwind.c steps on. */
 static int unwind_pass(struct unwinder *u, struct snapshot *s, uint64_t *ips, int max,
-                       enum unwind_end *end)
+                       enum unwind_end *end, bool *go_at, uint64_t *go_sp)
 {
     struct uctx c = {.u = u, .s = s};
+    *go_at = false;
     unw_cursor_t cursor;
     int n = 0;
     *end = UNWIND_TRUNCATED;
@@ -636,7 +649,18 @@ static int unwind_pass(struct unwinder *u, struct snapshot *s, uint64_t *ips, in
         unw_word_t sp;
         if (unw_get_reg(&cursor, UNW_REG_SP, &sp) == 0)
             c.cur_sp = sp;
+        if (u->go && go_covers(u, ip)) {
+            *go_at = true;
+            *go_sp = c.cur_sp;
+            break;
+        }
         int r = unw_step(&cursor);
+        if (c.go_hit) {
+            /* This frame's code was just found to be Go's (its lookup found no CFI). */
+            *go_at = true;
+            *go_sp = c.cur_sp;
+            break;
+        }
         if (r == 0) {
             *end = UNWIND_COMPLETE;
             break;
@@ -649,11 +673,15 @@ out:
     cur = NULL;
     if (c.noinfo && n > 0) {
         /* Keep the frames up to the one without unwind info; what libunwind guessed beyond
-         * it from rbp is not trustworthy. (ip - 1 is what it looks up for callers.) */
+         * it from rbp is not trustworthy. (ip - 1 is what it looks up for callers.) The Go
+         * frame a pass stopped at has none either: gounwind.c goes on from it. */
         for (int i = 0; i < n; i++) {
             if (ips[i] == c.noinfo_ip || ips[i] - 1 == c.noinfo_ip) {
+                if (*go_at && i == n - 1)
+                    break;
                 n = i + 1;
                 *end = UNWIND_TRUNCATED;
+                *go_at = false;
                 break;
             }
         }
@@ -678,11 +706,12 @@ void unwinder_set_tid(struct unwinder *u, pid_t tid)
     unwinder_flush(u);
 }
 
-int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int max,
-                    enum unwind_end *end)
+/* The DWARF part of an unwind from the snapshot's registers (see unwinder_unwind). */
+static int dwarf_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int max,
+                        enum unwind_end *end, bool *go_at, uint64_t *go_sp)
 {
-    int n = unwind_pass(u, s, ips, max, end);
-    if (n != 1 || *end != UNWIND_TRUNCATED || max < 2)
+    int n = unwind_pass(u, s, ips, max, end, go_at, go_sp);
+    if (n != 1 || *end != UNWIND_TRUNCATED || max < 2 || *go_at)
         return n;
     /* The leaf has no unwind information. glibc's syscall stubs leave their syscall
      * instruction and what follows it without CFI on purpose (clone3: parent and child
@@ -707,13 +736,52 @@ int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int m
     struct user_regs_struct saved = s->regs;
     s->regs.rip = ret;
     s->regs.rsp = sp + 8;
-    int m = unwind_pass(u, s, ips + 1, max - 1, end);
+    int m = unwind_pass(u, s, ips + 1, max - 1, end, go_at, go_sp);
     s->regs = saved;
     if (m == 0) {
         *end = UNWIND_TRUNCATED;
         return 1;
     }
     return 1 + m;
+}
+
+/* Legs of an unwind that crosses between Go code and other code: a bound on a stack that
+ * would bounce between them for ever. */
+#define MAX_LEGS 16
+
+int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int max,
+                    enum unwind_end *end)
+{
+    bool go_at;
+    uint64_t go_sp;
+    int n = dwarf_unwind(u, s, ips, max, end, &go_at, &go_sp);
+    for (int leg = 0; go_at && n > 0; leg++) {
+        uint64_t pc = ips[n - 1], sp = go_sp;
+        if (leg == MAX_LEGS || go_unwind(u, s, &pc, &sp, n == 1, ips, &n, max, end))
+            break;
+        /* Out of Go code into code with CFI at pc (the last frame), sp: DWARF again, with
+         * only those two registers known (rbp is guessed, as for a blocked thread). */
+        struct user_regs_struct saved = s->regs;
+        bool full = s->full_regs, tried = s->bp_tried, found = s->bp_found;
+        uint64_t guess = s->bp_guess;
+        memset(&s->regs, 0, sizeof(s->regs));
+        s->regs.rip = pc;
+        s->regs.rsp = sp;
+        s->full_regs = false;
+        s->bp_tried = false;
+        int m = unwind_pass(u, s, ips + n - 1, max - n + 1, end, &go_at, &go_sp);
+        s->regs = saved;
+        s->full_regs = full;
+        s->bp_tried = tried;
+        s->bp_found = found;
+        s->bp_guess = guess;
+        if (m == 0) {
+            *end = UNWIND_TRUNCATED;
+            break;
+        }
+        n += m - 1;
+    }
+    return n;
 }
 
 int snapshot_copy_stack(pid_t tid, uint64_t sp, uint64_t limit, struct snapshot *s)

@@ -44,8 +44,11 @@ struct eh_table {
     uint64_t base;      /* address of the object's first mapping (file offset 0) */
     uint64_t lo, hi;    /* its loaded segments */
     bool ok;            /* a usable .eh_frame_hdr search table */
+    bool go_probed;     /* looked for a Go function table (gounwind.c) */
     unw_dyn_info_t di;
 };
+
+struct go_module; /* gounwind.c */
 
 /* Unwinding state of one process: one libunwind address space with a global cache, the
  * unwind tables of the objects it maps, and a small cache of pages of file-backed memory
@@ -62,6 +65,9 @@ struct unwinder {
     bool maps_miss;          /* code outside every known mapping was asked for */
     uint64_t page_reads;     /* process_vm_readv calls for the page cache */
     uint64_t masks_spared;   /* libunwind's signal-mask calls not made (unwind.c) */
+    struct go_module *go;    /* Go modules found (gounwind.c), a list */
+    uint8_t *go_stack;       /* a goroutine's stack read across a cgo call (gounwind.c) */
+    uint64_t go_frames;      /* frames stepped by the Go runtime's tables */
     /* How the target's memory outside the snapshot is read: len bytes at addr into dst,
      * returning the bytes read or -1 (errno set). process_vm_readv of pid (set by
      * unwinder_init); tests/fuzz/fuzz_unwind.c gives the unwinder an address space of its

@@ -1,0 +1,375 @@
+/* gounwind.c: unwinding Go code by the Go runtime's own function table.
+ *
+ * Go emits no call-frame information (.eh_frame) for its code, so libunwind finds none and
+ * would guess from rbp. Every Go binary (stripped with -ldflags=-s -w too) carries instead
+ * .gopclntab, whose pcsp table gives, for every pc of every function, how far the stack
+ * pointer is from the frame's return address slot; that is what the Go runtime's own
+ * traceback uses. It is exact at every instruction (in a prologue before the frame pointer
+ * is saved, in frameless leaf functions, which push no frame pointer at all), where a
+ * frame-pointer walk would skip the caller of a leaf and misread a prologue: so this steps
+ * Go frames by pcsp, not by rbp.
+ *
+ * The table is found once per object, in its memory: an object whose ELF notes say Go is
+ * searched for the table's header (the first 8 bytes are fixed per layout) in its read-only
+ * mappings, and the candidate must be a sound table whose code lies in the object's own
+ * executable mapping. Reads go through the unwinder's page cache (file-backed memory only),
+ * and the table is parsed by common/gopclntab.c, bounded and fuzzed.
+ *
+ * Where an unwind ends (Go's traceback, runtime/traceback.go, ends at the same places):
+ * - runtime.goexit: the outermost frame of every goroutine; runtime.mstart and
+ *   runtime.rt0_go: of the system stacks (g0) of threads and of the main thread. Complete.
+ * - runtime.mcall: a goroutine gave the thread back to the scheduler, which runs on the
+ *   thread's g0 stack from there; the goroutine is no longer this thread's. Complete.
+ * - runtime.asmcgocall (a cgo call, C code running on g0): the goroutine's stack pointer is
+ *   saved on g0 as its depth below the goroutine's stack top (g.stack.hi): the goroutine's
+ *   frames are read from there (live: they do not change while the C call runs) and
+ *   stepped on, down to runtime.goexit.
+ * - runtime.systemstack, runtime.morestack (the runtime's code on g0 on a goroutine's
+ *   behalf): the goroutine's frames would need the thread's m and its current g, whose
+ *   offsets change between versions: truncated there.
+ * A return address outside Go code hands the unwind back to DWARF (C code called from Go
+ * through a callback, the vDSO). */
+#include <elf.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gopclntab.h"
+#include "log.h"
+#include "maps.h"
+#include "unwind_internal.h"
+
+#define GO_CACHE 1024            /* pc -> step, per module */
+#define GO_SCAN_MAX (512u << 20) /* bytes of an object searched for its table */
+#define GO_STACK_READ (64 * 1024) /* a goroutine's stack read across a cgo call */
+#define GO_MAX_STACK (1ull << 30) /* Go's own limit on a goroutine's stack */
+
+enum go_kind {
+    GO_FRAME,   /* step by pcsp */
+    GO_TOP,     /* the outermost frame of a stack: goexit, mstart, rt0_go, mcall */
+    GO_CGOCALL, /* asmcgocall: C code on g0, the goroutine beneath */
+    GO_STOP,    /* a switch not followed (systemstack, morestack, cgocallback) */
+    GO_ASYNC,   /* asyncPreempt: called by a signal, at any instruction of its caller */
+    GO_BAD,     /* no function or no delta at this pc */
+};
+
+struct go_slot {
+    uint64_t pc; /* 0 = empty */
+    int32_t delta;
+    uint8_t kind;
+};
+
+struct go_module {
+    struct go_module *next;
+    struct gopcln tab;
+    struct go_slot cache[GO_CACHE];
+};
+
+static bool go_read(void *ctx, uint64_t addr, void *dst, size_t n)
+{
+    return read_bytes(ctx, addr, dst, n);
+}
+
+/* Does the object at base carry Go's build-id note ("Go", type 4)? */
+static bool is_go_object(struct unwinder *u, uint64_t base)
+{
+    Elf64_Ehdr eh;
+    if (!read_bytes(u, base, &eh, sizeof(eh)) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+        eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr) ||
+        eh.e_phnum == 0 || eh.e_phnum > 64 || eh.e_phoff > 65536)
+        return false;
+    Elf64_Phdr ph[64];
+    if (!read_bytes(u, base + eh.e_phoff, ph, eh.e_phnum * sizeof(Elf64_Phdr)))
+        return false;
+    uint64_t first = UINT64_MAX;
+    for (int i = 0; i < eh.e_phnum; i++)
+        if (ph[i].p_type == PT_LOAD && ph[i].p_offset < 4096 && first == UINT64_MAX)
+            first = ph[i].p_vaddr & ~4095ull;
+    if (first == UINT64_MAX)
+        return false;
+    for (int i = 0; i < eh.e_phnum; i++) {
+        if (ph[i].p_type != PT_NOTE || ph[i].p_filesz > 4096)
+            continue;
+        uint8_t note[4096];
+        size_t len = (size_t)ph[i].p_filesz;
+        if (ph[i].p_vaddr < first || !read_bytes(u, base + (ph[i].p_vaddr - first), note, len))
+            continue;
+        for (size_t at = 0; at + 12 <= len;) {
+            uint32_t namesz, descsz, type;
+            memcpy(&namesz, note + at, 4);
+            memcpy(&descsz, note + at + 4, 4);
+            memcpy(&type, note + at + 8, 4);
+            size_t name_at = at + 12, desc_at = name_at + ((namesz + 3ull) & ~3ull);
+            if (namesz > len || descsz > len || desc_at > len)
+                break;
+            if (namesz == 4 && type == 4 && !memcmp(note + name_at, "Go\0", 4))
+                return true;
+            at = desc_at + ((descsz + 3ull) & ~3ull);
+        }
+    }
+    return false;
+}
+
+/* Is [lo, hi) inside an executable mapping of the same file as m? */
+static bool in_code_of(const struct unwinder *u, const struct map_entry *m, uint64_t lo,
+                       uint64_t hi)
+{
+    const struct map_entry *c = maps_find(u->maps, lo);
+    return c && (c->prot & MAP_PROT_X) && c->inode == m->inode && c->path && m->path &&
+           !strcmp(c->path, m->path) && hi <= c->end;
+}
+
+/* Search mapping m for a sound function table whose code is the object's. */
+static bool scan_mapping(struct unwinder *u, const struct map_entry *m, uint8_t *buf,
+                         size_t cap, struct gopcln *tab, uint64_t *budget)
+{
+    static const uint32_t magics[] = {GOPCLN_MAGIC_120, GOPCLN_MAGIC_118, GOPCLN_MAGIC_116};
+    uint64_t words[3];
+    for (int k = 0; k < 3; k++)
+        words[k] = gopcln_header_word(magics[k]);
+    for (uint64_t a = m->start; a < m->end && *budget > 0;) {
+        size_t n = m->end - a < cap ? (size_t)(m->end - a) : cap;
+        if (n > *budget)
+            n = (size_t)*budget;
+        *budget -= n;
+        if (u->read_mem(u->pid, buf, a, n) != (ssize_t)n)
+            return false;
+        for (size_t i = 0; i + 8 <= n; i += 8) {
+            uint64_t w;
+            memcpy(&w, buf + i, 8);
+            if (w != words[0] && w != words[1] && w != words[2])
+                continue;
+            if (gopcln_init(tab, go_read, u, a + i, m->end - (a + i), 0) == 0 &&
+                in_code_of(u, m, tab->min_pc, tab->max_pc))
+                return true;
+        }
+        a += n;
+    }
+    return false;
+}
+
+void go_probe(struct unwinder *u, struct eh_table *t)
+{
+    if (t->go_probed || !u->maps)
+        return;
+    t->go_probed = true;
+    const struct map_entry *b = maps_find(u->maps, t->base);
+    if (!b || !b->path || b->path[0] != '/' || !is_go_object(u, t->base))
+        return;
+    struct go_module *g = calloc(1, sizeof(*g));
+    size_t cap = 256 * 1024;
+    uint8_t *buf = malloc(cap);
+    uint64_t budget = GO_SCAN_MAX;
+    bool found = false;
+    for (size_t i = 0; g && buf && i < u->maps->n && !found; i++) {
+        const struct map_entry *m = &u->maps->v[i];
+        if (m->start < t->base || (m->prot & MAP_PROT_X) || !(m->prot & MAP_PROT_R) ||
+            m->inode != b->inode || !m->path || strcmp(m->path, b->path))
+            continue;
+        found = scan_mapping(u, m, buf, cap, &g->tab, &budget);
+    }
+    free(buf);
+    if (!found) {
+        log_debug("pid %d: %s: a Go object without a function table found", u->pid, b->path);
+        free(g);
+        return;
+    }
+    log_debug("pid %d: %s: Go function table (layout %d, %u functions) at %#llx", u->pid,
+              b->path, g->tab.version, g->tab.nfunc, (unsigned long long)g->tab.base);
+    g->next = u->go;
+    u->go = g;
+}
+
+static struct go_module *module_of(const struct unwinder *u, uint64_t pc)
+{
+    for (struct go_module *g = u->go; g; g = g->next)
+        if (gopcln_covers(&g->tab, pc))
+            return g;
+    return NULL;
+}
+
+bool go_covers(const struct unwinder *u, uint64_t pc)
+{
+    return u->go && module_of(u, pc);
+}
+
+/* What the function f is, for where an unwind ends: by name (the funcID numbers change
+ * between versions), among the runtime's assembly functions only (from 1.17 the table
+ * flags them; the ABI wrappers of the same names are ordinary frames). */
+static enum go_kind special(const struct gopcln *tab, const struct gopcln_func *f)
+{
+    enum { FLAG_ASM = 4 };
+    if (tab->version != GOPCLN_116 && !(f->flag & FLAG_ASM))
+        return GO_FRAME;
+    char name[40];
+    if (!gopcln_name(tab, f->nameoff, name, sizeof(name)) || strncmp(name, "runtime.", 8))
+        return GO_FRAME;
+    static const struct {
+        const char *name;
+        enum go_kind kind;
+    } names[] = {
+        {"goexit", GO_TOP},        {"mstart", GO_TOP},         {"rt0_go", GO_TOP},
+        {"mcall", GO_TOP},         {"asmcgocall", GO_CGOCALL}, {"systemstack", GO_STOP},
+        {"morestack", GO_STOP},    {"cgocallback", GO_STOP},   {"gogo", GO_STOP},
+        {"asyncPreempt", GO_ASYNC},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcmp(name + 8, names[i].name))
+            return names[i].kind;
+    return GO_FRAME;
+}
+
+/* How to step the frame at pc (exact: the leaf's pc, or a return address - 1). */
+static struct go_slot classify(struct go_module *g, uint64_t pc)
+{
+    struct go_slot *slot = &g->cache[(pc ^ pc >> 10) % GO_CACHE];
+    if (slot->pc == pc)
+        return *slot;
+    struct go_slot r = {.pc = pc, .kind = GO_BAD};
+    struct gopcln_func f;
+    if (gopcln_find(&g->tab, pc, &f)) {
+        r.kind = special(&g->tab, &f);
+        if ((r.kind == GO_FRAME || r.kind == GO_ASYNC) &&
+            !gopcln_spdelta(&g->tab, &f, pc, &r.delta))
+            r.kind = GO_BAD;
+    }
+    *slot = r;
+    return r;
+}
+
+/* The goroutine's stack, read live at a cgo call: [base, base + len). */
+struct gstack {
+    uint64_t base;
+    size_t len;
+};
+
+/* A word of the stack being unwound: the snapshot, or the goroutine's stack read. */
+static bool stack_word(struct unwinder *u, struct snapshot *s, const struct gstack *gs,
+                       uint64_t addr, uint64_t *val)
+{
+    if (in_snapshot(s, addr, 8)) {
+        memcpy(val, s->data + (addr - s->base), 8);
+        if (addr + 8 > s->max_read)
+            s->max_read = addr + 8;
+        return true;
+    }
+    if (gs->len && addr >= gs->base && gs->len >= 8 && addr - gs->base <= gs->len - 8) {
+        memcpy(val, u->go_stack + (addr - gs->base), 8);
+        return true;
+    }
+    if (addr >= s->base && addr - s->base >= s->len && addr - s->base - s->len < 65536)
+        s->short_copy = true; /* probably stack just above the copy */
+    return false;
+}
+
+/* At a return address into asmcgocall (C code running on g0), sp its frame's: find the
+ * goroutine's stack pointer from the g and depth asmcgocall saved, read the goroutine's
+ * stack from there, and give the caller of asmcgocall (*pc) and its sp. Where asmcgocall
+ * keeps them changed (1.21: [sp], [sp+8] past a landing pad frame; before: [sp+40],
+ * [sp+48]): both are tried, and the one whose g's stack holds the goroutine's stack
+ * pointer and whose return address there is a call into Go code wins. */
+static bool cross_cgocall(struct unwinder *u, struct snapshot *s, struct gstack *gs,
+                          uint64_t *pc, uint64_t *sp)
+{
+    static const unsigned at[][2] = {{40, 48}, {0, 8}};
+    for (size_t k = 0; k < 2; k++) {
+        uint64_t depth, g, bounds[2], ret;
+        if (!stack_word(u, s, gs, *sp + at[k][0], &depth) ||
+            !stack_word(u, s, gs, *sp + at[k][1], &g) || !g ||
+            u->read_mem(u->pid, bounds, g, sizeof(bounds)) != sizeof(bounds))
+            continue;
+        uint64_t lo = bounds[0], hi = bounds[1];
+        if (hi <= lo || hi - lo > GO_MAX_STACK || depth > hi - lo || depth < 8)
+            continue;
+        uint64_t gsp = hi - depth;
+        size_t len = hi - gsp < GO_STACK_READ ? (size_t)(hi - gsp) : GO_STACK_READ;
+        if (!u->go_stack && !(u->go_stack = malloc(GO_STACK_READ)))
+            return false;
+        if (u->read_mem(u->pid, u->go_stack, gsp, len) != (ssize_t)len)
+            continue;
+        memcpy(&ret, u->go_stack, 8);
+        if (!go_covers(u, ret) || !preceded_by_call(u, ret))
+            continue;
+        gs->base = gsp;
+        gs->len = len;
+        *pc = ret;
+        *sp = gsp + 8;
+        return true;
+    }
+    return false;
+}
+
+/* Is ret a return address for a frame stepped as st: just after a call instruction;
+ * for asyncPreempt (pushed as if called, by a signal), any instruction of Go code; and
+ * goexit + 1, which every goroutine's first frame returns to (newproc1 makes it so, and
+ * goexit begins with a NOP before its call). */
+static bool called_from(struct unwinder *u, struct go_module *g, uint64_t ret,
+                        struct go_slot st)
+{
+    if (st.kind == GO_ASYNC)
+        return go_covers(u, ret);
+    if (preceded_by_call(u, ret))
+        return true;
+    struct go_module *rg = module_of(u, ret - 1);
+    (void)g;
+    return rg && classify(rg, ret - 1).kind == GO_TOP;
+}
+
+bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *sp, bool leaf,
+               uint64_t *ips, int *n, int max, enum unwind_end *end)
+{
+    struct gstack gs = {0};
+    *end = UNWIND_TRUNCATED;
+    for (int crossings = 0;;) {
+        struct go_module *g = module_of(u, *pc);
+        if (!g)
+            return false; /* other code: DWARF's */
+        struct go_slot st = classify(g, leaf ? *pc : *pc - 1);
+        uint64_t ret, ra;
+        switch (st.kind) {
+        case GO_TOP:
+            *end = UNWIND_COMPLETE;
+            return true;
+        case GO_STOP:
+        case GO_BAD:
+            return true;
+        case GO_CGOCALL:
+            if (leaf || crossings++ || !cross_cgocall(u, s, &gs, pc, sp))
+                return true;
+            ret = *pc;
+            break;
+        case GO_FRAME:
+        case GO_ASYNC:
+        default:
+            ra = *sp + (uint64_t)st.delta;
+            if (ra < *sp || !stack_word(u, s, &gs, ra, &ret) || !called_from(u, g, ret, st))
+                return true;
+            *sp = ra + 8;
+            *pc = ret;
+            break;
+        }
+        if (*n == max) {
+            *end = UNWIND_TOO_DEEP;
+            return true;
+        }
+        ips[(*n)++] = ret;
+        u->go_frames++;
+        /* (asyncPreempt's "return address" is the instruction it interrupted.) */
+        leaf = st.kind == GO_ASYNC;
+    }
+}
+
+void go_flush(struct unwinder *u)
+{
+    while (u->go) {
+        struct go_module *g = u->go;
+        u->go = g->next;
+        free(g);
+    }
+}
+
+void go_finish(struct unwinder *u)
+{
+    go_flush(u);
+    free(u->go_stack);
+    u->go_stack = NULL;
+}

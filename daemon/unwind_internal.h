@@ -1,0 +1,33 @@
+/* unwind_internal.h: what unwind.c (DWARF, through libunwind) shares with gounwind.c (Go
+ * code, through the Go runtime's own tables). */
+#pragma once
+
+#include "unwind.h"
+
+struct map_entry;
+
+/* Is [addr, addr + n) inside the snapshot? */
+bool in_snapshot(const struct snapshot *s, uint64_t addr, uint64_t n);
+/* One word (n bytes) of file-backed memory (or the vDSO) through the page cache: 0 or
+ * -UNW_E*. */
+int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val);
+bool read_bytes(struct unwinder *u, uint64_t addr, void *out, size_t n);
+bool is_code(struct unwinder *u, uint64_t addr);
+/* Was the instruction before ret a call? */
+bool preceded_by_call(struct unwinder *u, uint64_t ret);
+
+/* gounwind.c */
+
+/* Look for a Go function table in the object whose table entry is t (once): its code then
+ * unwinds by the table (go_covers). */
+void go_probe(struct unwinder *u, struct eh_table *t);
+/* Is pc in a Go module's code? */
+bool go_covers(const struct unwinder *u, uint64_t pc);
+/* Step Go frames from the frame at *pc, *sp (leaf: the interrupted frame, else a return
+ * address), appending callers to ips (n of max used). Returns true when the unwind ended
+ * (*end set), false when it left Go code for other code at *pc, *sp, which DWARF unwinds. */
+bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *sp, bool leaf,
+               uint64_t *ips, int *n, int max, enum unwind_end *end);
+/* Forget the Go modules (flush), free everything (finish). */
+void go_flush(struct unwinder *u);
+void go_finish(struct unwinder *u);
