@@ -26,7 +26,9 @@
  *   stepped on, down to runtime.goexit.
  * - runtime.systemstack, runtime.morestack (the runtime's code on g0 on a goroutine's
  *   behalf): the goroutine's frames would need the thread's m and its current g, whose
- *   offsets change between versions: truncated there.
+ *   offsets change between versions: truncated there; except a morestack whose newstack
+ *   preempted the goroutine (runtime.gopreempt_m, preemptPark above it): the goroutine is
+ *   off the thread then, as after mcall. Complete.
  * A return address outside Go code hands the unwind back to DWARF (C code called from Go
  * through a callback, the vDSO). */
 #include <elf.h>
@@ -49,6 +51,7 @@ enum go_kind {
     GO_CGOCALL, /* asmcgocall: C code on g0, the goroutine beneath */
     GO_STOP,    /* a switch not followed (systemstack, morestack, cgocallback) */
     GO_ASYNC,   /* asyncPreempt: called by a signal, at any instruction of its caller */
+    GO_DESCHED, /* a frame that takes the goroutine off its thread (gopreempt_m) */
     GO_BAD,     /* no function or no delta at this pc */
 };
 
@@ -198,22 +201,41 @@ bool go_covers(const struct unwinder *u, uint64_t pc)
 static enum go_kind special(const struct gopcln *tab, const struct gopcln_func *f)
 {
     enum { FLAG_ASM = 4 };
+    char name[40];
+    if (!gopcln_name(tab, f->nameoff, name, sizeof(name)))
+        return GO_FRAME;
+    if (!strcmp(name, "runtime.gopreempt_m") || !strcmp(name, "runtime.preemptPark"))
+        return GO_DESCHED;
     if (tab->version != GOPCLN_116 && !(f->flag & FLAG_ASM))
         return GO_FRAME;
-    char name[40];
-    if (!gopcln_name(tab, f->nameoff, name, sizeof(name)) || strncmp(name, "runtime.", 8))
-        return GO_FRAME;
+    /* (Stops: each switches to another stack, whose frames pcsp does not describe: a step
+     * by it would read stale return addresses left on the new one.) */
     static const struct {
         const char *name;
         enum go_kind kind;
     } names[] = {
-        {"goexit", GO_TOP},        {"mstart", GO_TOP},         {"rt0_go", GO_TOP},
-        {"mcall", GO_TOP},         {"asmcgocall", GO_CGOCALL}, {"systemstack", GO_STOP},
-        {"morestack", GO_STOP},    {"cgocallback", GO_STOP},   {"gogo", GO_STOP},
-        {"asyncPreempt", GO_ASYNC},
+        {"runtime.goexit", GO_TOP},
+        {"runtime.mstart", GO_TOP},
+        {"runtime.rt0_go", GO_TOP},
+        {"runtime.mcall", GO_TOP},
+        {"runtime.asmcgocall", GO_CGOCALL},
+        {"runtime.asyncPreempt", GO_ASYNC},
+        {"runtime.systemstack", GO_STOP},
+        {"runtime.morestack", GO_STOP},
+        {"runtime.cgocallback", GO_STOP},
+        {"runtime.gogo", GO_STOP},
+        {"runtime.sigtramp", GO_STOP},
+        {"runtime.cgoSigtramp", GO_STOP},
+        {"runtime.sigreturn", GO_STOP},
+        {"runtime.sigreturn__sigaction", GO_STOP},
+        {"runtime.nanotime1", GO_STOP},   /* vDSO calls, on g0 */
+        {"runtime.walltime", GO_STOP},
+        {"runtime.walltime1", GO_STOP},
+        {"runtime.vdsoCall", GO_STOP},
+        {"time.now", GO_STOP},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (!strcmp(name + 8, names[i].name))
+        if (!strcmp(name, names[i].name))
             return names[i].kind;
     return GO_FRAME;
 }
@@ -228,7 +250,7 @@ static struct go_slot classify(struct go_module *g, uint64_t pc)
     struct gopcln_func f;
     if (gopcln_find(&g->tab, pc, &f)) {
         r.kind = special(&g->tab, &f);
-        if ((r.kind == GO_FRAME || r.kind == GO_ASYNC) &&
+        if ((r.kind == GO_FRAME || r.kind == GO_ASYNC || r.kind == GO_DESCHED) &&
             !gopcln_spdelta(&g->tab, &f, pc, &r.delta))
             r.kind = GO_BAD;
     }
@@ -264,9 +286,10 @@ static bool stack_word(struct unwinder *u, struct snapshot *s, const struct gsta
 /* At a return address into asmcgocall (C code running on g0), sp its frame's: find the
  * goroutine's stack pointer from the g and depth asmcgocall saved, read the goroutine's
  * stack from there, and give the caller of asmcgocall (*pc) and its sp. Where asmcgocall
- * keeps them changed (1.21: [sp], [sp+8] past a landing pad frame; before: [sp+40],
- * [sp+48]): both are tried, and the one whose g's stack holds the goroutine's stack
- * pointer and whose return address there is a call into Go code wins. */
+ * keeps them changed (1.21: [sp], [sp+8], the C function called through a landing pad's
+ * tail call; before: [sp+40], [sp+48]): both are tried, and the one whose g's stack holds
+ * the goroutine's stack pointer and whose return address there is a call into Go code
+ * wins. */
 static bool cross_cgocall(struct unwinder *u, struct snapshot *s, struct gstack *gs,
                           uint64_t *pc, uint64_t *sp)
 {
@@ -286,16 +309,29 @@ static bool cross_cgocall(struct unwinder *u, struct snapshot *s, struct gstack 
             return false;
         if (u->read_mem(u->pid, u->go_stack, gsp, len) != (ssize_t)len)
             continue;
-        memcpy(&ret, u->go_stack, 8);
-        if (!go_covers(u, ret) || !preceded_by_call(u, ret))
-            continue;
-        gs->base = gsp;
-        gs->len = len;
-        *pc = ret;
-        *sp = gsp + 8;
-        return true;
+        /* The saved stack pointer is asmcgocall's own, after its prologue: the return
+         * address is there, or above the frame pointer the assembler's prologue pushes
+         * (1.21+). */
+        for (size_t fp = 0; fp <= 8 && fp + 8 <= len; fp += 8) {
+            memcpy(&ret, u->go_stack + fp, 8);
+            if (!go_covers(u, ret) || !preceded_by_call(u, ret))
+                continue;
+            gs->base = gsp;
+            gs->len = len;
+            *pc = ret;
+            *sp = gsp + fp + 8;
+            return true;
+        }
     }
     return false;
+}
+
+static bool is_named(struct go_module *g, uint64_t pc, const char *want)
+{
+    struct gopcln_func f;
+    char name[40];
+    return gopcln_find(&g->tab, pc, &f) && gopcln_name(&g->tab, f.nameoff, name, sizeof(name)) &&
+           !strcmp(name, want);
 }
 
 /* Is ret a return address for a frame stepped as st: just after a call instruction;
@@ -318,6 +354,7 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
                uint64_t *ips, int *n, int max, enum unwind_end *end)
 {
     struct gstack gs = {0};
+    bool desched = false;
     *end = UNWIND_TRUNCATED;
     for (int crossings = 0;;) {
         struct go_module *g = module_of(u, *pc);
@@ -330,6 +367,11 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
             *end = UNWIND_COMPLETE;
             return true;
         case GO_STOP:
+            /* morestack's newstack preempting the goroutine: it is off the thread, whose
+             * g0 stack is all there is (as after mcall). */
+            if (desched && is_named(g, leaf ? *pc : *pc - 1, "runtime.morestack"))
+                *end = UNWIND_COMPLETE;
+            return true;
         case GO_BAD:
             return true;
         case GO_CGOCALL:
@@ -337,6 +379,9 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
                 return true;
             ret = *pc;
             break;
+        case GO_DESCHED:
+            desched = true;
+            /* fall through */
         case GO_FRAME:
         case GO_ASYNC:
         default:

@@ -4,6 +4,7 @@
 
 #include "containers.h"
 #include "elfinfo.h"
+#include "gosym.h"
 #include "log.h"
 #include "util.h"
 
@@ -61,6 +62,7 @@ struct modsym {
     struct u64map units; /* address of a unit's DIE -> struct cu_index */
     struct u64map paths; /* address of a source file name -> its absolute path */
     struct arena arena;
+    struct gosym *go; /* the Go runtime's table, for a Go program (gosym.h) */
     Elf *symelf; /* last symbol table file classified, and what it is */
     enum symp_source symelf_src;
     /* Separate debug files: the next find_debuginfo call is for the dwz alternate file (the
@@ -284,6 +286,7 @@ struct dsym *dsym_create(dsym_open_fn open_debug, void *arg)
 /* Free a module's state. */
 static void state_free(struct modsym *st)
 {
+    gosym_close(st->go);
     if (st->dwfl)
         dwfl_end(st->dwfl);
     u64map_finish(&st->cache);
@@ -333,6 +336,7 @@ int dsym_add(struct dsym *d, uint64_t id, int fd, const char *path)
             *ud = st;
         Dwarf_Addr bias;
         Elf *elf = dwfl_module_getelf(st->dmod, &bias);
+        st->go = gosym_open(elf);
         if (elf && has_debug_info(elf)) {
             st->alt_phase = true;
             read_altlink(elf, st);
@@ -732,7 +736,12 @@ static const struct sym_entry *resolve(struct modsym *st, uint64_t off)
     int n = 0;
     enum symp_source src = SYMP_SRC_NONE;
     uint64_t vaddr;
-    if (st->dmod && offset_to_vaddr(st, off, &vaddr)) {
+    if (st->dmod && offset_to_vaddr(st, off, &vaddr) && gosym_covers(st->go, vaddr) &&
+        (n = gosym_resolve(st->go, vaddr, f, MAX_FRAMES, &st->arena)) > 0) {
+        /* Go code: its runtime's table has what debug info would (function, file, line,
+         * inlining), stripped binaries too, and costs no DWARF parse. */
+        src = SYMP_SRC_DWARF;
+    } else if (st->dmod && offset_to_vaddr(st, off, &vaddr)) {
         if (st->dwarf)
             n = resolve_dwarf(st, vaddr, f, MAX_FRAMES);
         if (n > 0 && f[n - 1].function) {

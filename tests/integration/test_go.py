@@ -1,0 +1,209 @@
+"""Go programs: complete stacks and names from the Go runtime's own table (.gopclntab).
+
+tests/programs/go/goprog.go is built here with each Go toolchain Debian packages on this
+machine (golang-go's 1.19; golang-1.2x-go from bookworm-backports: the 1.20+ table layout),
+with and without cgo, with and without -ldflags=-s -w (no symbols, no DWARF: names only from
+.gopclntab), one of them position independent. Its workers are goroutines locked to their
+threads (and the main goroutine), looping over leafHeavy (200k rounds in Go), leafLight
+(100k) and leafC (100k rounds in C through cgo, or in Go); it reports its own split of wall
+time between them; one more goroutine blocks in read(2) on its own stack.
+
+For each build, sampled at 199 Hz on the wall clock (running threads from the kernel's copy,
+blocked ones from /proc), and for two of them by ptrace stops only:
+- every stack complete: down to runtime.goexit (goroutines), runtime.mstart or
+  runtime.rt0_go (system stacks) or runtime.mcall (the scheduler on g0); a worker's stack
+  holds its goroutine's function (main.main's, or main.main.funcN) under runtime.goexit,
+  the blocked goroutine's main.blocker. Under cgo, a C frame's goroutine is read at the
+  unwind, after the sample: a C call that has returned by then leaves the stack ending at
+  runtime.asmcgocall (counted and bounded, below);
+- the leaves' shares within 3 points of the program's own split;
+- the Go functions named in stripped builds, with file and line (pprof's lines).
+"""
+import glob
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+
+from harness import *
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "..", "programs", "go")
+HZ = 199
+LEAVES = ("main.leafHeavy", "main.leafLight", "main.leafC")
+TOPS = ("runtime.goexit", "runtime.mstart", "runtime.rt0_go", "runtime.mcall")
+# Where an unwind still ends early (gounwind.c; each a switch to another stack that is read
+# only at the unwind, after the sample): Go's signal handler on the signal stack (SIGURG
+# preemptions; libc's restorer __restore_rt under cgo), the vDSO call's switch to g0 (nanotime1, walltime, time.now), the runtime's code on g0
+# for a goroutine (systemstack, morestack growing a stack). Bounded below.
+KNOWN_ENDS = ("runtime.sigtramp", "runtime.cgoSigtramp", "runtime.sigreturn",
+              "runtime.sigreturn__sigaction", "__restore_rt",
+              "runtime.nanotime1", "runtime.walltime", "time.now",
+              "runtime.systemstack", "runtime.morestack")
+
+
+def toolchains():
+    """(version, go binary) of each Go toolchain installed from Debian's packages."""
+    out = []
+    for go in sorted(glob.glob("/usr/lib/go-1.*/bin/go")):
+        r = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True)
+        if r.returncode == 0:
+            out.append((r.stdout.strip(), go))
+    return out
+
+
+def build(go, ver, cgo, strip, pie, outdir):
+    name = "goprog-%s%s%s%s" % (ver, "-cgo" if cgo else "", "-s" if strip else "",
+                               "-pie" if pie else "")
+    exe = os.path.join(outdir, name)
+    env = dict(os.environ, CGO_ENABLED="1" if cgo else "0", GOTOOLCHAIN="local",
+               GOPROXY="off", GOFLAGS="-mod=mod", GOTELEMETRY="off",
+               GOCACHE=os.path.join(BUILD, "go-cache", ver), GOPATH=os.path.join(outdir, "gopath"))
+    args = [go, "build", "-o", exe]
+    if strip:
+        args.append("-ldflags=-s -w")
+    if pie:
+        args.append("-buildmode=pie")
+    r = subprocess.run(args + ["."], cwd=SRC, env=env, capture_output=True, text=True)
+    check(r.returncode == 0, "%s builds (%s)" % (name, r.stderr.strip()[-500:]))
+    if strip:
+        secs = subprocess.run(["readelf", "-SW", exe], capture_output=True, text=True).stdout
+        check(".symtab" not in secs and ".debug_" not in secs,
+              "%s: no symbol table, no DWARF" % name)
+    return name, exe
+
+
+def report(p):
+    p.send("report")
+    line = p.readline(timeout=30)
+    f = line.split()
+    if not f or f[0] != "split":
+        fail("goprog's report: %r" % line)
+    return {"main." + k: int(v) for k, v in (x.split("=") for x in f[1:])}
+
+
+def frames_of(stack):
+    return stack.split(";")[1:]  # (the first is the process's name)
+
+
+def run(d, name, exe, cgo, sampler):
+    tag = "%s (%s)" % (name, sampler)
+    with Program(exe, 3) as p:
+        args = ["attach", p.pid, "--hz", HZ, "--mode", "alarm"]
+        if sampler != "auto":
+            args += ["--sampler", sampler]
+        before = report(p)
+        d.ctl(*args)
+        t0 = time.monotonic()
+        # ~7 threads a tick: 3 busy workers, the blocked reader, the runtime's idle ones.
+        # The shares need ~4000 of the workers' samples: a share's standard error is then
+        # under 0.8 points (3 points are 4 of them).
+        d.wait_samples(p.pid, 10000, timeout=240)
+        after = report(p)
+        st = d.target_status(p.pid)
+        prof = d.slice(p.pid, "--last", 600)
+        pprof = d.ctl("slice", p.pid, "--last", 600, "--format", "pprof", "-o",
+                      os.path.join(d.dir, name + ".pb.gz"))
+        secs = time.monotonic() - t0
+    total = sum(prof.values())
+    log("%s: %d samples in %.1f s; paths %s; unwind %s"
+        % (tag, total, secs, {k: v["samples"] for k, v in st["paths"].items()}, st["unwind"]))
+    # Completeness.
+    incomplete, strays, cgo_unread, known_ends, workers, blocked = [], [], 0, 0, 0, 0
+    shares = {k: 0 for k in LEAVES}
+    for stack, n in prof.items():
+        fr = frames_of(stack)
+        desched = "runtime.gopreempt_m" in fr or "runtime.preemptPark" in fr
+        if not fr or not (fr[0] in TOPS or (fr[0] == "runtime.morestack" and desched)):
+            if cgo and fr and fr[0] == "runtime.asmcgocall":
+                cgo_unread += n
+            elif fr and fr[0] in KNOWN_ENDS:
+                known_ends += n
+            else:
+                incomplete.append((n, stack))
+            continue
+        if "main.work" in fr:
+            workers += n
+            g = fr[1] if len(fr) > 1 else ""
+            if not (fr[0] == "runtime.goexit" and
+                    (fr[1:3] == ["runtime.main", "main.main"] or re.match(r"main\.main\.func\d+$", g))):
+                strays.append(stack)
+            for k in LEAVES:
+                if k in fr:
+                    shares[k] += n
+        if "main.blocker" in fr:
+            blocked += n
+            if fr[0] != "runtime.goexit":
+                strays.append(stack)
+    check(not strays, "%s: every worker's stack is its goroutine's (main.main's or main.main."
+          "funcN) from runtime.goexit, the blocked goroutine's too (not: %s)" % (tag, strays[:3]))
+    for n, s in sorted(incomplete, reverse=True)[:5]:
+        log("  incomplete: %d %s" % (n, s))
+    check(not incomplete and known_ends <= 0.01 * total,
+          "%s: every stack complete, down to %s, but for %d of %d at a switch of stacks not "
+          "followed yet (%s; need <= 1%%) (%d others: %s)"
+          % (tag, "/".join(TOPS), known_ends, total, "/".join(KNOWN_ENDS),
+             sum(n for n, _ in incomplete), [s for _, s in incomplete[:3]]))
+    # A cgo call's goroutine frames are read when the sample is unwound: a C call of ~0.3
+    # ms that has returned by then leaves them unread. Most are read on every path.
+    if cgo:
+        in_c = sum(n for s, n in prof.items() if "main.leafC" in s) + cgo_unread
+        check(in_c > 0 and cgo_unread <= 0.75 * in_c,
+              "%s: C frames under cgo: the goroutine's frames beneath read for most (%d of %d "
+              "without them)" % (tag, cgo_unread, in_c))
+        check(any("runtime.asmcgocall" in s and "main.leafC" in s and "cspin" in s
+                  for s in prof),
+              "%s: mixed stacks: goroutine ... main.leafC;main._Cfunc_cspin;runtime.cgocall;"
+              "runtime.asmcgocall;...cspin (C)" % tag)
+    check(workers > 0 and blocked > 0, "%s: the workers' and the blocked goroutine's stacks "
+          "sampled (%d, %d)" % (tag, workers, blocked))
+    # Shares of the leaves against the program's own clock over the same time (cgo calls
+    # whose goroutine frames were not read count for leafC: they are its C code).
+    shares["main.leafC"] += cgo_unread if cgo else 0
+    spent = {k: after[k] - before[k] for k in LEAVES}
+    known = {k: spent[k] / float(sum(spent.values())) for k in LEAVES}
+    tot = sum(shares.values())
+    for k in LEAVES:
+        mine = 100.0 * shares[k] / tot
+        want = 100.0 * known[k]
+        check(abs(mine - want) <= 3,
+              "%s: %s %.1f%% of the workers' samples, the program's clock says %.1f%%"
+              % (tag, k, mine, want))
+    # Names with file and line (pprof keeps lines).
+    if GO:
+        r = subprocess.run([GO, "tool", "pprof", "-lines", "-top", "-nodecount=40",
+                            os.path.join(d.dir, name + ".pb.gz")],
+                           capture_output=True, text=True)
+        want_line = next(i for i, l in enumerate(open(os.path.join(SRC, "goprog.go")), 1)
+                         if l.startswith("func spin("))
+        check(re.search(r"main\.spin .*goprog\.go:(\d+)", r.stdout) and
+              all(want_line < int(m) < want_line + 6
+                  for m in re.findall(r"main\.spin .*goprog\.go:(\d+)", r.stdout)),
+              "%s: go tool pprof shows main.spin at goprog.go's lines %d-%d\n%s"
+              % (tag, want_line + 1, want_line + 5, r.stdout[-1500:]))
+
+
+tcs = toolchains()
+if not tcs:
+    skip("no Go toolchain (Debian's golang-go) on this machine")
+GO = tcs[0][1]
+log("Go toolchains:", ", ".join(v for v, _ in tcs))
+out = tempfile.mkdtemp(prefix="profd-go-")
+try:
+    builds = []
+    for i, (ver, go) in enumerate(tcs):
+        # Every combination with the first (Debian's golang-go); two with each other one.
+        combos = ([(False, False, False), (False, True, False), (True, False, False),
+                   (True, True, False)] if i == 0 else
+                  [(False, False, False), (True, True, True)])
+        for cgo, strip, pie in combos:
+            builds.append((build(go, ver, cgo, strip, pie, out), cgo))
+    with Daemon() as d:
+        for (name, exe), cgo in builds:
+            run(d, name, exe, cgo, "auto")
+        # The ptrace stops' path: the first toolchain's cgo build, and the newest's.
+        for (name, exe), cgo in [builds[3], builds[-1]] if len(builds) > 4 else [builds[-1]]:
+            run(d, name, exe, cgo, "ptrace")
+finally:
+    shutil.rmtree(out, ignore_errors=True)

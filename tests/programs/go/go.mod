@@ -1,0 +1,3 @@
+module goprog
+
+go 1.16

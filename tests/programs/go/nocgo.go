@@ -1,0 +1,6 @@
+//go:build !cgo
+
+package main
+
+//go:noinline
+func leafC() uint64 { return spin(100000) }
