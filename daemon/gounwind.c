@@ -24,9 +24,11 @@
  *   saved on g0 as its depth below the goroutine's stack top (g.stack.hi): the goroutine's
  *   frames are read from there (live: they do not change while the C call runs) and
  *   stepped on, down to runtime.goexit.
- * - runtime.systemstack, runtime.morestack (the runtime's code on g0 on a goroutine's
- *   behalf): the goroutine's frames would need the thread's m and its current g, whose
- *   offsets change between versions: truncated there; except a morestack whose newstack
+ * - runtime.systemstack (the runtime's code on g0 for the thread's goroutine): the
+ *   goroutine is found from g0 (r14, at a kernel copy or a stop) through its m (m.curg's
+ *   offset read from systemstack's own code), its frames read live from its saved sp as
+ *   at a cgo call. Without r14 (a thread read from /proc) truncated there.
+ * - runtime.morestack (a stack growing): truncated; except a morestack whose newstack
  *   preempted the goroutine (runtime.gopreempt_m, preemptPark above it): the goroutine is
  *   off the thread then, as after mcall. Complete.
  * A return address outside Go code hands the unwind back to DWARF (C code called from Go
@@ -52,6 +54,7 @@ enum go_kind {
     GO_STOP,    /* a switch not followed (systemstack, morestack, cgocallback) */
     GO_ASYNC,   /* asyncPreempt: called by a signal, at any instruction of its caller */
     GO_DESCHED, /* a frame that takes the goroutine off its thread (gopreempt_m) */
+    GO_SYSTEMSTACK, /* systemstack: the runtime's code on g0 for the thread's goroutine */
     GO_BAD,     /* no function or no delta at this pc */
 };
 
@@ -64,6 +67,7 @@ struct go_slot {
 struct go_module {
     struct go_module *next;
     struct gopcln tab;
+    int32_t m_curg;       /* offset of m.curg, from systemstack's code; 0 unknown, -1 none */
     struct go_slot cache[GO_CACHE];
 };
 
@@ -220,7 +224,7 @@ static enum go_kind special(const struct gopcln *tab, const struct gopcln_func *
         {"runtime.mcall", GO_TOP},
         {"runtime.asmcgocall", GO_CGOCALL},
         {"runtime.asyncPreempt", GO_ASYNC},
-        {"runtime.systemstack", GO_STOP},
+        {"runtime.systemstack", GO_SYSTEMSTACK},
         {"runtime.morestack", GO_STOP},
         {"runtime.cgocallback", GO_STOP},
         {"runtime.gogo", GO_STOP},
@@ -326,13 +330,6 @@ static bool cross_cgocall(struct unwinder *u, struct snapshot *s, struct gstack 
     return false;
 }
 
-static bool is_named(struct go_module *g, uint64_t pc, const char *want)
-{
-    struct gopcln_func f;
-    char name[40];
-    return gopcln_find(&g->tab, pc, &f) && gopcln_name(&g->tab, f.nameoff, name, sizeof(name)) &&
-           !strcmp(name, want);
-}
 
 /* Is ret a return address for a frame stepped as st: just after a call instruction;
  * for asyncPreempt (pushed as if called, by a signal), any instruction of Go code; and
@@ -348,6 +345,77 @@ static bool called_from(struct unwinder *u, struct go_module *g, uint64_t ret,
     struct go_module *rg = module_of(u, ret - 1);
     (void)g;
     return rg && classify(rg, ret - 1).kind == GO_TOP;
+}
+
+static bool is_named(struct go_module *g, uint64_t pc, const char *want)
+{
+    struct gopcln_func f;
+    char name[40];
+    return gopcln_find(&g->tab, pc, &f) && gopcln_name(&g->tab, f.nameoff, name, sizeof(name)) &&
+           !strcmp(name, want);
+}
+
+/* The offset of m.curg, read from the instruction of runtime.systemstack (pc in it) that
+ * compares the current g with it: `cmp disp32(%rbx), %rax` (48 3b 83), the only one with
+ * a 32-bit displacement among its first instructions (m.gsignal's is 8-bit). The same code
+ * in 1.16 to 1.23; the offset moves with m's fields (192 in 1.19 and 1.22). */
+static int32_t m_curg_offset(struct unwinder *u, struct go_module *g, uint64_t pc)
+{
+    if (g->m_curg)
+        return g->m_curg;
+    g->m_curg = -1;
+    struct gopcln_func f;
+    uint8_t code[96];
+    if (!gopcln_find(&g->tab, pc, &f) || f.end - f.entry < sizeof(code) ||
+        !read_bytes(u, f.entry, code, sizeof(code)))
+        return -1;
+    for (size_t i = 0; i + 7 <= sizeof(code); i++) {
+        if (code[i] == 0x48 && code[i + 1] == 0x3b && code[i + 2] == 0x83) {
+            int32_t off;
+            memcpy(&off, code + i + 3, 4);
+            if (off > 0 && off < 4096)
+                g->m_curg = off;
+            break;
+        }
+    }
+    return g->m_curg;
+}
+
+/* The goroutine a thread runs runtime.systemstack for, from its g0 (r14 holds the current
+ * g in Go's register ABI, 1.17+): g0.m (offset 48, as g's first fields have been since
+ * 1.4), m.g0 must be g0 again, m.curg the goroutine, whose saved sched (sp, pc at 56)
+ * points into runtime.systemstack_switch on its own stack. Its stack is read from there as
+ * at a cgo call; the unwind goes on at sched.pc (exact: not a return address). Read at the
+ * unwind, after the sample: a systemstack call that has returned by then has cleared
+ * sched.sp (a goroutine allocating here: two in three of those samples), and the stack
+ * ends at systemstack. */
+static bool cross_systemstack(struct unwinder *u, struct snapshot *s, struct gstack *gs,
+                              struct go_module *g, uint64_t *pc, uint64_t *sp)
+{
+    int32_t curg_off = m_curg_offset(u, g, *pc - 1);
+    uint64_t g0 = s->regs.r14, m, m_g0, curg, bounds[2], sched[2];
+    if (!s->full_regs || curg_off < 0 || !g0 ||
+        u->read_mem(u->pid, &m, g0 + 48, 8) != 8 || !m ||
+        u->read_mem(u->pid, &m_g0, m, 8) != 8 || m_g0 != g0 ||
+        u->read_mem(u->pid, &curg, m + (uint64_t)curg_off, 8) != 8 || !curg || curg == g0 ||
+        u->read_mem(u->pid, bounds, curg, 16) != 16 ||
+        u->read_mem(u->pid, sched, curg + 56, 16) != 16)
+        return false;
+    uint64_t lo = bounds[0], hi = bounds[1], gsp = sched[0], gpc = sched[1];
+    struct go_module *pm = module_of(u, gpc);
+    if (hi <= lo || hi - lo > GO_MAX_STACK || gsp < lo || gsp >= hi || !pm ||
+        !is_named(pm, gpc, "runtime.systemstack_switch"))
+        return false;
+    size_t len = hi - gsp < GO_STACK_READ ? (size_t)(hi - gsp) : GO_STACK_READ;
+    if (!u->go_stack && !(u->go_stack = malloc(GO_STACK_READ)))
+        return false;
+    if (u->read_mem(u->pid, u->go_stack, gsp, len) != (ssize_t)len)
+        return false;
+    gs->base = gsp;
+    gs->len = len;
+    *pc = gpc;
+    *sp = gsp;
+    return true;
 }
 
 bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *sp, bool leaf,
@@ -378,6 +446,12 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
             if (leaf || crossings++ || !cross_cgocall(u, s, &gs, pc, sp))
                 return true;
             ret = *pc;
+            break;
+        case GO_SYSTEMSTACK:
+            if (leaf || crossings++ || !cross_systemstack(u, s, &gs, g, pc, sp))
+                return true;
+            ret = *pc;
+            st.kind = GO_ASYNC; /* (the next frame's pc is exact) */
             break;
         case GO_DESCHED:
             desched = true;
