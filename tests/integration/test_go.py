@@ -114,6 +114,7 @@ def run(d, name, exe, cgo, sampler):
         % (tag, total, secs, {k: v["samples"] for k, v in st["paths"].items()}, st["unwind"]))
     # Completeness.
     incomplete, strays, cgo_unread, known_ends, workers, blocked = [], [], 0, 0, 0, 0
+    ends = {}
     shares = {k: 0 for k in LEAVES}
     for stack, n in prof.items():
         fr = frames_of(stack)
@@ -123,6 +124,7 @@ def run(d, name, exe, cgo, sampler):
                 cgo_unread += n
             elif fr and fr[0] in KNOWN_ENDS:
                 known_ends += n
+                ends[fr[0]] = ends.get(fr[0], 0) + n
             else:
                 incomplete.append((n, stack))
             continue
@@ -143,10 +145,15 @@ def run(d, name, exe, cgo, sampler):
           "funcN) from runtime.goexit, the blocked goroutine's too (not: %s)" % (tag, strays[:3]))
     for n, s in sorted(incomplete, reverse=True)[:5]:
         log("  incomplete: %d %s" % (n, s))
-    check(not incomplete and known_ends <= 0.01 * total,
+    # (By ptrace stops a thread is stopped again for every signal it gets, Go's preemption
+    # signal too (SIGURG, every 10 ms to each busy goroutine): the tick after such a stop
+    # often finds the thread in the handler it was just let into. A sanitized daemon, slower
+    # to let it go, saw 1.5% of its samples there.)
+    bound = 0.01 if sampler != "ptrace" else 0.03
+    check(not incomplete and known_ends <= bound * total,
           "%s: every stack complete, down to %s, but for %d of %d at a switch of stacks not "
-          "followed yet (%s; need <= 1%%) (%d others: %s)"
-          % (tag, "/".join(TOPS), known_ends, total, "/".join(KNOWN_ENDS),
+          "followed yet (%s; need <= %d%%) (%d others: %s)"
+          % (tag, "/".join(TOPS), known_ends, total, ends, 100 * bound,
              sum(n for n, _ in incomplete), [s for _, s in incomplete[:3]]))
     # A cgo call's goroutine frames are read when the sample is unwound: a C call of ~0.3
     # ms that has returned by then leaves them unread. Most are read on every path.
