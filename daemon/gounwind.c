@@ -262,6 +262,30 @@ static struct go_slot classify(struct go_module *g, uint64_t pc)
     return r;
 }
 
+static bool is_named(struct go_module *g, uint64_t pc, const char *want)
+{
+    struct gopcln_func f;
+    char name[40];
+    return gopcln_find(&g->tab, pc, &f) && gopcln_name(&g->tab, f.nameoff, name, sizeof(name)) &&
+           !strcmp(name, want);
+}
+
+/* Is ret just after a direct call (E8 rel32) of a function named want? A frame read live
+ * from another stack (the goroutine's, at a cgo call or systemstack) must be the one that
+ * made the switch, not whatever the goroutine has called since the sample: its return
+ * address must follow a call of the switching function (its ABI wrapper's, or its own). */
+static bool calls_named(struct unwinder *u, uint64_t ret, const char *want)
+{
+    uint8_t b[5];
+    if (ret < 5 || !read_bytes(u, ret - 5, b, 5) || b[0] != 0xe8)
+        return false;
+    int32_t rel;
+    memcpy(&rel, b + 1, 4);
+    uint64_t target = ret + (uint64_t)(int64_t)rel;
+    struct go_module *m = module_of(u, target);
+    return m && is_named(m, target, want);
+}
+
 /* The goroutine's stack, read live at a cgo call: [base, base + len). */
 struct gstack {
     uint64_t base;
@@ -289,7 +313,10 @@ static bool stack_word(struct unwinder *u, struct snapshot *s, const struct gsta
 
 /* At a return address into asmcgocall (C code running on g0), sp its frame's: find the
  * goroutine's stack pointer from the g and depth asmcgocall saved, read the goroutine's
- * stack from there, and give the caller of asmcgocall (*pc) and its sp. Where asmcgocall
+ * stack from there, and give the caller of asmcgocall (*pc) and its sp. The caller's
+ * return address there must follow a call of asmcgocall: the goroutine may have returned
+ * from the C call and called other code since the sample (read live, they would be
+ * another moment's frames). Where asmcgocall
  * keeps them changed (1.21: [sp], [sp+8], the C function called through a landing pad's
  * tail call; before: [sp+40], [sp+48]): both are tried, and the one whose g's stack holds
  * the goroutine's stack pointer and whose return address there is a call into Go code
@@ -318,7 +345,7 @@ static bool cross_cgocall(struct unwinder *u, struct snapshot *s, struct gstack 
          * (1.21+). */
         for (size_t fp = 0; fp <= 8 && fp + 8 <= len; fp += 8) {
             memcpy(&ret, u->go_stack + fp, 8);
-            if (!go_covers(u, ret) || !preceded_by_call(u, ret))
+            if (!go_covers(u, ret) || !calls_named(u, ret, "runtime.asmcgocall"))
                 continue;
             gs->base = gsp;
             gs->len = len;
@@ -345,14 +372,6 @@ static bool called_from(struct unwinder *u, struct go_module *g, uint64_t ret,
     struct go_module *rg = module_of(u, ret - 1);
     (void)g;
     return rg && classify(rg, ret - 1).kind == GO_TOP;
-}
-
-static bool is_named(struct go_module *g, uint64_t pc, const char *want)
-{
-    struct gopcln_func f;
-    char name[40];
-    return gopcln_find(&g->tab, pc, &f) && gopcln_name(&g->tab, f.nameoff, name, sizeof(name)) &&
-           !strcmp(name, want);
 }
 
 /* The offset of m.curg, read from the instruction of runtime.systemstack (pc in it) that
@@ -387,8 +406,9 @@ static int32_t m_curg_offset(struct unwinder *u, struct go_module *g, uint64_t p
  * points into runtime.systemstack_switch on its own stack. Its stack is read from there as
  * at a cgo call; the unwind goes on at sched.pc (exact: not a return address). Read at the
  * unwind, after the sample: a systemstack call that has returned by then has cleared
- * sched.sp (a goroutine allocating here: two in three of those samples), and the stack
- * ends at systemstack. */
+ * sched.sp (a goroutine allocating here: two in three of those samples), or left other
+ * frames there (its caller's return address must follow a call of systemstack), and the
+ * stack ends at systemstack. */
 static bool cross_systemstack(struct unwinder *u, struct snapshot *s, struct gstack *gs,
                               struct go_module *g, uint64_t *pc, uint64_t *sp)
 {
@@ -410,6 +430,14 @@ static bool cross_systemstack(struct unwinder *u, struct snapshot *s, struct gst
     if (!u->go_stack && !(u->go_stack = malloc(GO_STACK_READ)))
         return false;
     if (u->read_mem(u->pid, u->go_stack, gsp, len) != (ssize_t)len)
+        return false;
+    /* The caller of systemstack, above systemstack_switch's frame, must still be there. */
+    struct go_slot sw = classify(pm, gpc);
+    uint64_t ret;
+    if (sw.kind != GO_FRAME || (uint64_t)sw.delta + 8 > len)
+        return false;
+    memcpy(&ret, u->go_stack + sw.delta, 8);
+    if (!calls_named(u, ret, "runtime.systemstack"))
         return false;
     gs->base = gsp;
     gs->len = len;

@@ -38,6 +38,8 @@ struct node {
     uint32_t depth;
     uint64_t count;
     uint32_t first_child, next; /* children, in insertion order; 0: none (node 0 is root) */
+    const char *file;           /* interned: the source file of its samples' frames */
+    int line_lo, line_hi;       /* the lines of them in that file (0: none) */
 };
 
 struct fg {
@@ -83,6 +85,21 @@ static uint32_t child(struct fg *g, uint32_t parent, const char *s, enum kind ki
     }
     g->nodes[c].count += count;
     return (uint32_t)c;
+}
+
+/* Where a node's frame f is in the source: its file, and the range of its lines there. */
+static void source(struct fg *g, struct node *nd, const struct profile_frame *f)
+{
+    if (!f->file || !*f->file || f->line <= 0)
+        return;
+    const char *file = strset_intern(&g->names, f->file, strlen(f->file));
+    if (!nd->file) {
+        nd->file = file;
+        nd->line_lo = nd->line_hi = f->line;
+    } else if (nd->file == file) {
+        nd->line_lo = f->line < nd->line_lo ? f->line : nd->line_lo;
+        nd->line_hi = f->line > nd->line_hi ? f->line : nd->line_hi;
+    }
 }
 
 static enum kind frame_kind(const struct profile_frame *f)
@@ -167,7 +184,9 @@ static const char SCRIPT[] =
     "  matched = document.getElementById('matched');\n"
     "  total = +document.getElementById('frames').getAttribute('data-total');\n"
     "  frames.forEach(function (g) {\n"
-    "    g.addEventListener('mouseover', function () { details.textContent = title(g); });\n"
+    "    g.addEventListener('mouseover', function () {\n"
+    "      var src = g.getAttribute('data-src');\n"
+    "      details.textContent = title(g) + (src ? '  ' + src : ''); });\n"
     "    g.addEventListener('mouseout', function () { details.textContent = ' '; });\n"
     "    g.addEventListener('click', function () { zoom(g); });\n"
     "  });\n"
@@ -261,7 +280,17 @@ static int emit(struct fg *g, struct strbuf *sb, uint32_t i, uint64_t s, uint32_
     char fill[32];
     colour(nd, fill, sizeof(fill));
     int r = strbuf_printf(sb, "<g class=\"f\" data-s=\"%" PRIu64 "\" data-n=\"%" PRIu64
-                              "\" data-d=\"%" PRIu32 "\"><title>", s, nd->count, nd->depth);
+                              "\" data-d=\"%" PRIu32 "\"", s, nd->count, nd->depth);
+    /* Its source (shown on the details line): file:line, or file:first-last. */
+    if (!r && nd->file) {
+        r = strbuf_puts(sb, " data-src=\"");
+        r = r ? r : put_xml(sb, nd->file, SIZE_MAX);
+        r = r ? r : strbuf_printf(sb, ":%d", nd->line_lo);
+        if (!r && nd->line_hi != nd->line_lo)
+            r = strbuf_printf(sb, "-%d", nd->line_hi);
+        r = r ? r : strbuf_puts(sb, "\"");
+    }
+    r = r ? r : strbuf_puts(sb, "><title>");
     r = r ? r : put_xml(sb, nd->name, SIZE_MAX);
     r = r ? r : strbuf_printf(sb, " (%" PRIu64 " samples, %.2f%%)</title><rect x=\"%.2f\" y=\"%.1f\" "
                                   "width=\"%.2f\" height=\"%d\" rx=\"2\" fill=\"%s\"/>"
@@ -326,8 +355,10 @@ int profile_write_flamegraph(const struct profile *p, struct strbuf *out)
             const struct profile_frame *f = &p->frames[st->frames[k]];
             name.len = 0;
             r = profile_frame_name(&name, f);
-            if (r == 0)
+            if (r == 0) {
                 at = child(&g, at, name.buf, frame_kind(f), 1);
+                source(&g, &g.nodes[at], f);
+            }
         }
     }
     strbuf_finish(&name);

@@ -3,8 +3,9 @@
  *
  * - "$schema" exactly "https://www.speedscope.app/file-format-schema.json": the importer
  *   recognises the format by it.
- * - shared.frames: one per function (name and file), as a flame graph merges them; a line
- *   would split a function into one frame per line.
+ * - shared.frames: one per function (name and file), as a flame graph merges them (a
+ *   frame per line would split a function into one per line), with the first of its
+ *   lines the samples have.
  * - A sampled profile per thread, its samples in time order (root first, as speedscope
  *   wants them), each weighing the sampling period in nanoseconds; then a profile per
  *   transaction in the window, the samples of its thread between its start and its end,
@@ -28,6 +29,7 @@ struct ss {
     struct u64map by_key;      /* hash(name, file) -> speedscope frame + 1 */
     char **keys;               /* per speedscope frame: "name\0file" as hashed */
     size_t *key_len;
+    cJSON **obj;               /* per speedscope frame: its object, for its line */
     uint32_t n;
     bool oom;
 };
@@ -73,6 +75,8 @@ static uint32_t frame_id(struct ss *s, uint32_t fi)
         id = s->n++;
         s->keys = xrealloc(s->keys, s->n * sizeof(*s->keys));
         s->key_len = xrealloc(s->key_len, s->n * sizeof(*s->key_len));
+        s->obj = xrealloc(s->obj, s->n * sizeof(*s->obj));
+        s->obj[id] = NULL;
         s->keys[id] = key;
         s->key_len[id] = len;
         key = NULL;
@@ -84,7 +88,18 @@ static uint32_t frame_id(struct ss *s, uint32_t fi)
         ok = ok && add_str(o, "name", name.buf ? name.buf : "");
         if (ok && f->file && *f->file)
             ok = add_str(o, "file", f->file);
+        s->obj[id] = ok ? o : NULL;
         s->oom = s->oom || !ok;
+    }
+    /* Its line: the first of the function's lines the profile has (the samples' lines,
+     * merged as the frame merges them; speedscope shows file:line beside the name). */
+    cJSON *o = s->obj[id];
+    if (o && f->line > 0) {
+        cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "line");
+        if (!l)
+            s->oom = s->oom || !cJSON_AddNumberToObject(o, "line", f->line);
+        else if (f->line < l->valueint)
+            cJSON_SetNumberValue(l, f->line);
     }
     free(key);
     strbuf_finish(&name);
@@ -204,6 +219,7 @@ cJSON *profile_to_speedscope(const struct profile *p)
         free(s.keys[i]);
     free(s.keys);
     free(s.key_len);
+    free(s.obj);
     free(s.frame_of);
     u64map_finish(&s.by_key);
     if (!ok) {

@@ -12,4 +12,4 @@ package main
 import "C"
 
 //go:noinline
-func leafC() uint64 { return uint64(C.cspin(100000)) }
+func leafC() uint64 { return uint64(C.cspin(1000000)) }

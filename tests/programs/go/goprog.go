@@ -1,9 +1,9 @@
 // goprog: a Go program of known shape for profd's tests (tests/integration/test_go.py).
 //
 // Workers (the main goroutine and n-1 goroutines, each locked to its own thread) loop over
-// three leaves: leafHeavy and leafLight spin in Go (200 000 and 100 000 rounds), leafC spins
+// three leaves: leafHeavy and leafLight spin in Go (2 000 000 and 1 000 000 rounds), leafC spins
 // in C when built with cgo (cspin, through runtime.cgocall and asmcgocall) and in Go
-// without. Each leaf's wall time is summed by the program, which prints the sums (ns) on
+// without. Each leaf's CPU time is summed by the program, which prints the sums (ns) on
 // "report" (a line on stdin): the profile's shares are checked against them. One more
 // goroutine blocks in read(2) on a pipe, on its own stack, for the /proc path.
 package main
@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 var sink uint64
@@ -36,16 +37,27 @@ func spin(n int) uint64 {
 }
 
 //go:noinline
-func leafHeavy() uint64 { return spin(200000) }
+func leafHeavy() uint64 { return spin(2000000) }
 
 //go:noinline
-func leafLight() uint64 { return spin(100000) }
+func leafLight() uint64 { return spin(1000000) }
+
+// The thread's CPU time (each worker is locked to its thread), in ns: what a leaf cost.
+// Not the wall clock: a goroutine preempted by Go's scheduler (every 10 ms of running) waits
+// for its thread on the scheduler's stack, without its leaf's frames, and leafC, in C, is
+// never preempted so: a wall clock would give the Go leaves that wait.
+func threadCPU() int64 {
+	var ts syscall.Timespec
+	syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, 3 /* CLOCK_THREAD_CPUTIME_ID */,
+		uintptr(unsafe.Pointer(&ts)), 0)
+	return ts.Nano()
+}
 
 //go:noinline
 func timed(i int, f func() uint64) {
-	t := time.Now()
+	t := threadCPU()
 	atomic.AddUint64(&sink, f())
-	atomic.AddInt64(&spent[i], int64(time.Since(t)))
+	atomic.AddInt64(&spent[i], threadCPU()-t)
 }
 
 //go:noinline

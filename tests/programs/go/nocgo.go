@@ -3,4 +3,4 @@
 package main
 
 //go:noinline
-func leafC() uint64 { return spin(100000) }
+func leafC() uint64 { return spin(1000000) }
