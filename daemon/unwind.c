@@ -141,9 +141,20 @@ int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val)
     uint64_t page = addr & ~4095ull;
     uint64_t off = addr - page;
     if (off + sizeof(*val) > 4096) {
-        /* Unaligned word straddling two pages: read it directly. */
-        u->page_reads++;
-        return u->read_mem(u->pid, val, addr, sizeof(*val)) == sizeof(*val) ? 0 : -UNW_EINVAL;
+        /* An unaligned word straddling two pages: from the two aligned words around it,
+         * each in its page's slot (a return address just past a page boundary is checked
+         * for the call before it at every unwind through it: Go's runtime.mstart). */
+        unw_word_t lo, hi;
+        uint64_t a = addr & ~7ull;
+        int r = read_cached(u, a, &lo);
+        r = r ? r : read_cached(u, a + 8, &hi);
+        if (r)
+            return r;
+        uint8_t both[16];
+        memcpy(both, &lo, 8);
+        memcpy(both + 8, &hi, 8);
+        memcpy(val, both + (addr - a), sizeof(*val));
+        return 0;
     }
     struct page_slot *slot = &u->pages[(page >> 12) % PAGE_CACHE_SLOTS];
     if (slot->addr != page) {
