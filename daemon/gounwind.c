@@ -31,6 +31,10 @@
  * - runtime.morestack (a stack growing): truncated; except a morestack whose newstack
  *   preempted the goroutine (runtime.gopreempt_m, preemptPark above it): the goroutine is
  *   off the thread then, as after mcall. Complete.
+ * - runtime.nanotime1, walltime, time.now called back into from the vDSO: their own sp is in
+ *   r12 (saved there before they switch to g0 and align sp for the C code): stepped from it
+ *   where that stack is in the copy (called on g0 already); a goroutine's stack is not (the
+ *   copy is g0's): truncated, as in the function itself.
  * A return address outside Go code hands the unwind back to DWARF (C code called from Go
  * through a callback, the vDSO). */
 #include <elf.h>
@@ -55,6 +59,7 @@ enum go_kind {
     GO_ASYNC,   /* asyncPreempt: called by a signal, at any instruction of its caller */
     GO_DESCHED, /* a frame that takes the goroutine off its thread (gopreempt_m) */
     GO_SYSTEMSTACK, /* systemstack: the runtime's code on g0 for the thread's goroutine */
+    GO_VDSO,    /* nanotime1, walltime, time.now: a vDSO call on g0, the old sp in r12 */
     GO_BAD,     /* no function or no delta at this pc */
 };
 
@@ -232,11 +237,11 @@ static enum go_kind special(const struct gopcln *tab, const struct gopcln_func *
         {"runtime.cgoSigtramp", GO_STOP},
         {"runtime.sigreturn", GO_STOP},
         {"runtime.sigreturn__sigaction", GO_STOP},
-        {"runtime.nanotime1", GO_STOP},   /* vDSO calls, on g0 */
-        {"runtime.walltime", GO_STOP},
-        {"runtime.walltime1", GO_STOP},
+        {"runtime.nanotime1", GO_VDSO},
+        {"runtime.walltime", GO_VDSO},
+        {"runtime.walltime1", GO_VDSO},
         {"runtime.vdsoCall", GO_STOP},
-        {"time.now", GO_STOP},
+        {"time.now", GO_VDSO},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!strcmp(name, names[i].name))
@@ -254,7 +259,8 @@ static struct go_slot classify(struct go_module *g, uint64_t pc)
     struct gopcln_func f;
     if (gopcln_find(&g->tab, pc, &f)) {
         r.kind = special(&g->tab, &f);
-        if ((r.kind == GO_FRAME || r.kind == GO_ASYNC || r.kind == GO_DESCHED) &&
+        if ((r.kind == GO_FRAME || r.kind == GO_ASYNC || r.kind == GO_DESCHED ||
+             r.kind == GO_VDSO) &&
             !gopcln_spdelta(&g->tab, &f, pc, &r.delta))
             r.kind = GO_BAD;
     }
@@ -450,7 +456,7 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
                uint64_t *ips, int *n, int max, enum unwind_end *end)
 {
     struct gstack gs = {0};
-    bool desched = false;
+    bool desched = false, first = true;
     *end = UNWIND_TRUNCATED;
     for (int crossings = 0;;) {
         struct go_module *g = module_of(u, *pc);
@@ -481,6 +487,20 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
             ret = *pc;
             st.kind = GO_ASYNC; /* (the next frame's pc is exact) */
             break;
+        case GO_VDSO:
+            /* Called back into from the vDSO's code (DWARF's frames above): the switch to
+             * g0 is done, and the function's own sp, which its pcsp delta counts from, is
+             * in r12 ("R12 unchanged by C code", sys_linux_amd64.s), as the DWARF pass
+             * left it at this frame. Otherwise (in the function itself, perhaps before
+             * its switch) a stop. */
+            if (leaf || !first || !u->go_r12_ok)
+                return true;
+            ra = u->go_r12 + (uint64_t)st.delta;
+            if (ra < u->go_r12 || !stack_word(u, s, &gs, ra, &ret) || !called_from(u, g, ret, st))
+                return true;
+            *sp = ra + 8;
+            *pc = ret;
+            break;
         case GO_DESCHED:
             desched = true;
             /* fall through */
@@ -500,6 +520,7 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
         }
         ips[(*n)++] = ret;
         u->go_frames++;
+        first = false;
         /* (asyncPreempt's "return address" is the instruction it interrupted.) */
         leaf = st.kind == GO_ASYNC;
     }

@@ -663,6 +663,11 @@ static int unwind_pass(struct unwinder *u, struct snapshot *s, uint64_t *ips, in
         if (u->go && go_covers(u, ip)) {
             *go_at = true;
             *go_sp = c.cur_sp;
+            /* (r12 there: where Go's vDSO callers keep their own stack pointer.) */
+            unw_word_t r12;
+            u->go_r12_ok = s->full_regs && n > 1 &&
+                           unw_get_reg(&cursor, UNW_X86_64_R12, &r12) == 0;
+            u->go_r12 = u->go_r12_ok ? r12 : 0;
             break;
         }
         int r = unw_step(&cursor);
@@ -670,6 +675,7 @@ static int unwind_pass(struct unwinder *u, struct snapshot *s, uint64_t *ips, in
             /* This frame's code was just found to be Go's (its lookup found no CFI). */
             *go_at = true;
             *go_sp = c.cur_sp;
+            u->go_r12_ok = false;
             break;
         }
         if (r == 0) {

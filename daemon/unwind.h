@@ -68,6 +68,8 @@ struct unwinder {
     struct go_module *go;    /* Go modules found (gounwind.c), a list */
     uint8_t *go_stack;       /* a goroutine's stack read across a cgo call (gounwind.c) */
     uint64_t go_frames;      /* frames stepped by the Go runtime's tables */
+    uint64_t go_r12;         /* r12 at the Go frame a DWARF pass ended at, if go_r12_ok */
+    bool go_r12_ok;
     /* How the target's memory outside the snapshot is read: len bytes at addr into dst,
      * returning the bytes read or -1 (errno set). process_vm_readv of pid (set by
      * unwinder_init); tests/fuzz/fuzz_unwind.c gives the unwinder an address space of its

@@ -129,9 +129,11 @@ def run(d, name, exe, cgo, sampler, mode, again=True):
     for stack, n in prof.items():
         fr = frames_of(stack)
         desched = "runtime.gopreempt_m" in fr or "runtime.preemptPark" in fr
-        # (A thread just created, that has not run an instruction of its own yet: clone3's
-        # return is its whole stack, as unwind.c says.)
-        born = fr in (["clone3"], ["__clone3"])
+        # (A thread of C code's, cgo's threads before they enter Go: from clone3 and
+        # start_thread; or just created, with not one instruction of its own run yet:
+        # clone3's return is its whole stack, as unwind.c says.)
+        born = bool(fr) and fr[0] in ("clone3", "__clone3", "clone", "__clone") and \
+            (len(fr) == 1 or fr[1] == "start_thread")
         if not fr or not (fr[0] in TOPS or (fr[0] == "runtime.morestack" and desched) or born):
             if cgo and fr and fr[0] == "runtime.asmcgocall":
                 cgo_unread += n
@@ -173,16 +175,17 @@ def run(d, name, exe, cgo, sampler, mode, again=True):
           "followed yet (%s; need <= %d%%) (%d others: %s)"
           % (tag, "/".join(TOPS), known_ends, total, ends, 100 * bound,
              sum(n for n, _ in incomplete), [s for _, s in incomplete[:3]]))
-    # A cgo call's goroutine frames are read when the sample is unwound: a C call of ~0.3
-    # ms that has returned by then leaves them unread. Most are read on every path.
+    # A cgo call's goroutine frames are read when the sample is unwound, after it: right
+    # after the thread runs again by ptrace stops, where nearly all are read (bound: 90%);
+    # from the kernel's copy at alarm's ticks (later still in deferred batches) or cputime's
+    # batched reads most C calls of ~3 ms have returned by then (logged: two in three to
+    # six in seven here, not bounded: the way to them is a read at the sample's instant).
     if cgo:
         in_c = sum(n for s, n in prof.items() if "main.leafC" in s) + cgo_unread
-        # (cputime's rings are read in batches, long after most samples: there most C calls
-        # have returned by the unwind; logged, not bounded.)
         log("%s: %d of %d samples in C without the goroutine's frames" % (tag, cgo_unread, in_c))
-        check(in_c > 0 and (cgo_unread <= 0.75 * in_c or mode == "cputime"),
-              "%s: C frames under cgo: the goroutine's frames beneath read for most (%d of %d "
-              "without them)" % (tag, cgo_unread, in_c))
+        check(in_c > 0 and (cgo_unread <= 0.1 * in_c or sampler != "ptrace"),
+              "%s: C frames under cgo: the goroutine's frames beneath read for 90%% by stops "
+              "(%d of %d without them)" % (tag, cgo_unread, in_c))
         check(any("runtime.asmcgocall" in s and "main.leafC" in s and "cspin" in s
                   for s in prof),
               "%s: mixed stacks: goroutine ... main.leafC;main._Cfunc_cspin;runtime.cgocall;"
