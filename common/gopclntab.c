@@ -266,6 +266,10 @@ bool gopcln_pcvalue(const struct gopcln *g, const struct gopcln_func *f, uint32_
         int32_t d = (uv & 1) ? (int32_t)~(uv >> 1) : (int32_t)(uv >> 1);
         if (!varint(&c, &pcd))
             return false;
+        /* Each entry covers pcs the last did not (the linker writes no empty range): a
+         * forged table of empty ranges is not walked a million steps per lookup. */
+        if (pcd == 0 && step > 0)
+            return false;
         /* (Wraps as Go's int32 does: a table of real code never does.) */
         v = (int32_t)((uint32_t)v + (uint32_t)d);
         at += (uint64_t)pcd * g->quantum;
@@ -289,7 +293,8 @@ bool gopcln_spdelta(const struct gopcln *g, const struct gopcln_func *f, uint64_
     return true;
 }
 
-/* A NUL-terminated string at table offset off into buf. */
+/* A NUL-terminated string at table offset off into buf (cut to n - 1 bytes). On failure buf
+ * holds "" (never the part read before the table ended: that is not NUL-terminated). */
 static bool tstring(const struct gopcln *g, uint64_t off, char *buf, size_t n)
 {
     if (!n)
@@ -297,14 +302,14 @@ static bool tstring(const struct gopcln *g, uint64_t off, char *buf, size_t n)
     size_t got = 0;
     while (got + 1 < n) {
         char chunk[64];
-        if (off >= g->len)
-            return false;
-        uint64_t left = g->len - off;
+        uint64_t left = off < g->len ? g->len - off : 0;
         size_t k = left < sizeof(chunk) ? (size_t)left : sizeof(chunk);
         if (k > n - 1 - got)
             k = n - 1 - got;
-        if (!tread(g, off, chunk, k))
+        if (!k || !tread(g, off, chunk, k)) {
+            buf[0] = 0;
             return false;
+        }
         const char *nul = memchr(chunk, 0, k);
         size_t take = nul ? (size_t)(nul - chunk) : k;
         memcpy(buf + got, chunk, take);
@@ -319,7 +324,12 @@ static bool tstring(const struct gopcln *g, uint64_t off, char *buf, size_t n)
 
 bool gopcln_name(const struct gopcln *g, int32_t nameoff, char *buf, size_t n)
 {
-    return nameoff >= 0 && tstring(g, g->funcname + (uint64_t)nameoff, buf, n);
+    if (nameoff < 0) {
+        if (n)
+            buf[0] = 0;
+        return false;
+    }
+    return tstring(g, g->funcname + (uint64_t)nameoff, buf, n);
 }
 
 bool gopcln_fileline(const struct gopcln *g, const struct gopcln_func *f, uint64_t pc,
