@@ -84,21 +84,10 @@ static bool go_read(void *ctx, uint64_t addr, void *dst, size_t n)
 /* Does the object at base carry Go's build-id note ("Go", type 4)? */
 static bool is_go_object(struct unwinder *u, uint64_t base)
 {
-    Elf64_Ehdr eh;
-    if (!read_bytes(u, base, &eh, sizeof(eh)) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
-        eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr) ||
-        eh.e_phnum == 0 || eh.e_phnum > 64 || eh.e_phoff > 65536)
-        return false;
-    Elf64_Phdr ph[64];
-    if (!read_bytes(u, base + eh.e_phoff, ph, eh.e_phnum * sizeof(Elf64_Phdr)))
-        return false;
-    uint64_t first = UINT64_MAX;
-    for (int i = 0; i < eh.e_phnum; i++)
-        if (ph[i].p_type == PT_LOAD && ph[i].p_offset < 4096 && first == UINT64_MAX)
-            first = ph[i].p_vaddr & ~4095ull;
-    if (first == UINT64_MAX)
-        return false;
-    for (int i = 0; i < eh.e_phnum; i++) {
+    Elf64_Phdr ph[MAX_PHDRS];
+    uint64_t first;
+    int phnum = elf_phdrs(u, base, ph, &first);
+    for (int i = 0; i < phnum; i++) {
         if (ph[i].p_type != PT_NOTE || ph[i].p_filesz > 4096)
             continue;
         uint8_t note[4096];
@@ -298,6 +287,16 @@ struct gstack {
     size_t len;
 };
 
+/* Read a goroutine's stack from gsp up to its top hi (GO_STACK_READ at most) into
+ * u->go_stack, live: the bytes read, 0 if it could not be. */
+static size_t read_gstack(struct unwinder *u, uint64_t gsp, uint64_t hi)
+{
+    size_t len = hi - gsp < GO_STACK_READ ? (size_t)(hi - gsp) : GO_STACK_READ;
+    if (!u->go_stack && !(u->go_stack = malloc(GO_STACK_READ)))
+        return 0;
+    return u->read_mem(u->pid, u->go_stack, gsp, len) == (ssize_t)len ? len : 0;
+}
+
 /* A word of the stack being unwound: the snapshot, or the goroutine's stack read. */
 static bool stack_word(struct unwinder *u, struct snapshot *s, const struct gstack *gs,
                        uint64_t addr, uint64_t *val)
@@ -341,10 +340,8 @@ static bool cross_cgocall(struct unwinder *u, struct snapshot *s, struct gstack 
         if (hi <= lo || hi - lo > GO_MAX_STACK || depth > hi - lo || depth < 8)
             continue;
         uint64_t gsp = hi - depth;
-        size_t len = hi - gsp < GO_STACK_READ ? (size_t)(hi - gsp) : GO_STACK_READ;
-        if (!u->go_stack && !(u->go_stack = malloc(GO_STACK_READ)))
-            return false;
-        if (u->read_mem(u->pid, u->go_stack, gsp, len) != (ssize_t)len)
+        size_t len = read_gstack(u, gsp, hi);
+        if (!len)
             continue;
         /* The saved stack pointer is asmcgocall's own, after its prologue: the return
          * address is there, or above the frame pointer the assembler's prologue pushes
@@ -432,10 +429,8 @@ static bool cross_systemstack(struct unwinder *u, struct snapshot *s, struct gst
     if (hi <= lo || hi - lo > GO_MAX_STACK || gsp < lo || gsp >= hi || !pm ||
         !is_named(pm, gpc, "runtime.systemstack_switch"))
         return false;
-    size_t len = hi - gsp < GO_STACK_READ ? (size_t)(hi - gsp) : GO_STACK_READ;
-    if (!u->go_stack && !(u->go_stack = malloc(GO_STACK_READ)))
-        return false;
-    if (u->read_mem(u->pid, u->go_stack, gsp, len) != (ssize_t)len)
+    size_t len = read_gstack(u, gsp, hi);
+    if (!len)
         return false;
     /* The caller of systemstack, above systemstack_switch's frame, must still be there. */
     struct go_slot sw = classify(pm, gpc);

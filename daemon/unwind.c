@@ -393,36 +393,43 @@ bool read_bytes(struct unwinder *u, uint64_t addr, void *out, size_t n)
     return true;
 }
 
-#define MAX_PHDRS 64
 #define MAX_TABLES 4096
 
 /* Fill t from the ELF headers at t->base: where the object's segments are, and its
  * .eh_frame_hdr binary search table. Every field is the target's to forge: each is checked
  * before it is used, and what libunwind is given stays inside the PT_GNU_EH_FRAME segment. */
+int elf_phdrs(struct unwinder *u, uint64_t base, Elf64_Phdr *ph, uint64_t *first)
+{
+    Elf64_Ehdr eh;
+    if (!read_bytes(u, base, &eh, sizeof(eh)) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+        eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr) ||
+        eh.e_phnum == 0 || eh.e_phnum > MAX_PHDRS || eh.e_phoff > 65536 ||
+        !read_bytes(u, base + eh.e_phoff, ph, eh.e_phnum * sizeof(Elf64_Phdr)))
+        return 0;
+    /* The segment holding file offset 0 is mapped at base: that gives the load bias. */
+    for (int i = 0; i < eh.e_phnum; i++) {
+        if (ph[i].p_type == PT_LOAD && ph[i].p_offset < 4096) {
+            *first = ph[i].p_vaddr & ~4095ull;
+            return eh.e_phnum;
+        }
+    }
+    return 0;
+}
+
 static void eh_build(struct unwinder *u, struct eh_table *t)
 {
-    uint64_t page = 4096;
-    Elf64_Ehdr eh;
-    if (!read_bytes(u, t->base, &eh, sizeof(eh)) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
-        eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr) ||
-        eh.e_phnum == 0 || eh.e_phnum > MAX_PHDRS || eh.e_phoff > 65536)
-        return;
+    uint64_t page = 4096, first;
     Elf64_Phdr ph[MAX_PHDRS];
-    if (!read_bytes(u, t->base + eh.e_phoff, ph, eh.e_phnum * sizeof(Elf64_Phdr)))
-        return;
-    /* The segment holding file offset 0 is mapped at base: that gives the load bias. */
-    const Elf64_Phdr *first = NULL, *hdr = NULL;
-    for (int i = 0; i < eh.e_phnum; i++) {
-        if (ph[i].p_type == PT_LOAD && !first && ph[i].p_offset < page)
-            first = &ph[i];
-        if (ph[i].p_type == PT_GNU_EH_FRAME && !hdr)
+    int phnum = elf_phdrs(u, t->base, ph, &first);
+    const Elf64_Phdr *hdr = NULL;
+    for (int i = 0; i < phnum && !hdr; i++)
+        if (ph[i].p_type == PT_GNU_EH_FRAME)
             hdr = &ph[i];
-    }
-    if (!first || !hdr)
+    if (!hdr)
         return;
-    uint64_t bias = t->base - (first->p_vaddr & ~(page - 1));
+    uint64_t bias = t->base - first;
     uint64_t lo = UINT64_MAX, hi = 0;
-    for (int i = 0; i < eh.e_phnum; i++) {
+    for (int i = 0; i < phnum; i++) {
         if (ph[i].p_type != PT_LOAD)
             continue;
         uint64_t a = bias + (ph[i].p_vaddr & ~(page - 1)), e = bias + ph[i].p_vaddr + ph[i].p_memsz;

@@ -2,6 +2,8 @@
  * code, through the Go runtime's own tables). */
 #pragma once
 
+#include <elf.h>
+
 #include "unwind.h"
 
 struct map_entry;
@@ -13,6 +15,12 @@ bool in_snapshot(const struct snapshot *s, uint64_t addr, uint64_t n);
 int read_cached(struct unwinder *u, uint64_t addr, unw_word_t *val);
 bool read_bytes(struct unwinder *u, uint64_t addr, void *out, size_t n);
 bool is_code(struct unwinder *u, uint64_t addr);
+/* The program headers of the ELF object whose first mapping is at base, read from the
+ * process's memory and checked (at most MAX_PHDRS, all in the page cache's reach), and the
+ * page-aligned vaddr of the segment holding file offset 0 (mapped at base: the load bias is
+ * base - *first). Returns their count, 0 if not a sound 64-bit ELF object. */
+#define MAX_PHDRS 64
+int elf_phdrs(struct unwinder *u, uint64_t base, Elf64_Phdr *ph, uint64_t *first);
 /* Was the instruction before ret a call? */
 bool preceded_by_call(struct unwinder *u, uint64_t ret);
 

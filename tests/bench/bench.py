@@ -143,6 +143,19 @@ def pctl(values, p):
     return v[int(round(p * (len(v) - 1)))]
 
 
+def perf_script_chains(text):
+    """The call chains (leaf first, function names, inlined ones as their own) of `perf
+    script -F ip,sym` output, one per sample that has any."""
+    for block in text.split("\n\n"):
+        chain = []
+        for line in block.splitlines():
+            f = line.split(None, 1)
+            if len(f) == 2:
+                chain.append(f[1].replace(" (inlined)", "").strip())
+        if chain:
+            yield chain
+
+
 def median(values):
     v = sorted(x for x in values if x is not None)
     if not v:
@@ -1021,14 +1034,8 @@ class Bench:
         counts = {k: 0 for k, _ in WHERE}
         counts["other"] = 0
         total = 0
-        for block in sc.stdout.split("\n\n"):
-            syms = set()
-            for line in block.splitlines():
-                parts = line.split(None, 1)
-                if len(parts) == 2:
-                    syms.add(parts[1].replace(" (inlined)", "").strip())
-            if not syms:
-                continue
+        for chain in perf_script_chains(sc.stdout):
+            syms = set(chain)
             total += 1
             for k, fns in WHERE:
                 if k == "sigprocmask_in_unwind":

@@ -331,14 +331,7 @@ def where_run(a, prog, hz, secs):
     parts["other"] = 0
     selfs = {}
     total = 0
-    for block in sc.stdout.split("\n\n"):
-        chain = []
-        for line in block.splitlines():
-            f = line.split(None, 1)
-            if len(f) == 2:
-                chain.append(f[1].replace(" (inlined)", "").strip())
-        if not chain:
-            continue
+    for chain in bench.perf_script_chains(sc.stdout):
         total += 1
         selfs[chain[0]] = selfs.get(chain[0], 0) + 1
         syms = set(chain)
