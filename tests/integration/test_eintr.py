@@ -183,6 +183,16 @@ def run(prog):
                 log("not checked under valgrind (no pidfd_open): accept's waits (%d calls, "
                     "the longest %.1f ms)" % (calls, longest))
                 continue
+            if not TIMING:
+                # Under valgrind each restart waits for the daemon's own (20-50x slower)
+                # handling of the stop, so "on time" is valgrind's, not the accounting's
+                # (164 ms once in CI, select's 54): what is checked is that the waits end
+                # well inside the storm, which they would not without the accounting.
+                check(calls >= 4 and longest < 750,
+                      "%s: under a SIGWINCH every 10 ms, %s's 50 ms waits end (slow "
+                      "wrapper: %d calls in 1.5 s, the longest %.1f ms, under 750)"
+                      % (prog, k, calls, longest))
+                continue
             check(calls >= 8 and longest <= allowed,
                   "%s: under a SIGWINCH every 10 ms, %s's 50 ms waits still end on time "
                   "(%d calls in 1.5 s, the longest %.1f ms, at most %.0f)"
