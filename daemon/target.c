@@ -1288,7 +1288,14 @@ int targets_wait_event(bool block, struct thread **sample)
         waitid(P_PID, (id_t)tid, &si, WSTOPPED | WNOHANG);
         return tid;
     }
-    /* An exit: reaped, then handled. (ECHILD: the symbolizer's owner reaped it first.) */
+    /* An exit. Until it is reaped the thread is a zombie whose name can still be read: one
+     * that ran since its name was read, or is young, may have named itself since (a thread
+     * of a few milliseconds that names itself as it starts may have had no read in its
+     * life on a busy machine), and its samples take the name it had last. Then reaped and
+     * handled. (ECHILD: the symbolizer's owner reaped it first.) */
+    struct thread *gone = thread_find(tid);
+    if (gone && (gone->ran_since_name || gone->name_checks < 3))
+        target_thread_refresh_name(gone);
     if (waitpid(tid, &status, __WALL | WNOHANG) == tid)
         targets_handle_wait(tid, status);
     return tid;

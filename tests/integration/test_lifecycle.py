@@ -52,10 +52,11 @@ with Daemon("--max-cpu", "0", env={"PROFD_DEFER": "0"}) as ref, Program("sleeper
     check_timing(total >= max(100, 0.4 * created),
                  "short-lived threads were sampled (%d samples of %d threads)"
                  % (total, created), d)
-    # A thread's name is read with its first samples; a slowed-down daemon (sanitizers)
-    # reads it later in a 3 ms life, and so does one on a machine busy with other work
-    # (83.9% once in a CI run beside fuzzing and Go builds; 90%+ on a quiet one).
-    want = 0.75 if TIMING and not d.sanitized() else 0.5
+    # A thread's name is read with its first samples and again as it exits (a zombie until
+    # profd reaps it): however late the daemon is in a 3 ms life (busy machine, sanitizers,
+    # valgrind), its samples carry the name it gave itself. (Read only with the first
+    # samples, 70.7% once on a machine with a CPU hog beside the suite.)
+    want = 0.95
     check(total >= want * named, "%.1f%% of them under the name the thread gave itself"
           % (100.0 * total / named))
     # The rest of a 3 ms thread's life is its birth (a new thread waiting for a CPU has not
