@@ -160,7 +160,7 @@ static bool ftab_entry(const struct gopcln *g, uint32_t i, uint64_t *pc, uint64_
 
 bool gopcln_find(const struct gopcln *g, uint64_t pc, struct gopcln_func *f)
 {
-    if (!gopcln_covers(g, pc))
+    if (!gopcln_covers(g, pc) || !g->nfunc)
         return false;
     /* The last entry whose pc is <= pc. */
     uint32_t lo = 0, hi = g->nfunc; /* answer in [lo, hi) */
@@ -174,9 +174,14 @@ bool gopcln_find(const struct gopcln *g, uint64_t pc, struct gopcln_func *f)
         else
             hi = mid;
     }
+    return gopcln_func_at(g, lo, f) && f->entry <= pc && pc < f->end;
+}
+
+bool gopcln_func_at(const struct gopcln *g, uint32_t i, struct gopcln_func *f)
+{
     uint64_t entry, next, funcoff, unused;
-    if (!ftab_entry(g, lo, &entry, &funcoff) || !ftab_entry(g, lo + 1, &next, &unused) ||
-        entry > pc || next <= pc)
+    if (i >= g->nfunc || !ftab_entry(g, i, &entry, &funcoff) ||
+        !ftab_entry(g, i + 1, &next, &unused) || entry >= next)
         return false;
     struct layout l = layout(g->version);
     uint64_t off = g->pcln + funcoff;

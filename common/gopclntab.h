@@ -70,6 +70,10 @@ static inline bool gopcln_covers(const struct gopcln *g, uint64_t pc)
 /* The function whose code holds pc (a binary search of the function table). */
 bool gopcln_find(const struct gopcln *g, uint64_t pc, struct gopcln_func *f);
 
+/* Function i of the table (i < nfunc, in address order): false if its entry or record is
+ * unsound. */
+bool gopcln_func_at(const struct gopcln *g, uint32_t i, struct gopcln_func *f);
+
 /* The value of pc-value table `table` (an offset in pctab; 0 = none) at pc of f: false if
  * the table does not reach pc or is malformed. */
 bool gopcln_pcvalue(const struct gopcln *g, const struct gopcln_func *f, uint32_t table,

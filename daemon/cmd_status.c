@@ -209,6 +209,20 @@ static cJSON *target_status(const struct target *t, uint64_t now)
     add_perf(o, t);
     if (t->py.status != PYS_NONE)
         add_python(o, t);
+    if (t->unw.go_rt.module) {
+        /* A Go target: its frames stepped by the runtime's tables, and whether the goroutine
+         * beneath a thread's system stack is read in the kernel at the sample (why not). */
+        cJSON *g = cJSON_AddObjectToObject(o, "go");
+        cJSON_AddNumberToObject(g, "frames", (double)t->unw.go_frames);
+        cJSON_AddBoolToObject(g, "kernel", t->gok.kernel);
+        if (!t->gok.kernel)
+            cJSON_AddStringToObject(g, "why_not", t->gok.why);
+        cJSON_AddNumberToObject(g, "records", (double)t->gok.records);
+        cJSON_AddNumberToObject(g, "paired", (double)t->gok.paired);
+        cJSON_AddNumberToObject(g, "used", (double)t->unw.go_copied);
+        cJSON_AddNumberToObject(g, "unpaired", (double)t->gok.unpaired);
+        cJSON_AddNumberToObject(g, "dropped", (double)t->gok.dropped);
+    }
     cJSON *u = cJSON_AddObjectToObject(o, "unwind");
     ADD_COUNTERS(u, TARGET_STATS_UNWIND, struct stats_unwind, &s->unwind);
     uint64_t unw = s->unwind.complete + s->unwind.truncated + s->unwind.too_deep;

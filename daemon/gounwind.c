@@ -29,8 +29,8 @@
  *   offset read from systemstack's own code), its frames read live from its saved sp as
  *   at a cgo call. Without r14 (a thread read from /proc) truncated there.
  * - runtime.morestack (a stack growing): truncated; except a morestack whose newstack
- *   preempted the goroutine (runtime.gopreempt_m, preemptPark above it): the goroutine is
- *   off the thread then, as after mcall. Complete.
+ *   preempted the goroutine (runtime.gopreempt_m, its goschedImpl, preemptPark above it):
+ *   the goroutine is off the thread then, as after mcall. Complete.
  * - runtime.nanotime1, walltime, time.now called back into from the vDSO: their own sp is in
  *   r12 (saved there before they switch to g0 and align sp for the C code): stepped from it
  *   where that stack is in the copy (called on g0 already); a goroutine's stack is not (the
@@ -148,6 +148,51 @@ static bool scan_mapping(struct unwinder *u, const struct map_entry *m, uint8_t 
     return false;
 }
 
+static int32_t m_curg_offset(struct unwinder *u, struct go_module *g, uint64_t pc);
+
+/* Is g the Go runtime's module, the executable's (a c-shared library's g is in dynamic TLS,
+ * out of the kernel's reach): its m.curg offset, from runtime.systemstack's code (an
+ * assembly function early in the table: the runtime's are linked first), and where the
+ * current g is from the thread pointer. Go's linker puts g at -8(FS): statically (no TLS
+ * segment, or one of 8 bytes, the runtime's tlsg), and through the system linker (cgo) as
+ * the executable's only thread-local variable, the last 8 bytes below the thread pointer
+ * (TLS variant II). An executable whose C code has thread-locals of its own moves it: not
+ * known then. */
+static void find_runtime(struct unwinder *u, struct go_module *g, uint64_t base)
+{
+    enum { FLAG_ASM = 4 };
+    if (u->go_rt.module)
+        return;
+    Elf64_Phdr ph[MAX_PHDRS];
+    uint64_t first;
+    int phnum = elf_phdrs(u, base, ph, &first);
+    bool interp = false;
+    const Elf64_Phdr *tls = NULL;
+    for (int i = 0; i < phnum; i++) {
+        interp |= ph[i].p_type == PT_INTERP;
+        if (ph[i].p_type == PT_TLS)
+            tls = &ph[i];
+    }
+    if (phnum <= 0 || (!interp && first == 0))
+        return; /* (a shared library: first 0 and no interpreter) */
+    struct gopcln_func f;
+    char name[24];
+    for (uint32_t i = 0; i < g->tab.nfunc && i < 20000; i++) {
+        if (!gopcln_func_at(&g->tab, i, &f) ||
+            (g->tab.version != GOPCLN_116 && !(f.flag & FLAG_ASM)) ||
+            !gopcln_name(&g->tab, f.nameoff, name, sizeof(name)) ||
+            strcmp(name, "runtime.systemstack"))
+            continue;
+        u->go_rt.module = g->tab.base;
+        u->go_rt.m_curg = m_curg_offset(u, g, f.entry);
+        u->go_rt.tls_known = !tls || (tls->p_memsz == 8 && tls->p_align <= 8);
+        u->go_rt.tls_g = -8;
+        log_debug("pid %d: the Go runtime: m.curg at %d, g at %s", u->pid, u->go_rt.m_curg,
+                  u->go_rt.tls_known ? "fs-8" : "an unknown place (C thread-locals)");
+        return;
+    }
+}
+
 void go_probe(struct unwinder *u, struct eh_table *t)
 {
     if (t->go_probed || !u->maps)
@@ -178,6 +223,7 @@ void go_probe(struct unwinder *u, struct eh_table *t)
               b->path, g->tab.version, g->tab.nfunc, (unsigned long long)g->tab.base);
     g->next = u->go;
     u->go = g;
+    find_runtime(u, g, t->base);
 }
 
 static struct go_module *module_of(const struct unwinder *u, uint64_t pc)
@@ -202,7 +248,9 @@ static enum go_kind special(const struct gopcln *tab, const struct gopcln_func *
     char name[40];
     if (!gopcln_name(tab, f->nameoff, name, sizeof(name)))
         return GO_FRAME;
-    if (!strcmp(name, "runtime.gopreempt_m") || !strcmp(name, "runtime.preemptPark"))
+    /* (goschedImpl: gopreempt_m's callee, which 1.22 inlines into newstack.) */
+    if (!strcmp(name, "runtime.gopreempt_m") || !strcmp(name, "runtime.preemptPark") ||
+        !strcmp(name, "runtime.goschedImpl"))
         return GO_DESCHED;
     if (tab->version != GOPCLN_116 && !(f->flag & FLAG_ASM))
         return GO_FRAME;
@@ -288,12 +336,24 @@ struct gstack {
 };
 
 /* Read a goroutine's stack from gsp up to its top hi (GO_STACK_READ at most) into
- * u->go_stack, live: the bytes read, 0 if it could not be. */
-static size_t read_gstack(struct unwinder *u, uint64_t gsp, uint64_t hi)
+ * u->go_stack: from the kernel's copy of goroutine g at the sample (s->gcopy), if it is g's
+ * and holds gsp; else live. The bytes read, 0 if it could not be. */
+static size_t read_gstack(struct unwinder *u, const struct snapshot *s, uint64_t g,
+                          uint64_t gsp, uint64_t hi)
 {
     size_t len = hi - gsp < GO_STACK_READ ? (size_t)(hi - gsp) : GO_STACK_READ;
     if (!u->go_stack && !(u->go_stack = malloc(GO_STACK_READ)))
         return 0;
+    const struct go_copy *c = s->gcopy;
+    if (c && c->g == g) {
+        if (gsp < c->sp || gsp - c->sp >= c->len)
+            return 0; /* (not where the goroutine was then) */
+        size_t have = c->len - (size_t)(gsp - c->sp);
+        len = have < len ? have : len;
+        memcpy(u->go_stack, c->data + (gsp - c->sp), len);
+        u->go_copied++;
+        return len;
+    }
     return u->read_mem(u->pid, u->go_stack, gsp, len) == (ssize_t)len ? len : 0;
 }
 
@@ -333,14 +393,19 @@ static bool cross_cgocall(struct unwinder *u, struct snapshot *s, struct gstack 
     for (size_t k = 0; k < 2; k++) {
         uint64_t depth, g, bounds[2], ret;
         if (!stack_word(u, s, gs, *sp + at[k][0], &depth) ||
-            !stack_word(u, s, gs, *sp + at[k][1], &g) || !g ||
-            u->read_mem(u->pid, bounds, g, sizeof(bounds)) != sizeof(bounds))
+            !stack_word(u, s, gs, *sp + at[k][1], &g) || !g)
             continue;
+        if (s->gcopy && s->gcopy->g == g) {
+            bounds[0] = s->gcopy->lo;
+            bounds[1] = s->gcopy->hi;
+        } else if (u->read_mem(u->pid, bounds, g, sizeof(bounds)) != sizeof(bounds)) {
+            continue;
+        }
         uint64_t lo = bounds[0], hi = bounds[1];
         if (hi <= lo || hi - lo > GO_MAX_STACK || depth > hi - lo || depth < 8)
             continue;
         uint64_t gsp = hi - depth;
-        size_t len = read_gstack(u, gsp, hi);
+        size_t len = read_gstack(u, s, g, gsp, hi);
         if (!len)
             continue;
         /* The saved stack pointer is asmcgocall's own, after its prologue: the return
@@ -417,19 +482,28 @@ static bool cross_systemstack(struct unwinder *u, struct snapshot *s, struct gst
 {
     int32_t curg_off = m_curg_offset(u, g, *pc - 1);
     uint64_t g0 = s->regs.r14, m, m_g0, curg, bounds[2], sched[2];
-    if (!s->full_regs || curg_off < 0 || !g0 ||
-        u->read_mem(u->pid, &m, g0 + 48, 8) != 8 || !m ||
-        u->read_mem(u->pid, &m_g0, m, 8) != 8 || m_g0 != g0 ||
-        u->read_mem(u->pid, &curg, m + (uint64_t)curg_off, 8) != 8 || !curg || curg == g0 ||
-        u->read_mem(u->pid, bounds, curg, 16) != 16 ||
-        u->read_mem(u->pid, sched, curg + 56, 16) != 16)
+    const struct go_copy *c = s->gcopy;
+    if (c && c->g && (!s->full_regs || c->g != g0)) {
+        /* The kernel's, at the sample: the goroutine and its sched as they were. */
+        curg = c->g;
+        bounds[0] = c->lo;
+        bounds[1] = c->hi;
+        sched[0] = c->sp;
+        sched[1] = c->pc;
+    } else if (!s->full_regs || curg_off < 0 || !g0 ||
+               u->read_mem(u->pid, &m, g0 + 48, 8) != 8 || !m ||
+               u->read_mem(u->pid, &m_g0, m, 8) != 8 || m_g0 != g0 ||
+               u->read_mem(u->pid, &curg, m + (uint64_t)curg_off, 8) != 8 || !curg ||
+               curg == g0 || u->read_mem(u->pid, bounds, curg, 16) != 16 ||
+               u->read_mem(u->pid, sched, curg + 56, 16) != 16) {
         return false;
+    }
     uint64_t lo = bounds[0], hi = bounds[1], gsp = sched[0], gpc = sched[1];
     struct go_module *pm = module_of(u, gpc);
     if (hi <= lo || hi - lo > GO_MAX_STACK || gsp < lo || gsp >= hi || !pm ||
         !is_named(pm, gpc, "runtime.systemstack_switch"))
         return false;
-    size_t len = read_gstack(u, gsp, hi);
+    size_t len = read_gstack(u, s, curg, gsp, hi);
     if (!len)
         return false;
     /* The caller of systemstack, above systemstack_switch's frame, must still be there. */
@@ -523,6 +597,7 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
 
 void go_flush(struct unwinder *u)
 {
+    memset(&u->go_rt, 0, sizeof(u->go_rt));
     while (u->go) {
         struct go_module *g = u->go;
         u->go = g->next;

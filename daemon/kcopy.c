@@ -139,7 +139,9 @@ uint32_t unwind_copy(struct target *t, struct thread *th, const struct perf_stre
         if (npy < 0)
             npy = 0; /* (the native frames alone, counted missing) */
     }
+    snap.gcopy = t->gok.kernel ? gok_take(t, th, pyk_event_of(th, ps), time_ns) : NULL;
     uint32_t id = unwind_and_intern(t, th, &end, false);
+    snap.gcopy = NULL;
     if (end == UNWIND_COMPLETE) {
         learn_perf_stack(th, snap.regs.rsp);
     } else if (snap.short_copy) {
@@ -282,9 +284,10 @@ int perf_open_once(struct thread *th, enum stream_kind kind, uint64_t period,
     if (!fds_take(1))
         return -EMFILE;
     int r = kind == STREAM_LATEST    ? perfs_open_latest(ps, th->tid, period, stack)
-            : kind == STREAM_PREEMPT ? perfs_open_preempt(ps, th->tid, stack, th->t->py.kernel)
+            : kind == STREAM_PREEMPT ? perfs_open_preempt(ps, th->tid, stack,
+                                                                  th->t->py.kernel || th->t->gok.kernel)
                                      : perfs_open(ps, th->tid, period, stack, continuous, batch);
-    if (r == 0 && stack && th->t->py.kernel &&
+    if (r == 0 && stack && (th->t->py.kernel || th->t->gok.kernel) &&
         (r = pyk_attach(th->t, ps->fd, pyk_event_of(th, ps), ps->tracepoint)) < 0)
         perfs_close(ps); /* (its samples would lack the Python frames: stopped for them) */
     if (r == 0)

@@ -19,6 +19,7 @@
 #include <ev.h>
 
 #include "bpf/pybpf.h"
+#include "gokernel.h"
 #include "log.h"
 #include "pyframes.skel.h"
 #include "target.h"
@@ -133,8 +134,10 @@ static void on_load_done(struct ev_loop *l, ev_async *w, int revents)
         log_info("Python frames are read in the kernel at each sample (eBPF)");
     else
         log_info("Python frames are read in ptrace stops: %s", why_not);
-    for (struct target *t = targets_first(); t; t = t->next)
+    for (struct target *t = targets_first(); t; t = t->next) {
         pyk_target_update(t);
+        gok_target_update(t);
+    }
 }
 
 void pyk_init(struct ev_loop *l)
@@ -178,6 +181,25 @@ static int load(void)
         return -EPERM;
     }
     return -EINPROGRESS;
+}
+
+int pyk_load(const char **why)
+{
+    int r = load();
+    *why = r == -EINPROGRESS ? "the eBPF program is being loaded" : r < 0 ? why_not : NULL;
+    return r;
+}
+
+int pyk_goprocs_fd(void)
+{
+    struct pyframes_bpf *sk = loaded();
+    return sk ? bpf_map__fd(sk->maps.goprocs) : -1;
+}
+
+void pyk_consume(void)
+{
+    if (rb)
+        ring_buffer__consume(rb);
 }
 
 bool pyk_loaded(const char **why)
@@ -312,7 +334,7 @@ void pyk_target_forget(struct target *t)
 int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint)
 {
     struct pyframes_bpf *sk = loaded();
-    if (!t->py.kernel || !sk)
+    if (!(t->py.kernel || t->gok.kernel) || !sk)
         return -EPERM;
     const struct bpf_program *prog = ev == PYK_CLOCK     ? sk->progs.py_clock
                                      : ev == PYK_LATEST  ? sk->progs.py_latest
@@ -321,6 +343,14 @@ int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint)
     if (ioctl(fd, PERF_EVENT_IOC_SET_BPF, bpf_program__fd(prog)) == 0)
         return 0;
     int r = -errno;
+    if (t->gok.kernel) {
+        snprintf(t->gok.why, sizeof(t->gok.why), "the kernel refused the eBPF program on a "
+                 "perf event (%s)", strerror(-r));
+        log_info("pid %d: %s: goroutines beneath C code are read at the unwind", t->pid,
+                 t->gok.why);
+        gok_target_forget(t);
+        return r;
+    }
     if (!t->py.kernel_why[0] || t->py.kernel)
         snprintf(t->py.kernel_why, sizeof(t->py.kernel_why), "the kernel refused the eBPF "
                  "program on a perf event (%s)", strerror(-r));
@@ -370,6 +400,10 @@ static int on_record(void *ctx, void *data, size_t size)
 {
     (void)ctx;
     const struct pybpf_rec *r = data;
+    if (size >= PYBPF_REC_HEAD && (r->flags & GOBPF_GO)) {
+        gok_on_record(data, size);
+        return 0;
+    }
     if (size < PYBPF_REC_HEAD || r->nframes > PYBPF_MAX_FRAMES || r->kind >= PYBPF_KINDS ||
         size < PYBPF_REC_HEAD + r->nframes * sizeof(struct pybpf_frame))
         return 0;

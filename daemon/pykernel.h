@@ -73,6 +73,12 @@ int pyk_queue_take(struct pyk_queue *q, uint64_t time_ns, struct py_frame *out,
 bool pyk_layout_fits(const struct py_runtime *rt);
 /* The program's counters: records written, records the ring buffer had no room for. */
 void pyk_counters(uint64_t *records, uint64_t *full);
+/* For Go targets (gokernel.c), which the same program serves: load it (as for Python: 0,
+ * -EINPROGRESS, or -EPERM with *why said), its Go processes' map (-1 before it is loaded),
+ * read its ring buffer (records go to their threads' queues). */
+int pyk_load(const char **why);
+int pyk_goprocs_fd(void);
+void pyk_consume(void);
 /* Whether the program is loaded; why not if it is not (NULL: not tried yet). */
 bool pyk_loaded(const char **why);
 /* Unload (at exit). */

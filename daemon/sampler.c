@@ -526,6 +526,29 @@ static void py_kernel_began(struct target *t)
     }
 }
 
+/* t's goroutines are read in the kernel from now on (its Go runtime found by the first
+ * unwinds, moments after attach): the program is attached to its threads' events as they
+ * are, cputime's clocks too, whose samples so far stay theirs; a preemption watch on the
+ * sched_switch tracepoint, which takes no program beside its filter, is closed (it opens
+ * again as the context-switch event). */
+static void go_kernel_began(struct target *t)
+{
+    t->gok.reopen = false;
+    for (size_t i = 0; i < t->nthreads && t->gok.kernel; i++) {
+        struct thread *th = t->threads[i];
+        if (th->smp.pw.fd >= 0 && th->smp.pw.tracepoint)
+            sampler_preempt_close(th);
+        struct {
+            struct perf_stream *ps;
+            enum pyk_event ev;
+        } evs[] = {{&th->smp.ps, PYK_CLOCK}, {&th->smp.pl, PYK_LATEST}, {&th->smp.pw, PYK_PREEMPT}};
+        for (size_t k = 0; k < 3 && t->gok.kernel; k++)
+            if (evs[k].ps->fd >= 0 && evs[k].ps->stack_size &&
+                pyk_attach(t, evs[k].ps->fd, evs[k].ev, false) < 0)
+                break; /* (refused: said, and the target's goroutines read live again) */
+    }
+}
+
 void sampler_tick(struct target *t, const struct sample_req *rq)
 {
     uint64_t tick_ns = rq->tick_ns;
@@ -537,8 +560,13 @@ void sampler_tick(struct target *t, const struct sample_req *rq)
      * the maps is copied up to UNKNOWN_STACK_COPY. */
     if (t->maps_dirty && tick_ns - t->maps_read_ns > 20 * NS_PER_MS)
         target_refresh_maps(t);
+    /* (A Go runtime found by an unwind since: its goroutines read by the kernel from now
+     * on, gokernel.h; likewise.) */
+    gok_target_update(t);
     if (t->py.kernel_reopen)
         py_kernel_began(t);
+    if (t->gok.reopen)
+        go_kernel_began(t);
     /* What the kernel sampled since the last tick (one-shot samples of that tick). */
     sampler_flush(t);
     for (size_t i = 0; i < t->nthreads; i++) {

@@ -537,6 +537,7 @@ static void target_destroy(struct target *t)
     free(t->epochs);
     unwinder_finish(&t->unw);
     pyk_target_forget(t);
+    gok_target_forget(t);
     py_target_finish(&t->py);
     if (t->status_fd >= 0)
         close(t->status_fd);

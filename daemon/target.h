@@ -10,6 +10,7 @@
 #include "maps.h"
 #include "perfsample.h"
 #include "perms.h"
+#include "gokernel.h"
 #include "python.h"
 #include "ring.h"
 #include "sampler_thread.h"
@@ -286,6 +287,7 @@ struct target {
     size_t nepochs;
     struct unwinder unw;
     struct py_target py;    /* its CPython runtime, if any */
+    struct go_kernel gok;   /* its goroutines read at its samples (a Go target) */
     struct sched *sched;    /* its schedule (schedule.c: given at attach, freed with it) */
     int status_fd;          /* /proc/PID/status (signal dispositions) */
     uint64_t sig_ign, sig_cgt; /* dispositions (SigIgn, SigCgt) at the latest read of it */

@@ -850,6 +850,7 @@ void snapshot_reset(struct snapshot *s)
     s->max_read = 0;
     s->short_copy = false;
     s->sealed = false;
+    s->gcopy = NULL;
     s->bp_tried = false;
     s->bp_found = false;
 }

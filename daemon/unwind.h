@@ -11,6 +11,16 @@
 
 struct maps;
 
+/* A goroutine's stack as it was at a sample's instant, read by the kernel (gokernel.h):
+ * the goroutine g the thread's m ran (m.curg) while the thread itself ran on its system
+ * stack (a cgo call, runtime.systemstack), its stack's bounds, its saved sp and pc
+ * (g.sched), and len bytes of its stack from sp. */
+struct go_copy {
+    uint64_t g, lo, hi, sp, pc;
+    uint32_t len;
+    const uint8_t *data;
+};
+
 /* Registers and a copy of the stack of one thread at one instant. */
 struct snapshot {
     struct user_regs_struct regs;
@@ -25,6 +35,7 @@ struct snapshot {
     bool short_copy;    /* the unwind wanted stack above the copy */
     bool sealed;        /* a copy from the past (the kernel's, at a perf sample): the live
                            stack above it is not read in its place */
+    const struct go_copy *gcopy; /* the goroutine beneath, as it was then (NULL: none) */
     uint8_t *data;
 };
 
@@ -68,8 +79,17 @@ struct unwinder {
     struct go_module *go;    /* Go modules found (gounwind.c), a list */
     uint8_t *go_stack;       /* a goroutine's stack read across a cgo call (gounwind.c) */
     uint64_t go_frames;      /* frames stepped by the Go runtime's tables */
+    uint64_t go_copied;      /* goroutine stacks taken from the kernel's copy at the sample */
     uint64_t go_r12;         /* r12 at the Go frame a DWARF pass ended at, if go_r12_ok */
     bool go_r12_ok;
+    /* The Go runtime's module (the executable), once found: what the kernel needs to read a
+     * thread's goroutine at a sample (gokernel.h). */
+    struct go_runtime {
+        uint64_t module;     /* its table's address; 0: none found */
+        int64_t tls_g;       /* where the current g is from the thread pointer (fs) */
+        int32_t m_curg;      /* offset of m.curg (-1: unknown) */
+        bool tls_known;      /* tls_g is known (the executable's TLS is Go's g alone) */
+    } go_rt;
     /* How the target's memory outside the snapshot is read: len bytes at addr into dst,
      * returning the bytes read or -1 (errno set). process_vm_readv of pid (set by
      * unwinder_init); tests/fuzz/fuzz_unwind.c gives the unwinder an address space of its

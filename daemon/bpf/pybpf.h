@@ -68,8 +68,39 @@ struct pybpf_rec {
 };
 #define PYBPF_REC_HEAD 24u /* bytes before frames[] */
 
+/* A Go process (the same program, on the same events; gokernel.h): where its threads' g
+ * is and the offsets to its goroutine. Key: the process's pid (tgid). */
+struct gobpf_proc {
+    __s64 tls_g;          /* the current g: at fs base + tls_g */
+    __u32 g_m;            /* g.m */
+    __u32 m_curg;         /* m.curg */
+    __u32 g_sched;        /* g.sched.sp (pc follows) */
+    __u32 pad;
+};
+
+/* Most bytes of a goroutine's stack a record holds (from its saved sp up). */
+#define GOBPF_STACK 16384
+
+/* Go records carry this flag (their head is a Python record's: time, ids, kind, flags). */
+#define GOBPF_GO 0x80u
+
+/* A goroutine's stack at a sample of a thread running on its system stack (g0: a cgo call,
+ * runtime.systemstack) or a signal's: written only then, when m.curg is another g. */
+struct gobpf_rec {
+    __u64 time_ns;
+    __u32 pid, tid;
+    __u16 unused;
+    __u8 kind;
+    __u8 flags;           /* GOBPF_GO */
+    __u32 len;            /* bytes of stack[] */
+    __u64 g, lo, hi, sp, pc;
+    __u8 stack[GOBPF_STACK];
+};
+#define GOBPF_REC_HEAD 64u /* bytes before stack[] */
+
 /* Counters (a per-CPU array, summed by profd). */
-enum { PYBPF_C_RECORDS, PYBPF_C_RB_FULL, PYBPF_C_NO_PROC, PYBPF_C_WALK_STEPS, PYBPF_C_N };
+enum { PYBPF_C_RECORDS, PYBPF_C_RB_FULL, PYBPF_C_NO_PROC, PYBPF_C_WALK_STEPS, PYBPF_C_GO_RECORDS,
+       PYBPF_C_N };
 
 /* What a code object is: with its address, tells a reused address from the object it was
  * (the addresses of its names and location table, its first line). The same hash in the

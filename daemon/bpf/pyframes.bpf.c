@@ -10,6 +10,7 @@
  * record is marked truncated, its outer frames left out, never guessed. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 
 #include "pybpf.h"
 
@@ -30,6 +31,33 @@ struct {
     __type(key, __u32);
     __type(value, struct pybpf_proc);
 } procs SEC(".maps");
+
+/* Go processes (gokernel.c): made as they come, like procs. */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, __u32);
+    __type(value, struct gobpf_proc);
+} goprocs SEC(".maps");
+
+/* A Go record being built (16 KiB: a per-CPU array of its own). */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct gobpf_rec);
+} goscratch SEC(".maps");
+
+/* The thread pointer (fs base) of the current task, as the kernel keeps it (arch_prctl,
+ * which glibc and the Go runtime set it with; saved at every switch): matched by name in
+ * the running kernel's BTF (CO-RE). */
+struct thread_struct___profd {
+    unsigned long fsbase;
+} __attribute__((preserve_access_index));
+struct task_struct___profd {
+    struct thread_struct___profd thread;
+} __attribute__((preserve_access_index));
 
 /* (More threads than this: the least recent ones' states are looked for again.) */
 struct {
@@ -223,6 +251,53 @@ static long frame_step(__u32 i, void *arg)
     return 0;
 }
 
+/* A Go thread's sample: if it runs on a stack other than its goroutine's (g, from its
+ * thread pointer, is not g.m.curg: C code of a cgo call or the runtime's on g0, a signal
+ * handler on gsignal), the goroutine's stack from its saved sp, as it is at this instant
+ * (read later, the goroutine would have moved on). */
+static __always_inline int go_copy(__u32 pid, __u32 tid, enum pybpf_kind kind,
+                                   const struct gobpf_proc *p)
+{
+    __u32 zero = 0;
+    struct gobpf_rec *r = bpf_map_lookup_elem(&goscratch, &zero);
+    if (!r)
+        return 1;
+    struct task_struct___profd *task = (void *)bpf_get_current_task();
+    __u64 fs = BPF_CORE_READ(task, thread.fsbase);
+    __u64 g = 0, m = 0, curg = 0, b[2], sched[2];
+    if (!fs || read_u64(&g, fs + p->tls_g) || !g || read_u64(&m, g + p->g_m) || !m ||
+        read_u64(&curg, m + p->m_curg) || !curg || curg == g)
+        return 1;
+    if (bpf_probe_read_user(b, sizeof(b), (const void *)curg) ||
+        bpf_probe_read_user(sched, sizeof(sched), (const void *)(curg + p->g_sched)))
+        return 1;
+    __u64 lo = b[0], hi = b[1], sp = sched[0];
+    if (sp < lo || sp >= hi || hi - lo > (1ull << 30))
+        return 1;
+    __u64 len = hi - sp;
+    if (len > GOBPF_STACK - 8)
+        len = GOBPF_STACK - 8;
+    len &= GOBPF_STACK - 1; /* (a bound the verifier sees; the same value) */
+    if (bpf_probe_read_user(r->stack, len, (const void *)sp))
+        return 1;
+    r->time_ns = bpf_ktime_get_ns();
+    r->pid = pid;
+    r->tid = tid;
+    r->unused = 0;
+    r->kind = (__u8)kind;
+    r->flags = GOBPF_GO;
+    r->len = (__u32)len;
+    r->g = curg;
+    r->lo = lo;
+    r->hi = hi;
+    r->sp = sp;
+    r->pc = sched[1];
+    count(PYBPF_C_GO_RECORDS, 1);
+    if (bpf_ringbuf_output(&records, r, GOBPF_REC_HEAD + len, BPF_RB_NO_WAKEUP))
+        count(PYBPF_C_RB_FULL, 1);
+    return 1;
+}
+
 static __always_inline int walk(enum pybpf_kind kind)
 {
     struct bpf_pidns_info ns;
@@ -230,8 +305,12 @@ static __always_inline int walk(enum pybpf_kind kind)
         return 1; /* (not in profd's namespace: not a target) */
     __u32 pid = ns.tgid, tid = ns.pid;
     struct pybpf_proc *p = bpf_map_lookup_elem(&procs, &pid);
-    if (!p)
+    if (!p) {
+        struct gobpf_proc *gp = bpf_map_lookup_elem(&goprocs, &pid);
+        if (gp)
+            return go_copy(pid, tid, kind, gp);
         return 1; /* (not a Python target's: its sample goes on as it is) */
+    }
     struct scratch *s = get_scratch();
     if (!s)
         return 1;

@@ -1,0 +1,156 @@
+/* gokernel.c: a Go target's goroutine read in the kernel at each sample (see gokernel.h). */
+#include "gokernel.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <bpf/bpf.h>
+
+#include "bpf/pybpf.h"
+#include "log.h"
+#include "target.h"
+#include "unwind.h"
+#include "util.h"
+
+/* Most bytes of records one thread's queue for one event holds (records of samples not
+ * read yet: a deferral's batch, cputime's ring read every 250 ms); the oldest go first. */
+#define QUEUE_MAX (1024u * 1024u)
+/* Most a record's time may follow its sample's (the program runs in the overflow, right
+ * after the kernel stamped the sample). */
+#define PAIR_NS PYK_PAIR_NS
+
+static size_t rec_size(const struct gobpf_rec *r)
+{
+    return GOBPF_REC_HEAD + ((r->len + 7u) & ~7u);
+}
+
+void gok_target_update(struct target *t)
+{
+    struct go_kernel *k = &t->gok;
+    const struct go_runtime *rt = &t->unw.go_rt;
+    if (k->kernel && k->module == rt->module)
+        return;
+    if (k->kernel) { /* (an exec: another runtime, or none) */
+        gok_target_forget(t);
+        k->module = 0;
+    }
+    if (!rt->module || (k->module == rt->module && k->why[0]))
+        return; /* (none; or tried and refused for this one) */
+    k->module = rt->module;
+    const char *why = NULL;
+    if (!rt->tls_known || rt->m_curg <= 0) {
+        snprintf(k->why, sizeof(k->why), "%s", !rt->tls_known
+                 ? "the executable has thread-locals of its own: where g is is unknown"
+                 : "runtime.systemstack's code does not say where m.curg is");
+        return;
+    }
+    int r = pyk_load(&why);
+    if (r == -EINPROGRESS) {
+        k->module = 0; /* (tried again when it is loaded) */
+        snprintf(k->why, sizeof(k->why), "%s", why);
+        return;
+    }
+    if (r < 0) {
+        snprintf(k->why, sizeof(k->why), "%s", why ? why : "no eBPF program");
+        return;
+    }
+    struct gobpf_proc p = {.tls_g = rt->tls_g, .g_m = 48, .m_curg = (uint32_t)rt->m_curg,
+                           .g_sched = 56};
+    __u32 key = (__u32)t->pid;
+    if (bpf_map_update_elem(pyk_goprocs_fd(), &key, &p, BPF_ANY) < 0) {
+        snprintf(k->why, sizeof(k->why), "the eBPF program's map refused it (%s)",
+                 strerror(errno));
+        return;
+    }
+    k->kernel = true;
+    k->reopen = true;
+    k->why[0] = '\0';
+    log_debug("pid %d: goroutines beneath a thread's system stack read at each sample", t->pid);
+}
+
+void gok_target_forget(struct target *t)
+{
+    t->gok.kernel = false;
+    int fd = pyk_goprocs_fd();
+    if (fd < 0)
+        return;
+    __u32 key = (__u32)t->pid;
+    bpf_map_delete_elem(fd, &key);
+}
+
+static void queue_push(struct pyk_queue *q, const struct gobpf_rec *r, size_t size,
+                       struct go_kernel *k)
+{
+    size_t need = rec_size(r);
+    while (q->tail + need > q->cap) {
+        if (q->head) {
+            memmove(q->buf, q->buf + q->head, q->tail - q->head);
+            q->tail -= q->head;
+            q->head = 0;
+        } else if (q->cap < QUEUE_MAX) {
+            uint32_t cap = q->cap ? q->cap * 2 : 16384;
+            q->buf = xrealloc(q->buf, cap);
+            q->cap = cap;
+        } else if (q->tail) {
+            q->head = (uint32_t)rec_size((const void *)q->buf);
+            k->dropped++;
+        } else {
+            return;
+        }
+    }
+    memcpy(q->buf + q->tail, r, size);
+    q->tail += (uint32_t)need;
+}
+
+void gok_on_record(const void *data, size_t size)
+{
+    const struct gobpf_rec *r = data;
+    if (size < GOBPF_REC_HEAD || r->len > GOBPF_STACK || size < GOBPF_REC_HEAD + r->len ||
+        r->kind >= PYBPF_KINDS)
+        return;
+    struct target *t = target_find((pid_t)r->pid);
+    if (!t || !t->gok.kernel)
+        return;
+    struct thread *th = target_thread(t, (pid_t)r->tid);
+    if (!th)
+        return;
+    t->gok.records++;
+    queue_push(&th->smp.pyq[r->kind], r, GOBPF_REC_HEAD + r->len, &t->gok);
+}
+
+const struct go_copy *gok_take(struct target *t, struct thread *th, enum pyk_event ev,
+                               uint64_t time_ns)
+{
+    static struct go_copy c;
+    static uint8_t *stack;
+    if (!t->gok.kernel)
+        return NULL;
+    pyk_consume();
+    struct pyk_queue *q = &th->smp.pyq[ev];
+    while (q->head < q->tail) {
+        const struct gobpf_rec *r = (const void *)(q->buf + q->head);
+        uint32_t size = (uint32_t)rec_size(r);
+        if (r->time_ns < time_ns) {
+            q->head += size; /* a sample not read (skipped, lost) */
+            t->gok.unpaired++;
+            continue;
+        }
+        if (r->time_ns - time_ns > PAIR_NS)
+            break; /* a later sample's: this one ran on its goroutine's stack */
+        if (!stack)
+            stack = xmalloc(GOBPF_STACK);
+        c = (struct go_copy){.g = r->g, .lo = r->lo, .hi = r->hi, .sp = r->sp, .pc = r->pc,
+                             .len = r->len, .data = stack};
+        memcpy(stack, r->stack, r->len);
+        t->gok.paired++;
+        q->head += size;
+        if (q->head == q->tail)
+            q->head = q->tail = 0;
+        return &c;
+    }
+    if (q->head == q->tail)
+        q->head = q->tail = 0;
+    return NULL;
+}
