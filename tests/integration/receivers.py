@@ -109,9 +109,13 @@ class Receiver:
             self.server = None
 
     def set_fault(self, fault, seconds):
+        """Answer with fault for `seconds` from the next request on (not from now: on a busy
+        machine the daemon and its target may take seconds to start, and a fault that ended
+        before the first request tested nothing)."""
         with self.lock:
             self.fault = fault
-            self.fault_until = time.time() + seconds
+            self.fault_seconds = seconds
+            self.fault_until = None if fault else 0.0
 
     def urls(self):
         base = "http://127.0.0.1:%d" % self.port
@@ -143,6 +147,8 @@ class Receiver:
                 else "otlp" if path == "/v1development/profiles" else "?")
         rid = h.headers.get("X-Profd-Id")
         with self.lock:
+            if self.fault and self.fault_until is None:
+                self.fault_until = time.time() + self.fault_seconds
             fault = self.fault if time.time() < self.fault_until else None
         if fault == "reset":
             self.requests.append((kind, rid, "reset"))

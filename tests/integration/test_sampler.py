@@ -151,7 +151,11 @@ for defer in (True, False):
             if cpu_share < 0.6:
                 log("not checked, the machine busy with other work:", msg)
             elif dfr["running_blocks_from"] == "sched_switch":
-                check_timing(dfr["ticks"] >= 0.8 * st["ticks"] and
+                # (Each deferral left for a thread kept off its CPU costs the ticks until the
+                # next batch begins: 563 of 706 once in CI with 8 such, the busy threads
+                # at 93% of their CPUs. Without any, 80%.)
+                left = dfr["left_for_threads_without_a_cpu"] + dfr["left_for_waits_for_a_cpu"]
+                check_timing(dfr["ticks"] >= (0.8 if not left else 0.6) * st["ticks"] and
                              dfr["wakeups"] <= st["ticks"] / 5, msg, daemon=d)
             else:
                 check(dfr["running_blocks_from"] == "context_switches" and
