@@ -80,12 +80,13 @@ void gok_target_forget(struct target *t)
     bpf_map_delete_elem(fd, &key);
 }
 
-static void queue_push(struct pyk_queue *q, const struct gobpf_rec *r, size_t size,
-                       struct go_kernel *k)
+void gok_queue_push(struct pyk_queue *q, const struct gobpf_rec *r, struct go_kernel *k)
 {
     size_t need = rec_size(r);
+    if (r->len > GOBPF_STACK)
+        return;
     while (q->tail + need > q->cap) {
-        if (q->head) {
+        if (q->head) { /* the room taken records left at the front */
             memmove(q->buf, q->buf + q->head, q->tail - q->head);
             q->tail -= q->head;
             q->head = 0;
@@ -93,15 +94,42 @@ static void queue_push(struct pyk_queue *q, const struct gobpf_rec *r, size_t si
             uint32_t cap = q->cap ? q->cap * 2 : 16384;
             q->buf = xrealloc(q->buf, cap);
             q->cap = cap;
-        } else if (q->tail) {
+        } else if (q->tail) { /* full: its oldest record goes */
             q->head = (uint32_t)rec_size((const void *)q->buf);
             k->dropped++;
         } else {
             return;
         }
     }
-    memcpy(q->buf + q->tail, r, size);
+    memcpy(q->buf + q->tail, r, GOBPF_REC_HEAD + r->len);
     q->tail += (uint32_t)need;
+}
+
+bool gok_queue_take(struct pyk_queue *q, uint64_t time_ns, struct go_copy *c, uint8_t *stack,
+                    struct go_kernel *k)
+{
+    while (q->head < q->tail) {
+        const struct gobpf_rec *r = (const void *)(q->buf + q->head);
+        uint32_t size = (uint32_t)rec_size(r);
+        if (r->time_ns < time_ns) {
+            q->head += size; /* a sample not read (skipped, lost) */
+            k->unpaired++;
+            continue;
+        }
+        if (r->time_ns - time_ns > PAIR_NS)
+            break; /* a later sample's: this one ran on its goroutine's stack */
+        *c = (struct go_copy){.g = r->g, .lo = r->lo, .hi = r->hi, .sp = r->sp, .pc = r->pc,
+                              .len = r->len, .data = stack};
+        memcpy(stack, r->stack, r->len);
+        k->paired++;
+        q->head += size;
+        if (q->head == q->tail)
+            q->head = q->tail = 0;
+        return true;
+    }
+    if (q->head == q->tail)
+        q->head = q->tail = 0;
+    return false;
 }
 
 void gok_on_record(const void *data, size_t size)
@@ -117,7 +145,7 @@ void gok_on_record(const void *data, size_t size)
     if (!th)
         return;
     t->gok.records++;
-    queue_push(&th->smp.pyq[r->kind], r, GOBPF_REC_HEAD + r->len, &t->gok);
+    gok_queue_push(&th->smp.pyq[r->kind], r, &t->gok);
 }
 
 const struct go_copy *gok_take(struct target *t, struct thread *th, enum pyk_event ev,
@@ -128,29 +156,7 @@ const struct go_copy *gok_take(struct target *t, struct thread *th, enum pyk_eve
     if (!t->gok.kernel)
         return NULL;
     pyk_consume();
-    struct pyk_queue *q = &th->smp.pyq[ev];
-    while (q->head < q->tail) {
-        const struct gobpf_rec *r = (const void *)(q->buf + q->head);
-        uint32_t size = (uint32_t)rec_size(r);
-        if (r->time_ns < time_ns) {
-            q->head += size; /* a sample not read (skipped, lost) */
-            t->gok.unpaired++;
-            continue;
-        }
-        if (r->time_ns - time_ns > PAIR_NS)
-            break; /* a later sample's: this one ran on its goroutine's stack */
-        if (!stack)
-            stack = xmalloc(GOBPF_STACK);
-        c = (struct go_copy){.g = r->g, .lo = r->lo, .hi = r->hi, .sp = r->sp, .pc = r->pc,
-                             .len = r->len, .data = stack};
-        memcpy(stack, r->stack, r->len);
-        t->gok.paired++;
-        q->head += size;
-        if (q->head == q->tail)
-            q->head = q->tail = 0;
-        return &c;
-    }
-    if (q->head == q->tail)
-        q->head = q->tail = 0;
-    return NULL;
+    if (!stack)
+        stack = xmalloc(GOBPF_STACK);
+    return gok_queue_take(&th->smp.pyq[ev], time_ns, &c, stack, &t->gok) ? &c : NULL;
 }

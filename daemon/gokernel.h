@@ -43,5 +43,14 @@ void gok_target_forget(struct target *t);
  * valid until the next call for th. NULL if none. */
 const struct go_copy *gok_take(struct target *t, struct thread *th, enum pyk_event ev,
                                uint64_t time_ns);
+/* The queue's parts, pure (tests/unit/test_gokernel.c): append a record (the oldest dropped
+ * for room, counted); take the record of the sample at time_ns (the first of the queue at
+ * or after it, at most PYK_PAIR_NS after; older ones go, counted unpaired) into c, its
+ * stack copied to stack (GOBPF_STACK bytes): false if it has none. */
+struct gobpf_rec;
+struct pyk_queue;
+void gok_queue_push(struct pyk_queue *q, const struct gobpf_rec *r, struct go_kernel *k);
+bool gok_queue_take(struct pyk_queue *q, uint64_t time_ns, struct go_copy *c, uint8_t *stack,
+                    struct go_kernel *k);
 /* A record from the program's ring buffer with GOBPF_GO set (pykernel.c's reader). */
 void gok_on_record(const void *data, size_t size);
