@@ -22,19 +22,24 @@
  *   thread's g0 stack from there; the goroutine is no longer this thread's. Complete.
  * - runtime.asmcgocall (a cgo call, C code running on g0): the goroutine's stack pointer is
  *   saved on g0 as its depth below the goroutine's stack top (g.stack.hi): the goroutine's
- *   frames are read from there (live: they do not change while the C call runs) and
- *   stepped on, down to runtime.goexit.
+ *   frames are read from there and stepped on, down to runtime.goexit: from the kernel's
+ *   copy of the goroutine at the sample (gokernel.h), or live (they do not change while the
+ *   C call runs; kept only if still the call's).
  * - runtime.systemstack (the runtime's code on g0 for the thread's goroutine): the
- *   goroutine is found from g0 (r14, at a kernel copy or a stop) through its m (m.curg's
- *   offset read from systemstack's own code), its frames read live from its saved sp as
- *   at a cgo call. Without r14 (a thread read from /proc) truncated there.
- * - runtime.morestack (a stack growing): truncated; except a morestack whose newstack
- *   preempted the goroutine (runtime.gopreempt_m, its goschedImpl, preemptPark above it):
- *   the goroutine is off the thread then, as after mcall. Complete.
+ *   goroutine from the kernel's copy, or found from g0 (r14, at a kernel copy or a stop)
+ *   through its m (m.curg's offset read from systemstack's own code), its frames read live
+ *   from its saved sp as at a cgo call. Without either (a thread read from /proc) truncated.
+ * - runtime.morestack (a stack growing): the goroutine's frames from the kernel's copy, at
+ *   the sched morestack saved; a morestack whose newstack preempted the goroutine
+ *   (runtime.gopreempt_m, its goschedImpl, preemptPark above it) is complete: the goroutine
+ *   is off the thread then, as after mcall. Otherwise truncated.
+ * - runtime.sigtramp, cgoSigtramp (Go's signal handler, on the signal stack): the
+ *   interrupted pc and sp from the signal frame's ucontext, the interrupted goroutine's
+ *   stack from the kernel's copy; otherwise (a stop's sample, C code interrupted) truncated.
  * - runtime.nanotime1, walltime, time.now called back into from the vDSO: their own sp is in
  *   r12 (saved there before they switch to g0 and align sp for the C code): stepped from it
- *   where that stack is in the copy (called on g0 already); a goroutine's stack is not (the
- *   copy is g0's): truncated, as in the function itself.
+ *   where that stack is in the copy or the kernel's copy of the goroutine; else truncated,
+ *   as in the function itself.
  * A return address outside Go code hands the unwind back to DWARF (C code called from Go
  * through a callback, the vDSO). */
 #include <elf.h>
@@ -60,6 +65,8 @@ enum go_kind {
     GO_DESCHED, /* a frame that takes the goroutine off its thread (gopreempt_m) */
     GO_SYSTEMSTACK, /* systemstack: the runtime's code on g0 for the thread's goroutine */
     GO_VDSO,    /* nanotime1, walltime, time.now: a vDSO call on g0, the old sp in r12 */
+    GO_SIGTRAMP, /* sigtramp, cgoSigtramp: Go's signal handler, the signal frame above */
+    GO_MORESTACK, /* morestack: newstack on g0 growing the goroutine's stack */
     GO_BAD,     /* no function or no delta at this pc */
 };
 
@@ -267,11 +274,11 @@ static enum go_kind special(const struct gopcln *tab, const struct gopcln_func *
         {"runtime.asmcgocall", GO_CGOCALL},
         {"runtime.asyncPreempt", GO_ASYNC},
         {"runtime.systemstack", GO_SYSTEMSTACK},
-        {"runtime.morestack", GO_STOP},
+        {"runtime.morestack", GO_MORESTACK},
         {"runtime.cgocallback", GO_STOP},
         {"runtime.gogo", GO_STOP},
-        {"runtime.sigtramp", GO_STOP},
-        {"runtime.cgoSigtramp", GO_STOP},
+        {"runtime.sigtramp", GO_SIGTRAMP},
+        {"runtime.cgoSigtramp", GO_SIGTRAMP},
         {"runtime.sigreturn", GO_STOP},
         {"runtime.sigreturn__sigaction", GO_STOP},
         {"runtime.nanotime1", GO_VDSO},
@@ -297,7 +304,7 @@ static struct go_slot classify(struct go_module *g, uint64_t pc)
     if (gopcln_find(&g->tab, pc, &f)) {
         r.kind = special(&g->tab, &f);
         if ((r.kind == GO_FRAME || r.kind == GO_ASYNC || r.kind == GO_DESCHED ||
-             r.kind == GO_VDSO) &&
+             r.kind == GO_VDSO || r.kind == GO_SIGTRAMP) &&
             !gopcln_spdelta(&g->tab, &f, pc, &r.delta))
             r.kind = GO_BAD;
     }
@@ -369,6 +376,13 @@ static bool stack_word(struct unwinder *u, struct snapshot *s, const struct gsta
     }
     if (gs->len && addr >= gs->base && gs->len >= 8 && addr - gs->base <= gs->len - 8) {
         memcpy(val, u->go_stack + (addr - gs->base), 8);
+        return true;
+    }
+    /* The goroutine's stack as the kernel copied it at the sample (a vDSO call's goroutine
+     * sp in r12, an interrupted goroutine's under a signal handler). */
+    const struct go_copy *c = s->gcopy;
+    if (c && addr >= c->sp && c->len >= 8 && addr - c->sp <= c->len - 8) {
+        memcpy(val, c->data + (addr - c->sp), 8);
         return true;
     }
     if (addr >= s->base && addr - s->base >= s->len && addr - s->base - s->len < 65536)
@@ -521,6 +535,58 @@ static bool cross_systemstack(struct unwinder *u, struct snapshot *s, struct gst
     return true;
 }
 
+/* At a return address into morestack (newstack on g0 growing the goroutine's stack): the
+ * goroutine's frames, from the kernel's copy of it at the sample (gokernel.h), whose saved
+ * sched morestack filled (sp and pc of the function whose prologue called it: its return
+ * address must follow a call of morestack_noctxt or morestack). Not read live: a stack
+ * growing is a moment, over by the unwind. */
+static bool cross_morestack(struct unwinder *u, struct snapshot *s, struct gstack *gs,
+                            uint64_t *pc, uint64_t *sp)
+{
+    const struct go_copy *c = s->gcopy;
+    if (!c || !c->pc || !go_covers(u, c->pc) ||
+        !(calls_named(u, c->pc, "runtime.morestack_noctxt") ||
+          calls_named(u, c->pc, "runtime.morestack")))
+        return false;
+    size_t len = read_gstack(u, s, c->g, c->sp, c->hi);
+    if (!len)
+        return false;
+    gs->base = c->sp;
+    gs->len = len;
+    *pc = c->pc;
+    *sp = c->sp;
+    return true;
+}
+
+/* At Go's signal handler (sigtramp; ra: its return address slot, which holds the restorer
+ * the kernel's signal frame begins with): the interrupted pc and sp from the frame's
+ * ucontext (after the restorer's address: uc_flags, uc_link, uc_stack, then mcontext's
+ * r8 ... r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip), in the copy with the handler's
+ * stack. Interrupted Go code's stack is its goroutine's, taken from the kernel's copy of
+ * it at the sample (the signal stack is g's, the goroutine m.curg); not read live (the
+ * goroutine runs on once the handler returns). */
+static bool cross_signal(struct unwinder *u, struct snapshot *s, struct gstack *gs,
+                         uint64_t ra, uint64_t *pc, uint64_t *sp)
+{
+    uint64_t uc = ra + 8, rsp, rip;
+    const struct go_copy *c = s->gcopy;
+    if (uc < ra || !stack_word(u, s, gs, uc + 160, &rsp) || !stack_word(u, s, gs, uc + 168, &rip) ||
+        !go_covers(u, rip))
+        return false;
+    if (!in_snapshot(s, rsp, 8)) {
+        if (!c || rsp < c->sp || rsp - c->sp >= c->len || rsp >= c->hi)
+            return false;
+        size_t len = read_gstack(u, s, c->g, rsp, c->hi);
+        if (!len)
+            return false;
+        gs->base = rsp;
+        gs->len = len;
+    }
+    *pc = rip;
+    *sp = rsp;
+    return true;
+}
+
 bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *sp, bool leaf,
                uint64_t *ips, int *n, int max, enum unwind_end *end)
 {
@@ -538,13 +604,27 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
             *end = UNWIND_COMPLETE;
             return true;
         case GO_STOP:
-            /* morestack's newstack preempting the goroutine: it is off the thread, whose
-             * g0 stack is all there is (as after mcall). */
-            if (desched && is_named(g, leaf ? *pc : *pc - 1, "runtime.morestack"))
-                *end = UNWIND_COMPLETE;
             return true;
         case GO_BAD:
             return true;
+        case GO_MORESTACK:
+            /* morestack's newstack preempting the goroutine: it is off the thread, whose
+             * g0 stack is all there is (as after mcall); else the goroutine beneath. */
+            if (desched) {
+                *end = UNWIND_COMPLETE;
+                return true;
+            }
+            if (leaf || crossings++ || !cross_morestack(u, s, &gs, pc, sp))
+                return true;
+            ret = *pc;
+            break;
+        case GO_SIGTRAMP:
+            ra = *sp + (uint64_t)st.delta;
+            if (ra < *sp || crossings++ || !cross_signal(u, s, &gs, ra, pc, sp))
+                return true;
+            ret = *pc;
+            st.kind = GO_ASYNC; /* (the interrupted pc is exact) */
+            break;
         case GO_CGOCALL:
             if (leaf || crossings++ || !cross_cgocall(u, s, &gs, pc, sp))
                 return true;

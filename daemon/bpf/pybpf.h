@@ -85,7 +85,9 @@ struct gobpf_proc {
 #define GOBPF_GO 0x80u
 
 /* A goroutine's stack at a sample of a thread running on its system stack (g0: a cgo call,
- * runtime.systemstack) or a signal's: written only then, when m.curg is another g. */
+ * runtime.systemstack, morestack) or a signal's: written only then, when m.curg is another
+ * g. From the sp its switch saved (pc: the saved pc); with none saved (a signal handler's),
+ * the stack's top GOBPF_STACK - 8 bytes (pc 0). */
 struct gobpf_rec {
     __u64 time_ns;
     __u32 pid, tid;

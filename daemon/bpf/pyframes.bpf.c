@@ -58,6 +58,10 @@ struct thread_struct___profd {
 struct task_struct___profd {
     struct thread_struct___profd thread;
 } __attribute__((preserve_access_index));
+/* Its user registers' stack pointer (bpf_task_pt_regs). */
+struct pt_regs___profd {
+    unsigned long sp;
+} __attribute__((preserve_access_index));
 
 /* (More threads than this: the least recent ones' states are looked for again.) */
 struct {
@@ -262,18 +266,30 @@ static __always_inline int go_copy(__u32 pid, __u32 tid, enum pybpf_kind kind,
     struct gobpf_rec *r = bpf_map_lookup_elem(&goscratch, &zero);
     if (!r)
         return 1;
-    struct task_struct___profd *task = (void *)bpf_get_current_task();
-    __u64 fs = BPF_CORE_READ(task, thread.fsbase);
+    struct task_struct *cur = bpf_get_current_task_btf();
+    struct task_struct___profd *task = (void *)cur;
+    struct pt_regs___profd *regs = (void *)bpf_task_pt_regs(cur);
+    __u64 fs = BPF_CORE_READ(task, thread.fsbase), usp = BPF_CORE_READ(regs, sp);
     __u64 g = 0, m = 0, curg = 0, b[2], sched[2];
     if (!fs || read_u64(&g, fs + p->tls_g) || !g || read_u64(&m, g + p->g_m) || !m ||
-        read_u64(&curg, m + p->m_curg) || !curg || curg == g)
+        read_u64(&curg, m + p->m_curg) || !curg)
         return 1;
     if (bpf_probe_read_user(b, sizeof(b), (const void *)curg) ||
         bpf_probe_read_user(sched, sizeof(sched), (const void *)(curg + p->g_sched)))
         return 1;
-    __u64 lo = b[0], hi = b[1], sp = sched[0];
-    if (sp < lo || sp >= hi || hi - lo > (1ull << 30))
+    __u64 lo = b[0], hi = b[1], sp = sched[0], pc = sched[1];
+    if (hi <= lo || hi - lo > (1ull << 30))
         return 1;
+    /* On its goroutine's own stack: the sample's copy holds it. (Still curg's g but on
+     * another stack: a signal handler before it switched g, a vDSO call on g0.) */
+    if (curg == g && usp >= lo && usp < hi)
+        return 1;
+    if (sp < lo || sp >= hi) {
+        /* No switch saved it (a signal's handler on gsignal: the goroutine was running,
+         * its sp is in the signal frame): the stack's top, where its outer frames are. */
+        sp = hi - lo > GOBPF_STACK - 8 ? hi - (GOBPF_STACK - 8) : lo;
+        pc = 0;
+    }
     __u64 len = hi - sp;
     if (len > GOBPF_STACK - 8)
         len = GOBPF_STACK - 8;
@@ -291,7 +307,7 @@ static __always_inline int go_copy(__u32 pid, __u32 tid, enum pybpf_kind kind,
     r->lo = lo;
     r->hi = hi;
     r->sp = sp;
-    r->pc = sched[1];
+    r->pc = pc;
     count(PYBPF_C_GO_RECORDS, 1);
     if (bpf_ringbuf_output(&records, r, GOBPF_REC_HEAD + len, BPF_RB_NO_WAKEUP))
         count(PYBPF_C_RB_FULL, 1);
