@@ -84,7 +84,9 @@ def check_copy_shrunk(st):
     threads' stacks hold the 8 KiB array frame) 12 KiB, less only for a while if their last
     unwinds needed less."""
     pf = st["perf"]
-    check(pf["copy_shrunk"] >= 1 and pf["copy_bytes"]["max"] < 16384,
+    # (One thread's at least: on a busy machine a thread kept off its CPU may not have had
+    # its 128 looks yet, or had an event reopened: CI once, 1 shrink, 12 and 16 KiB.)
+    check(pf["copy_shrunk"] >= 1 and pf["copy_bytes"]["min"] < 16384,
           "... the kernel's copies shrunk to what the unwinds need (%d times; now %s bytes; "
           "%d copies too short)" % (pf["copy_shrunk"], pf["copy_bytes"], pf["copy_too_short"]))
 
