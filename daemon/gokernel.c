@@ -80,27 +80,20 @@ void gok_target_forget(struct target *t)
     bpf_map_delete_elem(fd, &key);
 }
 
+static size_t size_at(const uint8_t *at)
+{
+    return rec_size((const void *)at);
+}
+
 void gok_queue_push(struct pyk_queue *q, const struct gobpf_rec *r, struct go_kernel *k)
 {
     size_t need = rec_size(r);
     if (r->len > GOBPF_STACK)
         return;
-    while (q->tail + need > q->cap) {
-        if (q->head) { /* the room taken records left at the front */
-            memmove(q->buf, q->buf + q->head, q->tail - q->head);
-            q->tail -= q->head;
-            q->head = 0;
-        } else if (q->cap < QUEUE_MAX) {
-            uint32_t cap = q->cap ? q->cap * 2 : 16384;
-            q->buf = xrealloc(q->buf, cap);
-            q->cap = cap;
-        } else if (q->tail) { /* full: its oldest record goes */
-            q->head = (uint32_t)rec_size((const void *)q->buf);
-            k->dropped++;
-        } else {
-            return;
-        }
-    }
+    unsigned dropped = pyk_queue_room(q, need, QUEUE_MAX, size_at);
+    if (dropped == PYK_NO_ROOM)
+        return;
+    k->dropped += dropped;
     memcpy(q->buf + q->tail, r, GOBPF_REC_HEAD + r->len);
     q->tail += (uint32_t)need;
 }

@@ -360,10 +360,10 @@ int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint)
     return r;
 }
 
-void pyk_queue_push(struct pyk_queue *q, const struct pybpf_rec *r, struct py_kernel_stats *ks)
+unsigned pyk_queue_room(struct pyk_queue *q, size_t need, uint32_t max,
+                        size_t (*size_at)(const uint8_t *))
 {
-    uint32_t max = r->kind == PYBPF_PREEMPT ? QUEUE_MAX_PREEMPT : QUEUE_MAX;
-    size_t need = ENTRY_SIZE(r->nframes);
+    unsigned dropped = 0;
     while (q->tail + need > q->cap) {
         if (q->head) { /* the room taken records left at the front */
             memmove(q->buf, q->buf + q->head, q->tail - q->head);
@@ -374,16 +374,31 @@ void pyk_queue_push(struct pyk_queue *q, const struct pybpf_rec *r, struct py_ke
             q->buf = xrealloc(q->buf, cap);
             q->cap = cap;
         } else if (q->tail) { /* full: its oldest record goes */
-            const struct entry *e = (const void *)q->buf;
-            q->head = (uint32_t)ENTRY_SIZE(e->n);
-            if (r->kind == PYBPF_PREEMPT)
-                ks->unpaired++;
-            else
-                ks->queue_dropped++;
+            q->head = (uint32_t)size_at(q->buf);
+            dropped++;
         } else {
-            return; /* (a record larger than a queue: none is) */
+            return PYK_NO_ROOM; /* (a record larger than a queue) */
         }
     }
+    return dropped;
+}
+
+static size_t entry_size(const uint8_t *at)
+{
+    return ENTRY_SIZE(((const struct entry *)(const void *)at)->n);
+}
+
+void pyk_queue_push(struct pyk_queue *q, const struct pybpf_rec *r, struct py_kernel_stats *ks)
+{
+    uint32_t max = r->kind == PYBPF_PREEMPT ? QUEUE_MAX_PREEMPT : QUEUE_MAX;
+    size_t need = ENTRY_SIZE(r->nframes);
+    unsigned dropped = pyk_queue_room(q, need, max, entry_size);
+    if (dropped == PYK_NO_ROOM)
+        return;
+    if (r->kind == PYBPF_PREEMPT)
+        ks->unpaired += dropped;
+    else
+        ks->queue_dropped += dropped;
     struct entry *e = (void *)(q->buf + q->tail);
     e->time_ns = r->time_ns;
     e->n = r->nframes;

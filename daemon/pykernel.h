@@ -65,6 +65,13 @@ int pyk_take(struct target *t, struct thread *th, enum pyk_event ev, uint64_t ti
  * ks: PYK_MISSING when it has none). */
 struct pybpf_rec;
 struct py_kernel_stats;
+/* Room for need more bytes at q's tail (gokernel.c's queue too): the room records taken at
+ * its front left reclaimed, the queue grown up to max bytes, then its oldest records
+ * dropped (size_at: the size of the record at a position). The number dropped, or
+ * PYK_NO_ROOM if need is more than a queue of max holds. */
+#define PYK_NO_ROOM (~0u)
+unsigned pyk_queue_room(struct pyk_queue *q, size_t need, uint32_t max,
+                        size_t (*size_at)(const uint8_t *));
 void pyk_queue_push(struct pyk_queue *q, const struct pybpf_rec *r, struct py_kernel_stats *ks);
 int pyk_queue_take(struct pyk_queue *q, uint64_t time_ns, struct py_frame *out,
                    struct py_kernel_stats *ks);
