@@ -40,6 +40,7 @@ static bool loader_started, loader_joined; /* (the loop thread's) */
 static struct pyframes_bpf *skel;   /* (the loader's until load_state says it is done) */
 static struct ring_buffer *rb;
 static char why_not[160];
+static char go_why_not[160]; /* the Go programs left out (loaded without them): why */
 
 /* The program, once the loader is done with it; NULL before, or if it failed. */
 static struct pyframes_bpf *loaded(void)
@@ -91,14 +92,40 @@ static void *load_thread(void *arg)
         goto out;
     }
     s = pyframes_bpf__open();
+    const char *go_off = getenv("PROFD_GO_BPF");
     if (!s) {
         r = errno ? -errno : -ENOMEM;
     } else {
         /* (The kernel's dev_t: major << 20 | minor.) */
         s->rodata->pidns_dev = ((uint64_t)major(ns.st_dev) << 20) | minor(ns.st_dev);
         s->rodata->pidns_ino = ns.st_ino;
-        r = pyframes_bpf__load(s);
+        /* PROFD_GO_BPF=0: without the Go programs (Go targets' goroutines read at the
+         * unwind, as where the kernel refuses them: for tests). */
+        r = go_off && !strcmp(go_off, "0") ? -ENOTSUP : pyframes_bpf__load(s);
         r = r == -1 ? -errno : r;
+        if (r < 0) {
+            /* Without the Go programs (their kernel needs: BTF, bpf_task_pt_regs), the
+             * Python ones may still load. */
+            int go_r = r;
+            pyframes_bpf__destroy(s);
+            s = pyframes_bpf__open();
+            if (!s) {
+                r = errno ? -errno : -ENOMEM;
+            } else {
+                s->rodata->pidns_dev = ((uint64_t)major(ns.st_dev) << 20) | minor(ns.st_dev);
+                s->rodata->pidns_ino = ns.st_ino;
+                bpf_program__set_autoload(s->progs.go_clock, false);
+                bpf_program__set_autoload(s->progs.go_latest, false);
+                bpf_program__set_autoload(s->progs.go_preempt, false);
+                r = pyframes_bpf__load(s);
+                r = r == -1 ? -errno : r;
+                if (go_r == -ENOTSUP)
+                    snprintf(go_why_not, sizeof(go_why_not), "turned off (PROFD_GO_BPF=0)");
+                else
+                    snprintf(go_why_not, sizeof(go_why_not), "the kernel refused the eBPF "
+                             "program for Go (%s)", strerror(-go_r));
+            }
+        }
     }
     if (r < 0) {
         snprintf(why_not, sizeof(why_not), "the kernel refused the eBPF program (%s%s)",
@@ -186,7 +213,11 @@ static int load(void)
 int pyk_load(const char **why)
 {
     int r = load();
-    *why = r == -EINPROGRESS ? "the eBPF program is being loaded" : r < 0 ? why_not : NULL;
+    if (r == 0 && go_why_not[0])
+        r = -EPERM;
+    *why = r == -EINPROGRESS ? "the eBPF program is being loaded"
+           : r < 0             ? (go_why_not[0] ? go_why_not : why_not)
+                               : NULL;
     return r;
 }
 
@@ -340,6 +371,9 @@ int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint)
                                      : ev == PYK_LATEST  ? sk->progs.py_latest
                                      : tracepoint         ? sk->progs.py_preempt_tp
                                                           : sk->progs.py_preempt;
+    if (t->gok.kernel) /* (never on the tracepoint: gokernel.h) */
+        prog = ev == PYK_CLOCK ? sk->progs.go_clock : ev == PYK_LATEST ? sk->progs.go_latest
+                                                                        : sk->progs.go_preempt;
     if (ioctl(fd, PERF_EVENT_IOC_SET_BPF, bpf_program__fd(prog)) == 0)
         return 0;
     int r = -errno;

@@ -321,12 +321,8 @@ static __always_inline int walk(enum pybpf_kind kind)
         return 1; /* (not in profd's namespace: not a target) */
     __u32 pid = ns.tgid, tid = ns.pid;
     struct pybpf_proc *p = bpf_map_lookup_elem(&procs, &pid);
-    if (!p) {
-        struct gobpf_proc *gp = bpf_map_lookup_elem(&goprocs, &pid);
-        if (gp)
-            return go_copy(pid, tid, kind, gp);
+    if (!p)
         return 1; /* (not a Python target's: its sample goes on as it is) */
-    }
     struct scratch *s = get_scratch();
     if (!s)
         return 1;
@@ -399,4 +395,38 @@ int py_preempt_tp(void *ctx)
     if (state != 0 && state < 256)
         return 0; /* a block: the filter drops its sample too */
     return walk(PYBPF_PREEMPT);
+}
+
+/* A Go target's events (gokernel.h): programs of their own, which profd leaves out where the
+ * kernel refuses them (no BTF for the thread pointer, no bpf_task_pt_regs before 5.15),
+ * keeping Python's. */
+static __always_inline int go_sample(enum pybpf_kind kind)
+{
+    struct bpf_pidns_info ns;
+    if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
+        return 1;
+    __u32 pid = ns.tgid;
+    struct gobpf_proc *gp = bpf_map_lookup_elem(&goprocs, &pid);
+    return gp ? go_copy(pid, ns.pid, kind, gp) : 1;
+}
+
+SEC("perf_event")
+int go_clock(void *ctx)
+{
+    (void)ctx;
+    return go_sample(PYBPF_CLOCK);
+}
+
+SEC("perf_event")
+int go_latest(void *ctx)
+{
+    (void)ctx;
+    return go_sample(PYBPF_LATEST);
+}
+
+SEC("perf_event")
+int go_preempt(void *ctx)
+{
+    (void)ctx;
+    return go_sample(PYBPF_PREEMPT);
 }

@@ -97,7 +97,7 @@ def frames_of(stack):
     return stack.split(";")[1:]  # (the first is the process's name)
 
 
-def run(d, name, exe, cgo, sampler, mode, again=True):
+def run(d, name, exe, cgo, sampler, mode, again=True, go_bpf=True):
     tag = "%s (%s, %s)" % (name, sampler, mode)
     with Program(exe, 3) as p:
         # (cputime at 499 Hz: the workers' CPU gives its samples, ~2 CPUs' worth at most.)
@@ -189,7 +189,7 @@ def run(d, name, exe, cgo, sampler, mode, again=True):
     # (From the kernel's copy, the signal handler and a stack growing are crossed from the
     # goroutine the kernel copied at the sample: at most 7 in 10000 here; by stops they are
     # not, nor C code a signal interrupted under cgo.)
-    bound = 0.005 if sampler != "ptrace" else 0.03
+    bound = 0.03 if sampler == "ptrace" else 0.005 if go_bpf else 0.01
     check(not incomplete and known_ends <= bound * total,
           "%s: every stack complete, down to %s, but for %d of %d at a switch of stacks not "
           "followed yet (%s; need <= %d%%) (%d others: %s)"
@@ -212,6 +212,12 @@ def run(d, name, exe, cgo, sampler, mode, again=True):
             check(in_c > 0 and cgo_unread <= 0.1 * in_c,
                   "%s: C frames under cgo: the goroutine's frames beneath read for 90%% by "
                   "stops (%d of %d without them)" % (tag, cgo_unread, in_c))
+        elif not go_bpf:
+            log("%s: %d of %d C samples without the goroutine's frames, read at the unwind"
+                % (tag, cgo_unread, in_c))
+            check(not gok.get("kernel") and "PROFD_GO_BPF=0" in gok.get("why_not", ""),
+                  "%s: PROFD_GO_BPF=0: status says the goroutines are read at the unwind "
+                  "(%s)" % (tag, gok))
         elif gok.get("kernel"):
             check(late > 0 and late_unread <= 0.1 * late,
                   "%s: C frames under cgo: the goroutine's frames beneath copied by the kernel "
@@ -296,5 +302,11 @@ try:
         for (name, exe), cgo in [builds[3], builds[-1]] if len(builds) > 4 else [builds[-1]]:
             run(d, name, exe, cgo, "ptrace", "alarm")
             run(d, name, exe, cgo, "ptrace", "cputime")
+    # Where the kernel refuses the Go programs (PROFD_GO_BPF=0 makes it so): the goroutine
+    # beneath C code read at the unwind, never another moment's; every stack complete but
+    # for those and the switches only the kernel's copy of the goroutine follows.
+    (name, exe), cgo = next((b for b in builds if b[1]), builds[0])
+    with Daemon(env={"PROFD_GO_BPF": "0"}) as d:
+        run(d, name, exe, cgo, "auto", "alarm", go_bpf=False)
 finally:
     shutil.rmtree(out, ignore_errors=True)
