@@ -222,6 +222,7 @@ static cJSON *target_status(const struct target *t, uint64_t now)
         cJSON_AddNumberToObject(g, "used", (double)t->unw.go_copied);
         cJSON_AddNumberToObject(g, "unpaired", (double)t->gok.unpaired);
         cJSON_AddNumberToObject(g, "dropped", (double)t->gok.dropped);
+        cJSON_AddNumberToObject(g, "stopped_reads", (double)t->gok.stopped_reads);
     }
     cJSON *u = cJSON_AddObjectToObject(o, "unwind");
     ADD_COUNTERS(u, TARGET_STATS_UNWIND, struct stats_unwind, &s->unwind);

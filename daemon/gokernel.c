@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <bpf/bpf.h>
+#include <sys/user.h>
 
 #include "bpf/pybpf.h"
 #include "log.h"
@@ -152,4 +153,37 @@ const struct go_copy *gok_take(struct target *t, struct thread *th, enum pyk_eve
     if (!stack)
         stack = xmalloc(GOBPF_STACK);
     return gok_queue_take(&th->smp.pyq[ev], time_ns, &c, stack, &t->gok) ? &c : NULL;
+}
+
+const struct go_copy *gok_read_stopped(struct target *t, pid_t tid,
+                                       const struct user_regs_struct *regs)
+{
+    static struct go_copy c;
+    static uint8_t *stack;
+    const struct go_runtime *rt = &t->unw.go_rt;
+    if (!rt->module || !rt->tls_known || rt->m_curg <= 0 || !regs->fs_base)
+        return NULL;
+    ssize_t (*rd)(pid_t, void *, uint64_t, size_t) = t->unw.read_mem;
+    uint64_t g, m, curg, head[9];
+    if (rd(tid, &g, regs->fs_base + (uint64_t)rt->tls_g, 8) != 8 || !g ||
+        rd(tid, &m, g + 48, 8) != 8 || !m || rd(tid, &curg, m + (uint64_t)rt->m_curg, 8) != 8 ||
+        !curg || rd(tid, head, curg, sizeof(head)) != sizeof(head))
+        return NULL;
+    /* As the program does (bpf/pyframes.bpf.c go_copy): g.stack at 0, g.sched at 56. */
+    uint64_t lo = head[0], hi = head[1], sp = head[7], pc = head[8];
+    if (hi <= lo || hi - lo > (1ull << 30) || (curg == g && regs->rsp >= lo && regs->rsp < hi))
+        return NULL;
+    if (sp < lo || sp >= hi) {
+        sp = hi - lo > GOBPF_STACK - 8 ? hi - (GOBPF_STACK - 8) : lo;
+        pc = 0;
+    }
+    size_t len = hi - sp > GOBPF_STACK - 8 ? GOBPF_STACK - 8 : (size_t)(hi - sp);
+    if (!stack)
+        stack = xmalloc(GOBPF_STACK);
+    if (rd(tid, stack, sp, len) != (ssize_t)len)
+        return NULL;
+    c = (struct go_copy){.g = curg, .lo = lo, .hi = hi, .sp = sp, .pc = pc,
+                         .len = (uint32_t)len, .data = stack};
+    t->gok.stopped_reads++;
+    return &c;
 }

@@ -32,6 +32,7 @@ struct go_kernel {
     uint64_t paired;     /* samples that found one */
     uint64_t unpaired;   /* records whose sample was not read */
     uint64_t dropped;    /* records dropped for room before their sample was read */
+    uint64_t stopped_reads; /* goroutines read in a ptrace stop's sample (gok_read_stopped) */
 };
 
 /* After an unwind found t's Go runtime (t->unw.go_rt), or lost it (exec): give the program
@@ -52,5 +53,11 @@ struct pyk_queue;
 void gok_queue_push(struct pyk_queue *q, const struct gobpf_rec *r, struct go_kernel *k);
 bool gok_queue_take(struct pyk_queue *q, uint64_t time_ns, struct go_copy *c, uint8_t *stack,
                     struct go_kernel *k);
+/* In a ptrace stop's sample of thread tid of a Go target (regs its registers): the
+ * goroutine, read as the program would at a kernel copy, while it cannot change (the unwind
+ * comes after the thread runs on). Valid until the next call; NULL if none. */
+struct user_regs_struct;
+const struct go_copy *gok_read_stopped(struct target *t, pid_t tid,
+                                       const struct user_regs_struct *regs);
 /* A record from the program's ring buffer with GOBPF_GO set (pykernel.c's reader). */
 void gok_on_record(const void *data, size_t size);

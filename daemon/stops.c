@@ -241,8 +241,10 @@ static void sample_stopped(struct thread *th)
                    ptrace(PTRACE_SETREGS, th->tid, 0, &regs) == 0) {
             t->stats.syscalls_restarted++;
         }
-        /* Its Python frames, while it cannot change them. */
+        /* Its Python frames, while it cannot change them; a Go thread's goroutine, off
+         * the stack copied (a cgo call, the runtime's code on g0, a signal handler). */
         npy = py_capture(&t->py, th->tid, &th->py_tstate, pyframes);
+        snap.gcopy = gok_read_stopped(t, th->tid, &snap.regs);
     }
     target_resume(th, 0);
     young_name(th);
@@ -253,10 +255,12 @@ static void sample_stopped(struct thread *th)
     if (copy_err < 0) {
         t->stats.failed.stack_copy++;
         npy = 0;
+        snap.gcopy = NULL;
         return;
     }
     enum unwind_end end;
     uint32_t id = unwind_and_intern(t, th, &end, th->boundary_stop);
+    snap.gcopy = NULL;
     th->boundary_stop = false;
     if (end == UNWIND_COMPLETE)
         learn_perf_stack(th, snap.regs.rsp);
