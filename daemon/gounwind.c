@@ -36,10 +36,11 @@
  * - runtime.sigtramp, cgoSigtramp (Go's signal handler, on the signal stack): the
  *   interrupted pc and sp from the signal frame's ucontext, the interrupted goroutine's
  *   stack from the kernel's copy; otherwise (a stop's sample, C code interrupted) truncated.
- * - runtime.nanotime1, walltime, time.now called back into from the vDSO: their own sp is in
- *   r12 (saved there before they switch to g0 and align sp for the C code): stepped from it
- *   where that stack is in the copy or the kernel's copy of the goroutine; else truncated,
- *   as in the function itself.
+ * - runtime.nanotime1, walltime, time.now called back into from the vDSO, or sampled in
+ *   themselves after their switch to g0: their own sp is in r12 (saved there before they
+ *   switch and align sp for the C code): stepped from it where that stack is in the copy or
+ *   the kernel's copy of the goroutine (made when the thread is off the goroutine's stack);
+ *   else truncated.
  * A return address outside Go code hands the unwind back to DWARF (C code called from Go
  * through a callback, the vDSO). */
 #include <elf.h>
@@ -67,6 +68,7 @@ enum go_kind {
     GO_VDSO,    /* nanotime1, walltime, time.now: a vDSO call on g0, the old sp in r12 */
     GO_SIGTRAMP, /* sigtramp, cgoSigtramp: Go's signal handler, the signal frame above */
     GO_MORESTACK, /* morestack: newstack on g0 growing the goroutine's stack */
+    GO_SIGRETURN, /* sigreturn: Go's restorer, the handler returned, the ucontext at sp */
     GO_BAD,     /* no function or no delta at this pc */
 };
 
@@ -279,8 +281,8 @@ static enum go_kind special(const struct gopcln *tab, const struct gopcln_func *
         {"runtime.gogo", GO_STOP},
         {"runtime.sigtramp", GO_SIGTRAMP},
         {"runtime.cgoSigtramp", GO_SIGTRAMP},
-        {"runtime.sigreturn", GO_STOP},
-        {"runtime.sigreturn__sigaction", GO_STOP},
+        {"runtime.sigreturn", GO_SIGRETURN},
+        {"runtime.sigreturn__sigaction", GO_SIGRETURN},
         {"runtime.nanotime1", GO_VDSO},
         {"runtime.walltime", GO_VDSO},
         {"runtime.walltime1", GO_VDSO},
@@ -587,6 +589,28 @@ static bool cross_signal(struct unwinder *u, struct snapshot *s, struct gstack *
     return true;
 }
 
+bool go_restorer(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *sp)
+{
+    /* mov $15, %rax; syscall: glibc's __restore_rt (the sample at either instruction, or
+     * after the call, in it). */
+    static const uint8_t code[9] = {0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05};
+    static const unsigned at[] = {0, 7, 9};
+    uint8_t b[9];
+    uint64_t rip = s->regs.rip;
+    for (size_t i = 0; i < 3; i++) {
+        if (rip < at[i] || !read_bytes(u, rip - at[i], b, sizeof(b)) || memcmp(b, code, 9))
+            continue;
+        struct gstack gs = {0};
+        uint64_t p = 0, q = 0;
+        if (s->regs.rsp < 8 || !cross_signal(u, s, &gs, s->regs.rsp - 8, &p, &q))
+            return false;
+        *pc = p;
+        *sp = q;
+        return true;
+    }
+    return false;
+}
+
 bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *sp, bool leaf,
                uint64_t *ips, int *n, int max, enum unwind_end *end)
 {
@@ -618,6 +642,13 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
                 return true;
             ret = *pc;
             break;
+        case GO_SIGRETURN:
+            /* In the restorer, the handler returned: the ucontext is at sp. */
+            if (!leaf || crossings++ || *sp < 8 || !cross_signal(u, s, &gs, *sp - 8, pc, sp))
+                return true;
+            ret = *pc;
+            st.kind = GO_ASYNC;
+            break;
         case GO_SIGTRAMP:
             ra = *sp + (uint64_t)st.delta;
             if (ra < *sp || crossings++ || !cross_signal(u, s, &gs, ra, pc, sp))
@@ -642,6 +673,18 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
              * in r12 ("R12 unchanged by C code", sys_linux_amd64.s), as the DWARF pass
              * left it at this frame. Otherwise (in the function itself, perhaps before
              * its switch) a stop. */
+            if (leaf && first) {
+                /* Sampled in the function itself: on its goroutine's stack still (no copy
+                 * of the goroutine: the kernel, or the stop, saw the thread on it), or
+                 * switched to g0, its own sp in r12 and the goroutine copied. */
+                uint64_t base = s->gcopy && s->full_regs ? s->regs.r12 : *sp;
+                ra = base + (uint64_t)st.delta;
+                if (ra < base || !stack_word(u, s, &gs, ra, &ret) || !called_from(u, g, ret, st))
+                    return true;
+                *sp = ra + 8;
+                *pc = ret;
+                break;
+            }
             if (leaf || !first || !u->go_r12_ok)
                 return true;
             ra = u->go_r12 + (uint64_t)st.delta;

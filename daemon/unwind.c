@@ -777,11 +777,25 @@ int unwinder_unwind(struct unwinder *u, struct snapshot *s, uint64_t *ips, int m
                     enum unwind_end *end)
 {
     bool go_at;
-    uint64_t go_sp;
-    int n = dwarf_unwind(u, s, ips, max, end, &go_at, &go_sp);
+    uint64_t go_sp, rpc, rsp;
+    int n;
+    bool exact = false; /* the first Go leg's pc is an interrupted one, not a return address */
+    if (u->go && s->gcopy && max >= 2 && go_restorer(u, s, &rpc, &rsp)) {
+        ips[0] = s->regs.rip;
+        ips[1] = rpc;
+        n = 2;
+        *end = UNWIND_TRUNCATED;
+        go_at = true;
+        go_sp = rsp;
+        exact = true;
+    } else {
+        n = dwarf_unwind(u, s, ips, max, end, &go_at, &go_sp);
+    }
     for (int leg = 0; go_at && n > 0; leg++) {
         uint64_t pc = ips[n - 1], sp = go_sp;
-        if (leg == MAX_LEGS || go_unwind(u, s, &pc, &sp, n == 1, ips, &n, max, end))
+        bool leaf = n == 1 || exact;
+        exact = false;
+        if (leg == MAX_LEGS || go_unwind(u, s, &pc, &sp, leaf, ips, &n, max, end))
             break;
         /* Out of Go code into code with CFI at pc (the last frame), sp: DWARF again, with
          * only those two registers known (rbp is guessed, as for a blocked thread). */

@@ -37,5 +37,9 @@ bool go_covers(const struct unwinder *u, uint64_t pc);
 bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *sp, bool leaf,
                uint64_t *ips, int *n, int max, enum unwind_end *end);
 /* Forget the Go modules (flush), free everything (finish). */
+/* A thread of a Go program sampled in libc's signal restorer (cgo), the handler returned:
+ * the interrupted Go code's pc and sp from the ucontext at sp, if its stack is readable
+ * (the kernel's copy of the goroutine). */
+bool go_restorer(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *sp);
 void go_flush(struct unwinder *u);
 void go_finish(struct unwinder *u);
