@@ -113,7 +113,7 @@ bool gok_queue_take(struct pyk_queue *q, uint64_t time_ns, struct go_copy *c, ui
         if (r->time_ns - time_ns > PAIR_NS)
             break; /* a later sample's: this one ran on its goroutine's stack */
         *c = (struct go_copy){.g = r->g, .lo = r->lo, .hi = r->hi, .sp = r->sp, .pc = r->pc,
-                              .len = r->len, .data = stack};
+                              .base = r->base, .len = r->len, .data = stack};
         memcpy(stack, r->stack, r->len);
         k->paired++;
         q->head += size;
@@ -166,23 +166,29 @@ const struct go_copy *gok_read_stopped(struct target *t, pid_t tid,
     ssize_t (*rd)(pid_t, void *, uint64_t, size_t) = t->unw.read_mem;
     uint64_t g, m, curg, head[9];
     if (rd(tid, &g, regs->fs_base + (uint64_t)rt->tls_g, 8) != 8 || !g ||
-        rd(tid, &m, g + 48, 8) != 8 || !m || rd(tid, &curg, m + (uint64_t)rt->m_curg, 8) != 8 ||
-        !curg || rd(tid, head, curg, sizeof(head)) != sizeof(head))
+        rd(tid, &m, g + 48, 8) != 8 || !m || rd(tid, &curg, m + (uint64_t)rt->m_curg, 8) != 8)
+        return NULL;
+    bool g0 = !curg; /* (no goroutine on the thread: g0's stack, m's first field) */
+    if ((g0 && (rd(tid, &curg, m, 8) != 8 || !curg)) ||
+        rd(tid, head, curg, sizeof(head)) != sizeof(head))
         return NULL;
     /* As the program does (bpf/pyframes.bpf.c go_copy): g.stack at 0, g.sched at 56. */
     uint64_t lo = head[0], hi = head[1], sp = head[7], pc = head[8];
     if (hi <= lo || hi - lo > (1ull << 30) || (curg == g && regs->rsp >= lo && regs->rsp < hi))
         return NULL;
-    if (sp < lo || sp >= hi) {
-        sp = hi - lo > GOBPF_STACK - 8 ? hi - (GOBPF_STACK - 8) : lo;
-        pc = 0;
+    uint64_t base;
+    if (sp < lo || sp >= hi || g0) {
+        base = hi - lo > GOBPF_STACK - 8 ? hi - (GOBPF_STACK - 8) : lo;
+        sp = pc = 0;
+    } else {
+        base = sp - lo > GOBPF_BELOW_SP ? sp - GOBPF_BELOW_SP : lo;
     }
-    size_t len = hi - sp > GOBPF_STACK - 8 ? GOBPF_STACK - 8 : (size_t)(hi - sp);
+    size_t len = hi - base > GOBPF_STACK - 8 ? GOBPF_STACK - 8 : (size_t)(hi - base);
     if (!stack)
         stack = xmalloc(GOBPF_STACK);
-    if (rd(tid, stack, sp, len) != (ssize_t)len)
+    if (rd(tid, stack, base, len) != (ssize_t)len)
         return NULL;
-    c = (struct go_copy){.g = curg, .lo = lo, .hi = hi, .sp = sp, .pc = pc,
+    c = (struct go_copy){.g = curg, .lo = lo, .hi = hi, .sp = sp, .pc = pc, .base = base,
                          .len = (uint32_t)len, .data = stack};
     t->gok.stopped_reads++;
     return &c;

@@ -355,11 +355,11 @@ static size_t read_gstack(struct unwinder *u, const struct snapshot *s, uint64_t
         return 0;
     const struct go_copy *c = s->gcopy;
     if (c && c->g == g) {
-        if (gsp < c->sp || gsp - c->sp >= c->len)
+        if (gsp < c->base || gsp - c->base >= c->len)
             return 0; /* (not where the goroutine was then) */
-        size_t have = c->len - (size_t)(gsp - c->sp);
+        size_t have = c->len - (size_t)(gsp - c->base);
         len = have < len ? have : len;
-        memcpy(u->go_stack, c->data + (gsp - c->sp), len);
+        memcpy(u->go_stack, c->data + (gsp - c->base), len);
         u->go_copied++;
         return len;
     }
@@ -383,8 +383,8 @@ static bool stack_word(struct unwinder *u, struct snapshot *s, const struct gsta
     /* The goroutine's stack as the kernel copied it at the sample (a vDSO call's goroutine
      * sp in r12, an interrupted goroutine's under a signal handler). */
     const struct go_copy *c = s->gcopy;
-    if (c && addr >= c->sp && c->len >= 8 && addr - c->sp <= c->len - 8) {
-        memcpy(val, c->data + (addr - c->sp), 8);
+    if (c && addr >= c->base && c->len >= 8 && addr - c->base <= c->len - 8) {
+        memcpy(val, c->data + (addr - c->base), 8);
         return true;
     }
     if (addr >= s->base && addr - s->base >= s->len && addr - s->base - s->len < 65536)
@@ -499,7 +499,7 @@ static bool cross_systemstack(struct unwinder *u, struct snapshot *s, struct gst
     int32_t curg_off = m_curg_offset(u, g, *pc - 1);
     uint64_t g0 = s->regs.r14, m, m_g0, curg, bounds[2], sched[2];
     const struct go_copy *c = s->gcopy;
-    if (c && c->g && (!s->full_regs || c->g != g0)) {
+    if (c && c->g && c->sp && (!s->full_regs || c->g != g0)) {
         /* The kernel's, at the sample: the goroutine and its sched as they were. */
         curg = c->g;
         bounds[0] = c->lo;
@@ -546,7 +546,7 @@ static bool cross_morestack(struct unwinder *u, struct snapshot *s, struct gstac
                             uint64_t *pc, uint64_t *sp)
 {
     const struct go_copy *c = s->gcopy;
-    if (!c || !c->pc || !go_covers(u, c->pc) ||
+    if (!c || !c->pc || !c->sp || !go_covers(u, c->pc) ||
         !(calls_named(u, c->pc, "runtime.morestack_noctxt") ||
           calls_named(u, c->pc, "runtime.morestack")))
         return false;
@@ -576,7 +576,7 @@ static bool cross_signal(struct unwinder *u, struct snapshot *s, struct gstack *
         !go_covers(u, rip))
         return false;
     if (!in_snapshot(s, rsp, 8)) {
-        if (!c || rsp < c->sp || rsp - c->sp >= c->len || rsp >= c->hi)
+        if (!c || rsp < c->base || rsp - c->base >= c->len || rsp >= c->hi)
             return false;
         size_t len = read_gstack(u, s, c->g, rsp, c->hi);
         if (!len)

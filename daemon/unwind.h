@@ -11,12 +11,13 @@
 
 struct maps;
 
-/* A goroutine's stack as it was at a sample's instant, read by the kernel (gokernel.h):
- * the goroutine g the thread's m ran (m.curg) while the thread itself ran on its system
- * stack (a cgo call, runtime.systemstack), its stack's bounds, its saved sp and pc
- * (g.sched), and len bytes of its stack from sp. */
+/* A goroutine's stack as it was at a sample's instant, read by the kernel (gokernel.h) or
+ * in a stop: the goroutine g the thread's m ran (m.curg; g0 if none) while the thread
+ * itself ran off its stack (a cgo call, runtime.systemstack, a signal handler), its stack's
+ * bounds, its saved sp and pc (g.sched), and len bytes of its stack from base. */
 struct go_copy {
-    uint64_t g, lo, hi, sp, pc;
+    uint64_t g, lo, hi, sp, pc; /* sp, pc: its saved sched (0: none) */
+    uint64_t base;              /* where data was copied from */
     uint32_t len;
     const uint8_t *data;
 };

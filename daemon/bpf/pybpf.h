@@ -84,10 +84,11 @@ struct gobpf_proc {
 /* Go records carry this flag (their head is a Python record's: time, ids, kind, flags). */
 #define GOBPF_GO 0x80u
 
-/* A goroutine's stack at a sample of a thread running on its system stack (g0: a cgo call,
- * runtime.systemstack, morestack) or a signal's: written only then, when m.curg is another
- * g. From the sp its switch saved (pc: the saved pc); with none saved (a signal handler's),
- * the stack's top GOBPF_STACK - 8 bytes (pc 0). */
+/* A goroutine's stack at a sample of a thread off it: on its system stack (g0: a cgo call,
+ * runtime.systemstack, morestack), a signal's, a vDSO call's. The goroutine is m.curg, or
+ * g0 where the thread runs none (the scheduler's code, a signal handler interrupted). From
+ * GOBPF_BELOW_SP below the sp its switch saved; with none saved (sp and pc 0), or for g0,
+ * the stack's top GOBPF_STACK - 8 bytes. */
 struct gobpf_rec {
     __u64 time_ns;
     __u32 pid, tid;
@@ -95,10 +96,13 @@ struct gobpf_rec {
     __u8 kind;
     __u8 flags;           /* GOBPF_GO */
     __u32 len;            /* bytes of stack[] */
-    __u64 g, lo, hi, sp, pc;
+    __u64 g, lo, hi, sp, pc; /* the goroutine, its stack, its saved sched (sp 0: none) */
+    __u64 base;           /* where stack[] was copied from */
     __u8 stack[GOBPF_STACK];
 };
-#define GOBPF_REC_HEAD 64u /* bytes before stack[] */
+#define GOBPF_REC_HEAD 72u /* bytes before stack[] */
+/* Copied below a saved sp too: a switch caught between saving it and leaving the stack. */
+#define GOBPF_BELOW_SP 1024u
 
 /* Counters (a per-CPU array, summed by profd). */
 enum { PYBPF_C_RECORDS, PYBPF_C_RB_FULL, PYBPF_C_NO_PROC, PYBPF_C_WALK_STEPS, PYBPF_C_GO_RECORDS,

@@ -272,7 +272,12 @@ static __always_inline int go_copy(__u32 pid, __u32 tid, enum pybpf_kind kind,
     __u64 fs = BPF_CORE_READ(task, thread.fsbase), usp = BPF_CORE_READ(regs, sp);
     __u64 g = 0, m = 0, curg = 0, b[2], sched[2];
     if (!fs || read_u64(&g, fs + p->tls_g) || !g || read_u64(&m, g + p->g_m) || !m ||
-        read_u64(&curg, m + p->m_curg) || !curg)
+        read_u64(&curg, m + p->m_curg))
+        return 1;
+    /* No goroutine on the thread (the scheduler's code on g0): g0's stack (m.g0, m's first
+     * field), for a signal handler that interrupted it. */
+    int g0 = !curg;
+    if (g0 && (read_u64(&curg, m) || !curg))
         return 1;
     if (bpf_probe_read_user(b, sizeof(b), (const void *)curg) ||
         bpf_probe_read_user(sched, sizeof(sched), (const void *)(curg + p->g_sched)))
@@ -284,17 +289,21 @@ static __always_inline int go_copy(__u32 pid, __u32 tid, enum pybpf_kind kind,
      * another stack: a signal handler before it switched g, a vDSO call on g0.) */
     if (curg == g && usp >= lo && usp < hi)
         return 1;
-    if (sp < lo || sp >= hi) {
+    __u64 base;
+    if (sp < lo || sp >= hi || g0) {
         /* No switch saved it (a signal's handler on gsignal: the goroutine was running,
-         * its sp is in the signal frame): the stack's top, where its outer frames are. */
-        sp = hi - lo > GOBPF_STACK - 8 ? hi - (GOBPF_STACK - 8) : lo;
-        pc = 0;
+         * its sp is in the signal frame), or g0's (its sched is its top): the stack's top,
+         * where its outer frames are. */
+        base = hi - lo > GOBPF_STACK - 8 ? hi - (GOBPF_STACK - 8) : lo;
+        sp = pc = 0;
+    } else {
+        base = sp - lo > GOBPF_BELOW_SP ? sp - GOBPF_BELOW_SP : lo;
     }
-    __u64 len = hi - sp;
+    __u64 len = hi - base;
     if (len > GOBPF_STACK - 8)
         len = GOBPF_STACK - 8;
     len &= GOBPF_STACK - 1; /* (a bound the verifier sees; the same value) */
-    if (bpf_probe_read_user(r->stack, len, (const void *)sp))
+    if (bpf_probe_read_user(r->stack, len, (const void *)base))
         return 1;
     r->time_ns = bpf_ktime_get_ns();
     r->pid = pid;
@@ -308,6 +317,7 @@ static __always_inline int go_copy(__u32 pid, __u32 tid, enum pybpf_kind kind,
     r->hi = hi;
     r->sp = sp;
     r->pc = pc;
+    r->base = base;
     count(PYBPF_C_GO_RECORDS, 1);
     if (bpf_ringbuf_output(&records, r, GOBPF_REC_HEAD + len, BPF_RB_NO_WAKEUP))
         count(PYBPF_C_RB_FULL, 1);

@@ -27,7 +27,8 @@ static const struct gobpf_rec *mk(uint64_t t, uint64_t g, uint32_t len)
     rec.g = g;
     rec.lo = 0x1000000 + g * 0x10000;
     rec.hi = rec.lo + 0x8000;
-    rec.sp = rec.hi - len;
+    rec.base = rec.hi - len;
+    rec.sp = rec.base + (len > 64 ? 64 : 0);
     rec.pc = 0x400000 + g;
     rec.len = len;
     for (uint32_t i = 0; i < len && i < GOBPF_STACK; i++)
@@ -37,7 +38,8 @@ static const struct gobpf_rec *mk(uint64_t t, uint64_t g, uint32_t len)
 
 static bool is(const struct go_copy *c, uint64_t g, uint32_t len)
 {
-    if (c->g != g || c->len != len || c->pc != 0x400000 + g || c->hi - c->sp != len ||
+    if (c->g != g || c->len != len || c->pc != 0x400000 + g || c->hi - c->base != len ||
+        c->sp != c->base + (len > 64 ? 64 : 0) ||
         c->lo != 0x1000000 + g * 0x10000 || c->data != stack)
         return false;
     for (uint32_t i = 0; i < len; i++)
