@@ -188,7 +188,7 @@ def run(d, name, exe, cgo, sampler, mode, again=True, go_bpf=True):
     # goroutine read in the stop (0.1-0.2% left, C code a signal interrupted; 1.5% with a
     # sanitized daemon before the crossing). From the kernel's copy, the handler, its restorer, a
     # stack growing and nanotime1's switch are crossed from the goroutine the kernel copied
-    # at the sample: none left in 14 of 15 runs here, 3 in 10000 in the other. Where the kernel refuses the Go programs,
+    # at the sample: none left in 15 of 16 runs here, 3 in 10000 in the other. Where the kernel refuses the Go programs,
     # none is crossed.)
     bound = 0.01 if sampler == "ptrace" or not go_bpf else 0.005
     check(not incomplete and known_ends <= bound * total,
