@@ -184,12 +184,11 @@ def run(d, name, exe, cgo, sampler, mode, again=True, go_bpf=True):
         log("  at a switch not followed: %d %s" % (n, s))
     # (By ptrace stops a thread is stopped again for every signal it gets, Go's preemption
     # signal too (SIGURG, every 10 ms to each busy goroutine): the tick after such a stop
-    # often finds the thread in the handler it was just let into, which is crossed from the
-    # goroutine read in the stop (0.1-0.2% left, C code a signal interrupted; 1.5% with a
-    # sanitized daemon before the crossing). From the kernel's copy, the handler, its restorer, a
-    # stack growing and nanotime1's switch are crossed from the goroutine the kernel copied
-    # at the sample: none left in 15 of 16 runs here, 3 in 10000 in the other. Where the kernel refuses the Go programs,
-    # none is crossed.)
+    # often finds the thread in the handler it was just let into (1.5% of the samples with a
+    # sanitized daemon). The handler, its restorer, a stack growing and nanotime1's switch
+    # are crossed from the goroutine copied at the sample, by the kernel or in the stop:
+    # none left in 15 of 16 runs here, 3 in 10000 in the other. Where the kernel refuses the
+    # Go programs, the kernel's copies cross none of them.)
     bound = 0.01 if sampler == "ptrace" or not go_bpf else 0.005
     check(not incomplete and known_ends <= bound * total,
           "%s: every stack complete, down to %s, but for %d of %d at a switch of stacks not "
