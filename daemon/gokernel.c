@@ -31,6 +31,16 @@ void gok_target_update(struct target *t)
 {
     struct go_kernel *k = &t->gok;
     const struct go_runtime *rt = &t->unw.go_rt;
+    if (t->py.status != PYS_NONE) {
+        /* A Go program that embeds CPython: the events carry Python's program (one each);
+         * its goroutines are read at the unwind. */
+        if (k->kernel)
+            gok_target_forget(t);
+        if (rt->module)
+            snprintf(k->why, sizeof(k->why), "a Python process: its events carry the Python "
+                     "frames' program");
+        return;
+    }
     if (k->kernel && k->module == rt->module)
         return;
     if (k->kernel) { /* (an exec: another runtime, or none) */
@@ -111,14 +121,20 @@ bool gok_queue_take(struct pyk_queue *q, uint64_t time_ns, struct go_copy *c, ui
             continue;
         }
         if (r->time_ns - time_ns > PAIR_NS)
-            break; /* a later sample's: this one ran on its goroutine's stack */
-        *c = (struct go_copy){.g = r->g, .lo = r->lo, .hi = r->hi, .sp = r->sp, .pc = r->pc,
-                              .base = r->base, .len = r->len, .data = stack};
-        memcpy(stack, r->stack, r->len);
+            break; /* a later sample's: this one's is missing */
+        if (r->len > GOBPF_STACK || size > q->tail - q->head) {
+            q->head = q->tail = 0; /* (not a record of ours: none is) */
+            return false;
+        }
         k->paired++;
         q->head += size;
         if (q->head == q->tail)
             q->head = q->tail = 0;
+        if (!r->g)
+            return false; /* the sample's thread was on its goroutine's stack: no copy */
+        *c = (struct go_copy){.g = r->g, .lo = r->lo, .hi = r->hi, .sp = r->sp, .pc = r->pc,
+                              .base = r->base, .len = r->len, .data = stack};
+        memcpy(stack, r->stack, r->len);
         return true;
     }
     if (q->head == q->tail)
@@ -139,7 +155,7 @@ void gok_on_record(const void *data, size_t size)
     if (!th)
         return;
     t->gok.records++;
-    gok_queue_push(&th->smp.pyq[r->kind], r, &t->gok);
+    gok_queue_push(&th->smp.goq[r->kind], r, &t->gok);
 }
 
 const struct go_copy *gok_take(struct target *t, struct thread *th, enum pyk_event ev,
@@ -152,7 +168,7 @@ const struct go_copy *gok_take(struct target *t, struct thread *th, enum pyk_eve
     pyk_consume();
     if (!stack)
         stack = xmalloc(GOBPF_STACK);
-    return gok_queue_take(&th->smp.pyq[ev], time_ns, &c, stack, &t->gok) ? &c : NULL;
+    return gok_queue_take(&th->smp.goq[ev], time_ns, &c, stack, &t->gok) ? &c : NULL;
 }
 
 const struct go_copy *gok_read_stopped(struct target *t, pid_t tid,

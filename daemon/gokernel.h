@@ -41,7 +41,7 @@ void gok_target_update(struct target *t);
 /* t is going. */
 void gok_target_forget(struct target *t);
 /* The goroutine of th's sample of event ev taken at time_ns, if the kernel copied one:
- * valid until the next call for th. NULL if none. */
+ * valid until the next call (for any thread). NULL if none. */
 const struct go_copy *gok_take(struct target *t, struct thread *th, enum pyk_event ev,
                                uint64_t time_ns);
 /* The queue's parts, pure (tests/unit/test_gokernel.c): append a record (the oldest dropped

@@ -589,6 +589,23 @@ static bool cross_signal(struct unwinder *u, struct snapshot *s, struct gstack *
     return true;
 }
 
+/* In nanotime1, walltime or time.now itself (pc): has it saved its sp in r12 yet
+ * (`MOVQ SP, R12`, 49 89 e4, before its switch to g0)? Then r12, not sp, is what its pcsp
+ * delta counts from. Known only with every register (a kernel copy, a stop). */
+static bool vdso_saved_sp(struct unwinder *u, struct go_module *g, const struct snapshot *s,
+                          uint64_t pc)
+{
+    struct gopcln_func f;
+    uint8_t code[256];
+    if (!s->full_regs || !gopcln_find(&g->tab, pc, &f) || pc - f.entry > sizeof(code) ||
+        pc - f.entry < 3 || !read_bytes(u, f.entry, code, (size_t)(pc - f.entry)))
+        return false;
+    for (size_t i = 0; i + 3 <= pc - f.entry; i++)
+        if (code[i] == 0x49 && code[i + 1] == 0x89 && code[i + 2] == 0xe4)
+            return true;
+    return false;
+}
+
 bool go_restorer(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *sp)
 {
     /* mov $15, %rax; syscall: glibc's __restore_rt (the sample at either instruction, or
@@ -677,7 +694,7 @@ bool go_unwind(struct unwinder *u, struct snapshot *s, uint64_t *pc, uint64_t *s
                 /* Sampled in the function itself: on its goroutine's stack still (no copy
                  * of the goroutine: the kernel, or the stop, saw the thread on it), or
                  * switched to g0, its own sp in r12 and the goroutine copied. */
-                uint64_t base = s->gcopy && s->full_regs ? s->regs.r12 : *sp;
+                uint64_t base = vdso_saved_sp(u, g, s, *pc) ? s->regs.r12 : *sp;
                 ra = base + (uint64_t)st.delta;
                 if (ra < base || !stack_word(u, s, &gs, ra, &ret) || !called_from(u, g, ret, st))
                     return true;

@@ -287,9 +287,14 @@ int perf_open_once(struct thread *th, enum stream_kind kind, uint64_t period,
             : kind == STREAM_PREEMPT ? perfs_open_preempt(ps, th->tid, stack,
                                                                   th->t->py.kernel || th->t->gok.kernel)
                                      : perfs_open(ps, th->tid, period, stack, continuous, batch);
-    if (r == 0 && stack && (th->t->py.kernel || th->t->gok.kernel) &&
-        (r = pyk_attach(th->t, ps->fd, pyk_event_of(th, ps), ps->tracepoint)) < 0)
-        perfs_close(ps); /* (its samples would lack the Python frames: stopped for them) */
+    if (r == 0 && stack && (th->t->py.kernel || th->t->gok.kernel)) {
+        bool go = th->t->gok.kernel;
+        int a = pyk_attach(th->t, ps->fd, pyk_event_of(th, ps), ps->tracepoint);
+        if (a < 0 && !go) {
+            perfs_close(ps); /* (its samples would lack the Python frames: stopped for them) */
+            r = a;
+        } /* (a Go target's event is kept: its goroutines are read at the unwind now) */
+    }
     if (r == 0)
         memacct_add(memory_samples(), perfs_bytes(ps));
     else

@@ -119,9 +119,11 @@ static void *load_thread(void *arg)
                 bpf_program__set_autoload(s->progs.go_preempt, false);
                 r = pyframes_bpf__load(s);
                 r = r == -1 ? -errno : r;
-                if (go_r == -ENOTSUP)
+                /* (Said for Go only where Python's loaded without them: else the reason
+                 * is the program's, why_not.) */
+                if (r == 0 && go_r == -ENOTSUP)
                     snprintf(go_why_not, sizeof(go_why_not), "turned off (PROFD_GO_BPF=0)");
-                else
+                else if (r == 0)
                     snprintf(go_why_not, sizeof(go_why_not), "the kernel refused the eBPF "
                              "program for Go (%s)", strerror(-go_r));
             }
@@ -134,6 +136,11 @@ static void *load_thread(void *arg)
         goto out;
     }
     rb = ring_buffer__new(bpf_map__fd(s->maps.records), on_record, NULL, NULL);
+    if (rb && ring_buffer__add(rb, bpf_map__fd(s->maps.gorecords), on_record, NULL) < 0) {
+        ring_buffer__free(rb);
+        rb = NULL;
+        errno = errno ? errno : ENOMEM;
+    }
     if (!rb) {
         r = -errno;
         snprintf(why_not, sizeof(why_not), "no ring buffer for the eBPF program (%s)",
@@ -377,6 +384,8 @@ int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint)
     if (ioctl(fd, PERF_EVENT_IOC_SET_BPF, bpf_program__fd(prog)) == 0)
         return 0;
     int r = -errno;
+    if (r == -EEXIST && t->gok.kernel)
+        return 0; /* (attached before: the runtime found again after a flush) */
     if (t->gok.kernel) {
         snprintf(t->gok.why, sizeof(t->gok.why), "the kernel refused the eBPF program on a "
                  "perf event (%s)", strerror(-r));

@@ -40,6 +40,8 @@ void sampler_thread_release(struct thread *th)
     for (int i = 0; i < PYK_EVENTS; i++) {
         free(th->smp.pyq[i].buf);
         th->smp.pyq[i] = (struct pyk_queue){0};
+        free(th->smp.goq[i].buf);
+        th->smp.goq[i] = (struct pyk_queue){0};
     }
 }
 

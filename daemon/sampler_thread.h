@@ -79,6 +79,7 @@ struct sampler_thread {
     /* A Python target's: the records of its Python frames the kernel wrote with its events'
      * samples, not yet paired with them (pykernel.h), one queue per event. */
     struct pyk_queue pyq[PYK_EVENTS];
+    struct pyk_queue goq[PYK_EVENTS]; /* a Go target's goroutine copies (gokernel.h) */
 };
 
 /* Set up the module: the loop its event watchers are on. */

@@ -41,6 +41,13 @@ struct {
     __type(value, struct gobpf_proc);
 } goprocs SEC(".maps");
 
+/* Go records, a ring of their own: a busy Go target's copies (up to 16 KiB each) do not
+ * crowd out Python's records. */
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 4 << 20);
+} gorecords SEC(".maps");
+
 /* A Go record being built (16 KiB: a per-CPU array of its own). */
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -259,6 +266,26 @@ static long frame_step(__u32 i, void *arg)
  * thread pointer, is not g.m.curg: C code of a cgo call or the runtime's on g0, a signal
  * handler on gsignal), the goroutine's stack from its saved sp, as it is at this instant
  * (read later, the goroutine would have moved on). */
+/* The record of one sample: the goroutine's copy (len bytes of stack) or, with g 0, the
+ * header alone (nothing to copy), so that every sample has its record and none takes
+ * another's (pairing, gokernel.c). */
+static __always_inline int go_emit(struct gobpf_rec *r, __u32 pid, __u32 tid,
+                                   enum pybpf_kind kind, __u64 len)
+{
+    r->time_ns = bpf_ktime_get_ns();
+    r->pid = pid;
+    r->tid = tid;
+    r->unused = 0;
+    r->kind = (__u8)kind;
+    r->flags = GOBPF_GO;
+    r->len = (__u32)len;
+    count(PYBPF_C_GO_RECORDS, 1);
+    len &= GOBPF_STACK - 1;
+    if (bpf_ringbuf_output(&gorecords, r, GOBPF_REC_HEAD + len, BPF_RB_NO_WAKEUP))
+        count(PYBPF_C_RB_FULL, 1);
+    return 1;
+}
+
 static __always_inline int go_copy(__u32 pid, __u32 tid, enum pybpf_kind kind,
                                    const struct gobpf_proc *p)
 {
@@ -266,6 +293,7 @@ static __always_inline int go_copy(__u32 pid, __u32 tid, enum pybpf_kind kind,
     struct gobpf_rec *r = bpf_map_lookup_elem(&goscratch, &zero);
     if (!r)
         return 1;
+    r->g = 0;
     struct task_struct *cur = bpf_get_current_task_btf();
     struct task_struct___profd *task = (void *)cur;
     struct pt_regs___profd *regs = (void *)bpf_task_pt_regs(cur);
@@ -273,22 +301,20 @@ static __always_inline int go_copy(__u32 pid, __u32 tid, enum pybpf_kind kind,
     __u64 g = 0, m = 0, curg = 0, b[2], sched[2];
     if (!fs || read_u64(&g, fs + p->tls_g) || !g || read_u64(&m, g + p->g_m) || !m ||
         read_u64(&curg, m + p->m_curg))
-        return 1;
+        return go_emit(r, pid, tid, kind, 0);
     /* No goroutine on the thread (the scheduler's code on g0): g0's stack (m.g0, m's first
      * field), for a signal handler that interrupted it. */
     int g0 = !curg;
     if (g0 && (read_u64(&curg, m) || !curg))
-        return 1;
+        return go_emit(r, pid, tid, kind, 0);
     if (bpf_probe_read_user(b, sizeof(b), (const void *)curg) ||
         bpf_probe_read_user(sched, sizeof(sched), (const void *)(curg + p->g_sched)))
-        return 1;
+        return go_emit(r, pid, tid, kind, 0);
     __u64 lo = b[0], hi = b[1], sp = sched[0], pc = sched[1];
-    if (hi <= lo || hi - lo > (1ull << 30))
-        return 1;
     /* On its goroutine's own stack: the sample's copy holds it. (Still curg's g but on
      * another stack: a signal handler before it switched g, a vDSO call on g0.) */
-    if (curg == g && usp >= lo && usp < hi)
-        return 1;
+    if (hi <= lo || hi - lo > (1ull << 30) || (curg == g && usp >= lo && usp < hi))
+        return go_emit(r, pid, tid, kind, 0);
     __u64 base;
     if (sp < lo || sp >= hi || g0) {
         /* No switch saved it (a signal's handler on gsignal: the goroutine was running,
@@ -304,24 +330,14 @@ static __always_inline int go_copy(__u32 pid, __u32 tid, enum pybpf_kind kind,
         len = GOBPF_STACK - 8;
     len &= GOBPF_STACK - 1; /* (a bound the verifier sees; the same value) */
     if (bpf_probe_read_user(r->stack, len, (const void *)base))
-        return 1;
-    r->time_ns = bpf_ktime_get_ns();
-    r->pid = pid;
-    r->tid = tid;
-    r->unused = 0;
-    r->kind = (__u8)kind;
-    r->flags = GOBPF_GO;
-    r->len = (__u32)len;
+        return go_emit(r, pid, tid, kind, 0);
     r->g = curg;
     r->lo = lo;
     r->hi = hi;
     r->sp = sp;
     r->pc = pc;
     r->base = base;
-    count(PYBPF_C_GO_RECORDS, 1);
-    if (bpf_ringbuf_output(&records, r, GOBPF_REC_HEAD + len, BPF_RB_NO_WAKEUP))
-        count(PYBPF_C_RB_FULL, 1);
-    return 1;
+    return go_emit(r, pid, tid, kind, len);
 }
 
 static __always_inline int walk(enum pybpf_kind kind)

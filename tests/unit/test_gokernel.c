@@ -2,7 +2,8 @@
  * (daemon/gokernel.c's queue): a sample takes the first record of its event at or after its
  * time, at most PYK_PAIR_NS after, with its goroutine, bounds, saved sp/pc and stack bytes
  * as written; older records (samples not read) go, counted; a later sample's record waits
- * (the sample between ran on its goroutine's own stack: no record); a queue stays within its
+ * (a sample without one: its record lost); a header-only record (the thread on its
+ * goroutine's stack) pairs with its sample and gives no copy; a queue stays within its
  * bound, dropping its oldest; a record claiming more stack than a record holds is refused. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -75,6 +76,23 @@ static void test_pairing(void)
     free(q.buf);
 }
 
+/* Every sample has its record: one whose thread was on its goroutine's own stack is a
+ * header alone (g 0), which that sample takes (no copy), so that it cannot take the next
+ * sample's copy, even a few microseconds later (a preemption watch's switches). */
+static void test_header_only(void)
+{
+    struct pyk_queue q = {0};
+    struct go_kernel k = {0};
+    struct go_copy c;
+    gok_queue_push(&q, mk(1000 * US + 2, 0, 0), &k);
+    gok_queue_push(&q, mk(1000 * US + 40 * US, 6, 32), &k);
+    CHECK(!gok_queue_take(&q, 1000 * US, &c, stack, &k));
+    CHECK(k.paired == 1);
+    CHECK(gok_queue_take(&q, 1000 * US + 38 * US, &c, stack, &k) && is(&c, 6, 32));
+    CHECK(k.paired == 2 && k.unpaired == 0);
+    free(q.buf);
+}
+
 static void test_bounds(void)
 {
     struct pyk_queue q = {0};
@@ -102,6 +120,7 @@ static void test_bounds(void)
 int main(void)
 {
     RUN(test_pairing);
+    RUN(test_header_only);
     RUN(test_bounds);
     return check_status("test_gokernel");
 }
