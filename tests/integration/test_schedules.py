@@ -81,8 +81,12 @@ def frozen(d, p):
         counts = (st["samples"], st["sampling"]["missed"], sum(st["skipped"].values()))
         same, last[0] = counts == last[0], counts
         return st if same else None
-    st = wait_until(caught_up, 10, "the daemon to account for process %d's CPU" % p.pid,
-                    interval=0.2)
+    # (A slice reads every ring first; and counts the same over 0.6 s, longer than the 500 ms
+    # between two reads of cputime's rings: CI once, with a sanitized daemon, saw counts still
+    # in a ring as caught up, 30 samples short.)
+    d.slice(p.pid, "--last", 1)
+    st = wait_until(caught_up, 20, "the daemon to account for process %d's CPU" % p.pid,
+                    interval=0.6)
     return proc_cpu_ns(p.pid), st
 
 
