@@ -234,17 +234,19 @@ def run(d, name, exe, cgo, sampler, mode, again=True, go_bpf=True):
           "%s: the workers' and (alarm) the blocked goroutine's stacks sampled (%d, %d)"
           % (tag, workers, blocked))
     # Names with file and line: speedscope's frames (a function's first line sampled), the
-    # flame graph's boxes (their lines, on the details line), pprof's lines.
+    # flame graph's boxes (their lines, on the details line), pprof's lines: spin's own lines,
+    # its `func` line included (its prologue, where Go's preemption signal often lands: a
+    # sample in the handler, followed into spin since the handler is crossed; CI, ASan: 31).
     want_line = next(i for i, l in enumerate(open(os.path.join(SRC, "goprog.go")), 1)
                      if l.startswith("func spin("))
     spin = [f for f in ss["shared"]["frames"] if f["name"] == "main.spin"]
     check(len(spin) == 1 and spin[0].get("file", "").endswith("/goprog.go") and
-          want_line < spin[0].get("line", 0) < want_line + 6,
+          want_line <= spin[0].get("line", 0) < want_line + 6,
           "%s: speedscope's main.spin frame at goprog.go:%d-%d (%s)"
-          % (tag, want_line + 1, want_line + 5, spin))
+          % (tag, want_line, want_line + 5, spin))
     srcs = re.findall(r'data-src="([^"]*)"><title>main\.spin ', svg)
     check(srcs and all(re.match(r".*/goprog\.go:(\d+)(-\d+)?$", x) and
-                       want_line < int(re.match(r".*:(\d+)", x).group(1)) < want_line + 6
+                       want_line <= int(re.match(r".*:(\d+)", x).group(1)) < want_line + 6
                        for x in srcs),
           "%s: the flame graph's main.spin boxes at goprog.go's lines (%s)" % (tag, srcs[:3]))
     if GO:
@@ -252,10 +254,10 @@ def run(d, name, exe, cgo, sampler, mode, again=True, go_bpf=True):
                             os.path.join(d.dir, name + ".pb.gz")],
                            capture_output=True, text=True)
         check(re.search(r"main\.spin .*goprog\.go:(\d+)", r.stdout) and
-              all(want_line < int(m) < want_line + 6
+              all(want_line <= int(m) < want_line + 6
                   for m in re.findall(r"main\.spin .*goprog\.go:(\d+)", r.stdout)),
               "%s: go tool pprof shows main.spin at goprog.go's lines %d-%d\n%s"
-              % (tag, want_line + 1, want_line + 5, r.stdout[-1500:]))
+              % (tag, want_line, want_line + 5, r.stdout[-1500:]))
     if mode != "cputime":
         return
     # cputime's profile against the program's own clock, its threads' CPU time in each leaf,
