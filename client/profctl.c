@@ -31,6 +31,7 @@ static void usage(FILE *f)
             "                                           (root and profd's user only)\n"
             "  slice PID [--last SECONDS | --from NS --to NS] [--format FORMAT] [-o FILE]\n"
             "            [--thread-ids] [--top N] [--transaction NAME] [--by-transaction]\n"
+            "            [--span ID | --trace ID] [--by-span]\n"
             "                                           write a profile of a time window\n"
             "  record [--duration SECONDS] [-o FILE] [--format FORMAT] [--hz N] [--mode MODE]\n"
             "         PID... | -- COMMAND [ARGS]        sample until Ctrl-C, the duration or\n"
@@ -53,6 +54,10 @@ static void usage(FILE *f)
             "that name; --by-transaction splits the profile by transaction (collapsed: a root\n"
             "frame \"[txn NAME]\" per open transaction, or \"[no transaction]\"; sentry: the\n"
             "transactions listed under \"profd\").\n"
+            "--span ID (16 hex digits) and --trace ID (32) keep the samples a process took\n"
+            "under that OpenTelemetry span or trace, as its thread context published them;\n"
+            "--by-span splits the profile by span (collapsed: a root \"[span ID VALUES]\", or\n"
+            "\"[no span]\"); pprof labels every sample with its trace_id and span_id.\n"
             "Where profd exports profiles (profd.conf(5): export_sentry, export_pyroscope,\n"
             "export_otlp), an attached process's are filed under --service (default: its\n"
             "systemd unit, else its executable's name) with each --label; --no-export keeps\n"
@@ -301,9 +306,16 @@ static int cmd_status(int fd, pid_t pid)
     return 0;
 }
 
+/* A slice's OpenTelemetry span filters (hex ids, or NULL) and split. */
+struct span_opts {
+    const char *span, *trace;
+    bool by_span;
+};
+
 static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, int have_last,
                      uint64_t from, int have_from, uint64_t to, int have_to, const char *out,
-                     bool thread_ids, unsigned top, const char *txn_name, bool by_txn)
+                     bool thread_ids, unsigned top, const char *txn_name, bool by_txn,
+                     const struct span_opts *so)
 {
     cJSON *req = cJSON_CreateObject();
     cJSON_AddStringToObject(req, "cmd", "slice");
@@ -328,6 +340,12 @@ static int cmd_slice(int fd, pid_t pid, const char *format, uint64_t last_ns, in
         cJSON_AddStringToObject(req, "transaction", txn_name);
     if (by_txn)
         cJSON_AddBoolToObject(req, "by_transaction", 1);
+    if (so->span)
+        cJSON_AddStringToObject(req, "span", so->span);
+    if (so->trace)
+        cJSON_AddStringToObject(req, "trace", so->trace);
+    if (so->by_span)
+        cJSON_AddBoolToObject(req, "by_span", 1);
     cJSON *reply;
     const cJSON *res = call(fd, req, &reply);
     write_slice(res, pid, out, top);
@@ -339,7 +357,7 @@ int main(int argc, char **argv)
 {
     enum { O_HZ = 1, O_BUFFER, O_LAST, O_FROM, O_TO, O_FORMAT, O_JSON, O_TIDS, O_TOP, O_MODE,
            O_TXN, O_BY_TXN, O_SAMPLER, O_DURATION, O_WINDOW, O_SORT, O_THREADS, O_ONCE,
-           O_SERVICE, O_LABEL, O_NO_EXPORT };
+           O_SERVICE, O_LABEL, O_NO_EXPORT, O_SPAN, O_TRACE, O_BY_SPAN };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"hz", required_argument, NULL, O_HZ},
@@ -355,6 +373,9 @@ int main(int argc, char **argv)
         {"mode", required_argument, NULL, O_MODE},
         {"transaction", required_argument, NULL, O_TXN},
         {"by-transaction", no_argument, NULL, O_BY_TXN},
+        {"span", required_argument, NULL, O_SPAN},
+        {"trace", required_argument, NULL, O_TRACE},
+        {"by-span", no_argument, NULL, O_BY_SPAN},
         {"sampler", required_argument, NULL, O_SAMPLER},
         {"duration", required_argument, NULL, O_DURATION},
         {"window", required_argument, NULL, O_WINDOW},
@@ -374,6 +395,7 @@ int main(int argc, char **argv)
     uint64_t duration_ns = 0, window_ns = 10 * NS_PER_SEC;
     bool tids = false, by_txn = false, sort_total = false, once = false;
     struct attach_export ax = {0};
+    struct span_opts so = {0};
     int c;
     /* "record ... -- COMMAND ARGS": the command is not profctl's to parse. */
     int all = argc;
@@ -470,6 +492,19 @@ int main(int argc, char **argv)
         case O_BY_TXN:
             by_txn = true;
             break;
+        case O_SPAN:
+            if (strlen(optarg) != 16 || strspn(optarg, "0123456789abcdefABCDEF") != 16)
+                die(EXIT_USAGE, "--span must be a span id: 16 hex digits");
+            so.span = optarg;
+            break;
+        case O_TRACE:
+            if (strlen(optarg) != 32 || strspn(optarg, "0123456789abcdefABCDEF") != 32)
+                die(EXIT_USAGE, "--trace must be a trace id: 32 hex digits");
+            so.trace = optarg;
+            break;
+        case O_BY_SPAN:
+            so.by_span = true;
+            break;
         case O_TXN:
             txn_name = optarg;
             break;
@@ -552,7 +587,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "slice") && nargs == 1) {
         pid_t pid = parse_pid(args[0]);
         return cmd_slice(connect_daemon(), pid, format, last_ns, have_last, from, have_from, to,
-                         have_to, out, tids, (unsigned)top, txn_name, by_txn);
+                         have_to, out, tids, (unsigned)top, txn_name, by_txn, &so);
     }
     usage(stderr);
     return EXIT_USAGE;

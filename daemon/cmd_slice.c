@@ -224,6 +224,11 @@ static void slice_start(struct slice_wait *w, struct target *t)
         job->by_txn = w->by_txn;
         slice_add_txns(job);
     }
+    job->has_only_span = w->has_span;
+    job->has_only_trace = w->has_trace;
+    job->by_span = w->by_span;
+    memcpy(job->only_span, w->span, sizeof(w->span));
+    memcpy(job->only_trace, w->trace, sizeof(w->trace));
     job->ctx = w->p;
     job->reply_id = w->p->id ? cJSON_Duplicate(w->p->id, 1) : NULL;
     job->finish = slice_reply;
@@ -276,6 +281,20 @@ void commands_stops_reaped(void)
         ev_timer_stop(server_loop(), &w->timer);
         slice_start(w, t);
     }
+}
+
+/* A span or trace id in hex (n bytes: 2n digits, either case) into out. */
+static bool hex_id(const cJSON *j, uint8_t *out, size_t n)
+{
+    if (!cJSON_IsString(j) || !j->valuestring || strlen(j->valuestring) != 2 * n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        int hi = profile_hexval(j->valuestring[2 * i]), lo = profile_hexval(j->valuestring[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return true;
 }
 
 cJSON *cmd_slice(struct request *r)
@@ -348,7 +367,27 @@ cJSON *cmd_slice(struct request *r)
     if (threads && (!cJSON_IsString(threads) || strlen(threads->valuestring) > 255))
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"threads\" must be a string (a "
                                  "thread id or part of a thread's name)");
+    uint8_t span[8], trace[16];
+    const cJSON *jspan = cJSON_GetObjectItemCaseSensitive(r->req, "span");
+    const cJSON *jtrace = cJSON_GetObjectItemCaseSensitive(r->req, "trace");
+    const cJSON *by_span = cJSON_GetObjectItemCaseSensitive(r->req, "by_span");
+    if (jspan && !hex_id(jspan, span, sizeof(span)))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"span\" must be a span id: 16 hex "
+                                 "digits");
+    if (jtrace && !hex_id(jtrace, trace, sizeof(trace)))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"trace\" must be a trace id: 32 hex "
+                                 "digits");
+    if (by_span && !cJSON_IsBool(by_span))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"by_span\" must be a boolean");
+    if (cJSON_IsTrue(by_span) && by && cJSON_IsTrue(by))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "split by span or by transaction, not "
+                                 "both");
     struct slice_wait *w = new_slice_wait(r, r->pid, from, to, (enum slice_format)format);
+    w->has_span = jspan != NULL;
+    w->has_trace = jtrace != NULL;
+    w->by_span = cJSON_IsTrue(by_span);
+    memcpy(w->span, span, jspan ? sizeof(span) : 0);
+    memcpy(w->trace, trace, jtrace ? sizeof(trace) : 0);
     w->thread_ids = tids && cJSON_IsTrue(tids);
     w->limit = limit;
     w->sort_total = sort && !strcmp(sort->valuestring, "total");

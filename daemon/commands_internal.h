@@ -66,6 +66,10 @@ struct slice_wait {
      * the output by transaction ("by_transaction"). */
     char *only_txn;
     bool by_txn;
+    /* Keep only the samples of one span or trace ("span", "trace": their ids in hex), split
+     * by span ("by_span"): OpenTelemetry's thread context (threadctx.h). */
+    bool has_span, has_trace, by_span;
+    uint8_t span[8], trace[16];
     /* The summary format: at most limit functions (0: all), by total rather than self
      * samples, of the threads whose tid or name matches threads. */
     uint64_t limit;

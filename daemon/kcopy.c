@@ -140,6 +140,8 @@ uint32_t unwind_copy(struct target *t, struct thread *th, const struct perf_stre
             npy = 0; /* (the native frames alone, counted missing) */
     }
     snap.gcopy = t->gok.kernel ? gok_take(t, th, pyk_event_of(th, ps), time_ns) : NULL;
+    /* Its OpenTelemetry context, read now: after the sample, marked so. */
+    tctx_capture(t, th, true);
     uint32_t id = unwind_and_intern(t, th, &end, false);
     snap.gcopy = NULL;
     if (end == UNWIND_COMPLETE) {

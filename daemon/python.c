@@ -11,17 +11,6 @@
 #include "modules.h"
 #include "util.h"
 
-/* Where module m's file virtual address vaddr is in memory, from mapping e of it. */
-static uint64_t addr_in(const struct module *m, const struct map_entry *e, uint64_t vaddr)
-{
-    for (int i = 0; i < m->nloads; i++) {
-        const struct module_load *l = &m->loads[i];
-        if (e->pgoff >= (l->offset & ~0xfffull) && e->pgoff < l->offset + l->filesz)
-            return vaddr + (e->start - e->pgoff) - (l->vaddr - l->offset);
-    }
-    return 0;
-}
-
 void py_target_detect(struct py_target *py, pid_t pid, const struct maps *maps)
 {
     for (size_t i = 0; i < maps->n; i++) {
@@ -31,10 +20,10 @@ void py_target_detect(struct py_target *py, pid_t pid, const struct maps *maps)
             continue;
         if (m->id == py->module_id)
             return; /* the one found before */
-        uint64_t runtime = addr_in(m, e, m->py_runtime);
-        uint64_t version = m->py_version ? addr_in(m, e, m->py_version) : 0;
-        uint64_t code_type = m->py_code_type ? addr_in(m, e, m->py_code_type) : 0;
-        uint64_t str_type = m->py_str_type ? addr_in(m, e, m->py_str_type) : 0;
+        uint64_t runtime = map_vaddr_addr(e, m->py_runtime);
+        uint64_t version = m->py_version ? map_vaddr_addr(e, m->py_version) : 0;
+        uint64_t code_type = m->py_code_type ? map_vaddr_addr(e, m->py_code_type) : 0;
+        uint64_t str_type = m->py_str_type ? map_vaddr_addr(e, m->py_str_type) : 0;
         py->module_id = m->id;
         if (!m->py_version) {
             /* Py_Version appeared in 3.11: an older CPython. */

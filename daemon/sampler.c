@@ -115,7 +115,7 @@ uint32_t unwind_and_intern(struct target *t, struct thread *th, enum unwind_end 
         flags |= STACK_TRUNCATED;
         break;
     }
-    return stacks_intern(&t->stacks, t->epoch, flags, ips, (uint16_t)n);
+    return tctx_tag(t, stacks_intern(&t->stacks, t->epoch, flags, ips, (uint16_t)n));
 }
 
 /* Fallback copy size when the mapping holding sp is not known yet (a thread whose stack was
@@ -242,6 +242,7 @@ int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *p
         }
         /* Its Python frames too: the check below that it did not run covers them. */
         npy = py_capture(&t->py, th->tid, &th->py_tstate, pyframes);
+        tctx_capture(t, th, false);
         uint64_t run2, pcount2;
         *seen_ns = now_ns();
         if (proc_read_schedstat(th->schedstat_fd, &run2, &pcount2) < 0) {
@@ -252,6 +253,7 @@ int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *p
             /* It ran while we copied: the copy may be torn. Look again. */
             t->stats.failed.torn_copy_retried++;
             npy = 0;
+            tctx_cur.have = false;
             *run = run2;
             *pcount = pcount2;
             continue;
@@ -563,6 +565,8 @@ void sampler_tick(struct target *t, const struct sample_req *rq)
     /* (A Go runtime found by an unwind since: its goroutines read by the kernel from now
      * on, gokernel.h; likewise.) */
     gok_target_update(t);
+    /* (Threads sampled without their thread context's slot: found now, threadctx.h.) */
+    tctx_target_update(t);
     if (t->py.kernel_reopen)
         py_kernel_began(t);
     if (t->gok.reopen)

@@ -120,6 +120,8 @@ struct slice_copy {
     uint64_t *hashes; /* per job stack: the hash of the stack it was copied from */
     size_t cap_samples, cap_stacks;
     bool maps_copied;
+    struct u64map ctxids; /* target's context id + 1 -> job's index + 1 */
+    size_t cap_ctxs, cap_sample_ctx;
 };
 
 /* The samples' array. A large one is mapped here rather than taken from malloc: at the request,
@@ -211,6 +213,42 @@ static bool in_call(const struct slice_job *job, const struct ring_entry *e)
            e->t_ns > x->end_call_ns && e->t_ns <= x->end_ns;
 }
 
+/* Sample i's thread context: the target's entry ctx, copied once per window. */
+static void copy_ctx(struct slice_copy *c, size_t i, uint32_t ctx, bool late)
+{
+    struct slice_job *job = c->job;
+    const struct stack_entry *ce = stacks_get(&c->t->stacks, ctx);
+    uint16_t len;
+    const uint8_t *bytes = tctx_bytes(c->t, ctx, &len);
+    if (!ce || !bytes)
+        return;
+    if (c->cap_sample_ctx < c->cap_samples) {
+        job->sample_ctx = xrealloc(job->sample_ctx, c->cap_samples * sizeof(*job->sample_ctx));
+        memset(job->sample_ctx + c->cap_sample_ctx, 0,
+               (c->cap_samples - c->cap_sample_ctx) * sizeof(*job->sample_ctx));
+        account(job, (c->cap_samples - c->cap_sample_ctx) * sizeof(*job->sample_ctx));
+        c->cap_sample_ctx = c->cap_samples;
+    }
+    uintptr_t k = (uintptr_t)u64map_get(&c->ctxids, (uint64_t)ctx + 1);
+    /* (An id seen before may be another context since: the table reuses freed ids.) */
+    if (!k || job->ctxs[k - 1].hash != ce->hash) {
+        if (job->nctxs == c->cap_ctxs) {
+            c->cap_ctxs = c->cap_ctxs ? c->cap_ctxs * 2 : 16;
+            job->ctxs = xrealloc(job->ctxs, c->cap_ctxs * sizeof(*job->ctxs));
+            account(job, c->cap_ctxs / 2 * sizeof(*job->ctxs));
+        }
+        struct slice_ctx *sc = &job->ctxs[job->nctxs++];
+        sc->rec = xmalloc(len ? len : 1);
+        memcpy(sc->rec, bytes, len);
+        sc->len = len;
+        sc->hash = ce->hash;
+        account(job, len);
+        k = job->nctxs;
+        u64map_put(&c->ctxids, (uint64_t)ctx + 1, (void *)k);
+    }
+    job->sample_ctx[i] = (uint32_t)k | (late ? SLICE_CTX_LATE : 0);
+}
+
 static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
 {
     struct slice_copy *c = (struct slice_copy *)rd;
@@ -223,13 +261,18 @@ static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
     }
     struct ring_entry *out = &job->samples[job->nsamples++];
     *out = *e;
-    const struct stack_entry *se = stacks_get(&c->t->stacks, e->stack);
+    uint32_t ctx, sid;
+    bool late;
+    sid = tctx_resolve(c->t, e->stack, &ctx, &late);
+    if (ctx != STACK_NONE)
+        copy_ctx(c, job->nsamples - 1, ctx, late);
+    const struct stack_entry *se = stacks_get(&c->t->stacks, sid);
     if (!se) {
         out->stack = STACK_NONE;
         return;
     }
-    if (e->stack >= c->nremap) {
-        size_t n = c->t->stacks.cap > e->stack ? c->t->stacks.cap : (size_t)e->stack + 1;
+    if (sid >= c->nremap) {
+        size_t n = c->t->stacks.cap > sid ? c->t->stacks.cap : (size_t)sid + 1;
         c->remap = xrealloc(c->remap, n * sizeof(*c->remap));
         memset(c->remap + c->nremap, 0, (n - c->nremap) * sizeof(*c->remap));
         account(job, (n - c->nremap) * sizeof(*c->remap));
@@ -242,7 +285,7 @@ static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
     }
     bool call = !(se->flags & STACK_BOUNDARY) && in_call(job, e);
     uint32_t *remap = call ? c->remap_call : c->remap;
-    uint32_t k = remap[e->stack];
+    uint32_t k = remap[sid];
     if (k && c->hashes[k - 1] == se->hash) {
         out->stack = k - 1;
         return;
@@ -265,7 +308,7 @@ static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
         if (py_is_frame(ss->ips[j]))
             ss->ips[j] = copy_pycode(c, ss->ips[j]);
     c->hashes[job->nstacks] = se->hash;
-    remap[e->stack] = (uint32_t)job->nstacks + 1;
+    remap[sid] = (uint32_t)job->nstacks + 1;
     out->stack = (uint32_t)job->nstacks++;
     /* The generations the stacks come from: their maps are copied at the end. */
     bool have = false;
@@ -311,6 +354,7 @@ static void copy_free(struct slice_copy *c)
     free(c->remap_call);
     free(c->hashes);
     u64map_finish(&c->pyids);
+    u64map_finish(&c->ctxids);
     free(c);
 }
 
@@ -464,6 +508,13 @@ void slice_job_drop_copy(struct slice_job *job)
         free(job->stacks[i].ips);
     free(job->stacks);
     job->stacks = NULL;
+    for (size_t i = 0; i < job->nctxs; i++)
+        free(job->ctxs[i].rec);
+    free(job->ctxs);
+    job->ctxs = NULL;
+    job->nctxs = 0;
+    free(job->sample_ctx);
+    job->sample_ctx = NULL;
     free(job->names);
     job->names = NULL;
     job->nnames = 0;
@@ -661,6 +712,8 @@ void slice_tag_txns(struct slice_job *job)
             if (!keep[i])
                 continue;
             job->samples[m] = job->samples[i];
+            if (job->sample_ctx)
+                job->sample_ctx[m] = job->sample_ctx[i];
             job->sample_path[m++] = job->sample_path[i];
         }
         job->nsamples = m;
@@ -669,6 +722,26 @@ void slice_tag_txns(struct slice_job *job)
     free(active);
     free(slots);
     free(refs);
+}
+
+void slice_filter_contexts(struct slice_job *job)
+{
+    if (!job->has_only_span && !job->has_only_trace)
+        return;
+    size_t m = 0;
+    for (size_t i = 0; i < job->nsamples; i++) {
+        uint32_t k = job->sample_ctx ? job->sample_ctx[i] & ~SLICE_CTX_LATE : 0;
+        const uint8_t *rec = k ? job->ctxs[k - 1].rec : NULL;
+        if (!rec || (job->has_only_trace && memcmp(rec, job->only_trace, 16)) ||
+            (job->has_only_span && memcmp(rec + 16, job->only_span, 8)))
+            continue;
+        job->samples[m] = job->samples[i];
+        job->sample_ctx[m] = job->sample_ctx[i];
+        if (job->sample_path)
+            job->sample_path[m] = job->sample_path[i];
+        m++;
+    }
+    job->nsamples = m;
 }
 
 /* Most recently added mapping containing addr in an exec generation's history. */
@@ -1014,6 +1087,9 @@ static void profile_samples(const struct slice_job *job, struct profile *p)
         s->tid = e->tid;
         s->stack = e->stack;
         s->txn_path = job->sample_path ? job->sample_path[i] : 0;
+        uint32_t k = job->sample_ctx ? job->sample_ctx[i] : 0;
+        s->ctx = k & ~SLICE_CTX_LATE;
+        s->ctx_late = k & SLICE_CTX_LATE;
         s->path = (uint8_t)e->path;
         p->by_path[e->path]++;
         bool known = false;
@@ -1035,6 +1111,28 @@ static void profile_samples(const struct slice_job *job, struct profile *p)
         p->threads[p->nthreads].tid = e->tid;
         p->threads[p->nthreads].name = xstrdup(name ? name : job->comm);
         p->nthreads++;
+    }
+}
+
+/* The thread contexts the samples name (slice_ctx's bytes: threadctx.h's). */
+static void profile_ctxs(const struct slice_job *job, struct profile *p)
+{
+    p->by_span = job->by_span;
+    p->ctxs = xcalloc(job->nctxs ? job->nctxs : 1, sizeof(*p->ctxs));
+    p->nctxs = job->nctxs;
+    for (size_t i = 0; i < job->nctxs; i++) {
+        const struct slice_ctx *sc = &job->ctxs[i];
+        struct profile_ctx *c = &p->ctxs[i];
+        if (sc->len < TCTX_KEPT)
+            continue;
+        memcpy(c->trace_id, sc->rec, 16);
+        memcpy(c->span_id, sc->rec + 16, 8);
+        c->trace_flags = sc->rec[24];
+        c->attrs_len = (uint16_t)(sc->len - TCTX_KEPT);
+        c->attrs = xmalloc(c->attrs_len ? c->attrs_len : 1);
+        memcpy(c->attrs, sc->rec + TCTX_KEPT, c->attrs_len);
+        profile_hex(c->trace_id, 16, c->trace_hex);
+        profile_hex(c->span_id, 8, c->span_hex);
     }
 }
 
@@ -1161,6 +1259,7 @@ int slice_build_profile(const struct slice_job *job, struct symbolizer *sym, str
     free(b.keys);
 
     profile_samples(job, p);
+    profile_ctxs(job, p);
     profile_images(job, &b, p);
     free(b.mods);
     return 0;
@@ -1229,6 +1328,7 @@ void slice_run(struct slice_job *job, struct symbolizer *sym)
     }
     struct profile p;
     slice_tag_txns(job);
+    slice_filter_contexts(job);
     if (!sym) {
         /* (worker.c's quick thread: no symbols, frames [module+0xOFF].) */
         job->symbols_pending = true;

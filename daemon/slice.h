@@ -53,6 +53,14 @@ struct slice_epoch {
     struct maps maps; /* entries copied with their own module references */
 };
 
+/* A thread context (threadctx.h's bytes: trace, span, flags, attributes). */
+struct slice_ctx {
+    uint8_t *rec;
+    uint16_t len;
+    uint64_t hash; /* of the target's entry it was copied from */
+};
+#define SLICE_CTX_LATE (1u << 31)
+
 /* A transaction of the target, as the slice sees it. */
 struct slice_txn {
     int32_t tid;
@@ -99,6 +107,15 @@ struct slice_job {
     uint32_t *sample_path;  /* per sample: index into paths (0: in no transaction) */
     char **paths;           /* [0] NULL; then "outer\x1finner" names */
     size_t npaths;
+    /* The OpenTelemetry thread contexts the samples carry (threadctx.h): per sample, its
+     * context's index + 1 in ctxs (0: none), SLICE_CTX_LATE where it was read after the
+     * sample; NULL when no sample has one. */
+    struct slice_ctx *ctxs;
+    size_t nctxs;
+    uint32_t *sample_ctx;
+    /* Keep only the samples of one span, or one trace; split the output by span. */
+    bool has_only_span, has_only_trace, by_span;
+    uint8_t only_span[8], only_trace[16];
     struct cJSON *sampling; /* how the samples were taken (sched_describe), or NULL: for
                                the reply, which shows it to the client as it was */
     /* The same for the profile: its schedule's mode and the sampler asked for (when
@@ -196,6 +213,9 @@ void slice_add_txns(struct slice_job *job);
 /* Tag every sample with the transactions open on its thread then, and drop those outside
  * only_txn if set. Runs on the worker thread (slice_run calls it). */
 void slice_tag_txns(struct slice_job *job);
+/* Keep only the samples of only_span / only_trace (if set). Worker thread (slice_run calls
+ * it, after slice_tag_txns). */
+void slice_filter_contexts(struct slice_job *job);
 /* Build the profile (symbolize) and format it. Runs on the worker thread. */
 void slice_run(struct slice_job *job, struct symbolizer *sym);
 /* Free the samples, stacks, names and transactions (once the profile is built: worker

@@ -164,11 +164,18 @@ void stacks_unref(struct stack_table *st, uint32_t id)
     *link = e->next;
     st->ip_bytes -= (e->n ? e->n : 1) * sizeof(uint64_t);
     memacct_sub(st->acct, (e->n ? e->n : 1) * sizeof(uint64_t));
+    uint64_t parts[2] = {STACK_NONE, STACK_NONE};
+    if ((e->flags & STACK_PAIR) && e->n == 2)
+        memcpy(parts, e->ips, sizeof(parts));
     free(e->ips);
     e->ips = NULL;
     e->next = st->free_head;
     st->free_head = id;
     st->used--;
+    /* A pair's parts are never pairs: one level. */
+    for (int i = 0; i < 2; i++)
+        if (parts[i] != STACK_NONE)
+            stacks_unref(st, (uint32_t)parts[i]);
 }
 
 size_t stacks_memory(const struct stack_table *st)

@@ -13,6 +13,12 @@
 #define STACK_TRUNCATED 1u /* the unwind stopped before the thread's first frame */
 #define STACK_BOUNDARY 2u  /* a transaction boundary's sample, taken inside the client library's
                               call: a profile shows it at the application's call site */
+/* Not stacks: what a sample's thread context needs (threadctx.h), in the same table for its
+ * reference counts and its memory bound. */
+#define STACK_CONTEXT 4u   /* a thread context: ips[0] its length in bytes, then its bytes */
+#define STACK_PAIR 8u      /* a sample's stack and context: ips = {stack id, context id}; it
+                              holds a reference to both, dropped when it goes */
+#define STACK_CTX_LATE 16u /* a pair whose context was read after the sample's instant */
 
 struct stack_entry {
     uint64_t hash;

@@ -245,6 +245,8 @@ static void sample_stopped(struct thread *th)
          * the stack copied (a cgo call, the runtime's code on g0, a signal handler). */
         npy = py_capture(&t->py, th->tid, &th->py_tstate, pyframes);
         snap.gcopy = gok_read_stopped(t, th->tid, &snap.regs);
+        /* And its OpenTelemetry context, which it cannot change either. */
+        tctx_capture(t, th, false);
     }
     target_resume(th, 0);
     young_name(th);
@@ -256,6 +258,7 @@ static void sample_stopped(struct thread *th)
         t->stats.failed.stack_copy++;
         npy = 0;
         snap.gcopy = NULL;
+        tctx_cur.have = false;
         return;
     }
     enum unwind_end end;

@@ -373,6 +373,7 @@ static void detect_python(struct target *t)
 {
     py_target_detect(&t->py, t->pid, &t->maps);
     pyk_target_update(t);
+    tctx_target_detect(t);
 }
 
 int target_refresh_maps(struct target *t)
@@ -539,6 +540,7 @@ static void target_destroy(struct target *t)
     pyk_target_forget(t);
     gok_target_forget(t);
     py_target_finish(&t->py);
+    tctx_target_finish(&t->tctx);
     if (t->status_fd >= 0)
         close(t->status_fd);
     if (t->pidfd >= 0)
@@ -1006,6 +1008,9 @@ static void target_execed(struct target *t, struct thread *th)
      * old generation's stacks name them.) */
     t->py.status = PYS_NONE;
     t->py.module_id = 0;
+    tctx_target_finish(&t->tctx);
+    for (size_t k = 0; k < t->nthreads; k++)
+        t->threads[k]->tctx_slot = 0;
     detect_python(t);
     log_info("process %d exec'd %s", t->pid, t->exe);
     if (t->state == T_DETACHING)

@@ -16,6 +16,7 @@
 #include "sampler_thread.h"
 #include "sched_thread.h"
 #include "stacks.h"
+#include "threadctx.h"
 #include "unwind.h"
 
 struct target;
@@ -74,6 +75,7 @@ struct thread {
     struct sched_thread sched;  /* the schedule's (sched_thread.h): cputime's credit */
     struct sampler_thread smp;  /* the sampler's (sampler_thread.h) */
     uint64_t py_tstate;         /* its CPython thread state, as found last (python.h) */
+    uint64_t tctx_slot;         /* where its otel_thread_ctx_v1 is (threadctx.h); 0: unknown */
     bool ran_since_name;        /* seen to have run since its name was last read */
     struct thread *hnext;       /* tid hash chain */
 };
@@ -288,6 +290,7 @@ struct target {
     struct unwinder unw;
     struct py_target py;    /* its CPython runtime, if any */
     struct go_kernel gok;   /* its goroutines read at its samples (a Go target) */
+    struct tctx_target tctx; /* its threads' OpenTelemetry context (threadctx.h) */
     struct sched *sched;    /* its schedule (schedule.c: given at attach, freed with it) */
     int status_fd;          /* /proc/PID/status (signal dispositions) */
     uint64_t sig_ign, sig_cgt; /* dispositions (SigIgn, SigCgt) at the latest read of it */

@@ -2,6 +2,7 @@
 #include "profile.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,9 @@ void profile_free(struct profile *p)
         free(p->stacks[i].frames);
     free(p->stacks);
     free(p->samples);
+    for (size_t i = 0; p->ctxs && i < p->nctxs; i++)
+        free(p->ctxs[i].attrs);
+    free(p->ctxs);
     for (size_t i = 0; p->threads && i < p->nthreads; i++)
         free(p->threads[i].name);
     free(p->threads);
@@ -199,4 +203,22 @@ int profile_random_id(uint8_t bytes[16], char hex[33])
     bytes[8] = (uint8_t)((bytes[8] & 0x3f) | 0x80); /* RFC 4122 variant */
     profile_hex(bytes, 16, hex);
     return 0;
+}
+
+const uint8_t *profile_ctx_attr(const struct profile_ctx *c, unsigned key, size_t *len)
+{
+    const uint8_t *found = NULL;
+    for (size_t at = 0; at + 2 <= c->attrs_len && at + 2 + c->attrs[at + 1] <= c->attrs_len;
+         at += 2 + c->attrs[at + 1])
+        if (c->attrs[at] == key) {
+            found = c->attrs + at + 2;
+            *len = c->attrs[at + 1];
+        }
+    return found;
+}
+
+void profile_ctx_attr_name(const struct profile *p, unsigned key, char *out, size_t size)
+{
+    (void)p;
+    snprintf(out, size, "otel.attr.%u", key);
 }

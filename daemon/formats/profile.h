@@ -54,7 +54,18 @@ struct profile_sample {
     int32_t tid;
     uint32_t stack;     /* index into profile.stacks */
     uint32_t txn_path;  /* index into profile.txn_paths; 0: in no transaction */
+    uint32_t ctx;       /* index + 1 into profile.ctxs; 0: no thread context */
     uint8_t path;       /* how it was taken: enum sample_path */
+    bool ctx_late;      /* its context was read after its instant (no eBPF program) */
+};
+/* An OpenTelemetry thread context a sample ran under (the Thread Context OTEP's record). */
+struct profile_ctx {
+    uint8_t trace_id[16];
+    uint8_t span_id[8];
+    uint8_t trace_flags;
+    uint16_t attrs_len;
+    uint8_t *attrs;      /* entries: key index (u8), length (u8), UTF-8 value */
+    char trace_hex[33], span_hex[17];
 };
 
 /* A transaction in the profile's window (for listing; the samples carry txn_path). */
@@ -107,6 +118,9 @@ struct profile {
      * names outermost first, separated by PROFILE_TXN_SEP. */
     char **txn_paths;
     size_t ntxn_paths;
+    struct profile_ctx *ctxs;   /* the samples' thread contexts */
+    size_t nctxs;
+    bool by_span;        /* split by span: collapsed roots "[span ID ...]" */
     struct profile_span *spans; /* every transaction overlapping the window */
     size_t nspans;
 
@@ -142,6 +156,12 @@ int profile_hexval(char c);
  * the nil uuid). Any thread. Returns 0 or -errno from getrandom(2), which blocks only until
  * the kernel's pool is first initialized. */
 int profile_random_id(uint8_t bytes[16], char hex[33]);
+/* The value of attribute key index key in context c (the last entry of that key, as the
+ * OTEP says), its length in *len; NULL if it has none. */
+const uint8_t *profile_ctx_attr(const struct profile_ctx *c, unsigned key, size_t *len);
+/* The name of a context's attribute key index, as labels show it: "otel.attr.KEY" (the
+ * key map of the OTEP's process context is not read yet). */
+void profile_ctx_attr_name(const struct profile *p, unsigned key, char *out, size_t size);
 /* Thread name for tid, or NULL. */
 const char *profile_thread_name(const struct profile *p, int32_t tid);
 

@@ -14,7 +14,7 @@
 
 /* One (thread, stack) pair; samples sorted on it form runs that become lines. */
 struct key {
-    uint32_t path; /* transactions (by_transaction only) */
+    uint32_t path; /* transactions (by_transaction), or the context (by_span) */
     int32_t tid;
     uint32_t stack;
 };
@@ -182,12 +182,43 @@ static int put_txns(struct strbuf *sb, const struct profile *p, uint32_t path)
     return r;
 }
 
+/* Split by span: a root frame "[span SPAN_ID VALUE...]" (its attributes' values, by key
+ * index), or "[no span]". */
+static int put_span(struct strbuf *sb, const struct profile *p, uint32_t ctx)
+{
+    if (!ctx || ctx > p->nctxs)
+        return strbuf_puts(sb, "[no span];");
+    const struct profile_ctx *c = &p->ctxs[ctx - 1];
+    struct strbuf name = {0};
+    int r = strbuf_printf(&name, "span %s", c->span_hex);
+    for (unsigned k = 0; r == 0 && k < 256; k++) {
+        size_t len;
+        const uint8_t *v = profile_ctx_attr(c, k, &len);
+        if (v)
+            r = strbuf_printf(&name, " %.*s", (int)len, (const char *)v);
+    }
+    size_t start = sb->len;
+    if (r == 0)
+        r = strbuf_puts(sb, "[");
+    if (r == 0)
+        r = put_name(sb, name.buf, false);
+    if (r == 0)
+        r = strbuf_puts(sb, "]");
+    if (r == 0)
+        fix_edges(sb, start);
+    if (r == 0)
+        r = strbuf_puts(sb, ";");
+    strbuf_finish(&name);
+    return r;
+}
+
 /* Render "THREAD;root;...;leaf" for one key (with its transactions first when split by
  * them). Frame indices out of range are skipped: the sample still counts, under the frames
  * that are known. */
 static int render(struct strbuf *sb, const struct profile *p, const struct key *k)
 {
-    int r = p->by_transaction ? put_txns(sb, p, k->path) : 0;
+    int r = p->by_transaction ? put_txns(sb, p, k->path) : p->by_span ? put_span(sb, p, k->path)
+                                                                     : 0;
     if (r == 0)
         r = put_thread(sb, p, k->tid);
     const struct profile_stack *st = &p->stacks[k->stack];
@@ -223,7 +254,8 @@ int profile_write_collapsed(const struct profile *p, struct strbuf *out)
         if (s->stack >= p->nstacks) /* a broken slice: drop the sample rather than guess */
             continue;
         keys[nkeys++] = (struct key){
-            .path = p->by_transaction ? s->txn_path : 0, .tid = s->tid, .stack = s->stack};
+            .path = p->by_transaction ? s->txn_path : p->by_span ? s->ctx : 0, .tid = s->tid,
+            .stack = s->stack};
     }
     sort_array(keys, nkeys, sizeof(*keys), cmp_key);
 

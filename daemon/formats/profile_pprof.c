@@ -14,7 +14,8 @@
  * - A function per (name, file); an unresolved frame is named "[module+0xOFF]" (speedscope
  *   drops locations without a line, and pprof would otherwise show only a bare address).
  * - Labels: thread_name and thread_id on every sample, transaction (the open transactions'
- *   names, outermost first, joined by " > ") on those taken inside one. */
+ *   names, outermost first, joined by " > ") on those taken inside one; trace_id, span_id
+ *   and the attributes (profile_ctx_attr_name) of a sample's OpenTelemetry thread context. */
 #include "profile.h"
 
 #include <errno.h>
@@ -41,6 +42,7 @@ struct key {
     int32_t tid;
     uint32_t stack;
     uint32_t path;
+    uint32_t ctx;
 };
 
 static int cmp_key(const void *a, const void *b)
@@ -50,6 +52,8 @@ static int cmp_key(const void *a, const void *b)
         return x->tid < y->tid ? -1 : 1;
     if (x->stack != y->stack)
         return x->stack < y->stack ? -1 : 1;
+    if (x->ctx != y->ctx)
+        return x->ctx < y->ctx ? -1 : 1;
     return x->path < y->path ? -1 : x->path > y->path;
 }
 
@@ -92,7 +96,8 @@ static PSample *sample(struct writer *w, const struct key *k, uint64_t count)
     s->n_value = 2;
     s->value[0] = (int64_t)count;
     s->value[1] = (int64_t)(count * p->period_ns);
-    s->label = arena_alloc(&w->a, 3 * sizeof(PLabel *));
+    const struct profile_ctx *c = k->ctx && k->ctx <= p->nctxs ? &p->ctxs[k->ctx - 1] : NULL;
+    s->label = arena_alloc(&w->a, (5 + (c ? c->attrs_len / 2u : 0)) * sizeof(PLabel *));
     const char *tname = profile_thread_name(p, k->tid);
     s->label[s->n_label++] = label(w, "thread_name", tname && *tname ? tname
                                                      : (p->comm ? p->comm : ""), 0);
@@ -101,6 +106,19 @@ static PSample *sample(struct writer *w, const struct key *k, uint64_t count)
     if (names) {
         ptables_txn_path(names, &w->path);
         s->label[s->n_label++] = label(w, "transaction", w->path.buf ? w->path.buf : "", 0);
+    }
+    if (c) {
+        s->label[s->n_label++] = label(w, "trace_id", c->trace_hex, 0);
+        s->label[s->n_label++] = label(w, "span_id", c->span_hex, 0);
+        for (unsigned key = 0; key < 256; key++) {
+            size_t len;
+            const uint8_t *v = profile_ctx_attr(c, key, &len);
+            if (!v)
+                continue;
+            char name[32], *value = arena_strndup(&w->a, (const char *)v, len);
+            profile_ctx_attr_name(p, key, name, sizeof(name));
+            s->label[s->n_label++] = label(w, name, value, 0);
+        }
     }
     return s;
 }
@@ -114,7 +132,7 @@ static void samples(struct writer *w, PProfile *pr)
     for (size_t i = 0; i < p->nsamples; i++) {
         const struct profile_sample *s = &p->samples[i];
         if (s->stack < p->nstacks)
-            keys[nkeys++] = (struct key){s->tid, s->stack, s->txn_path};
+            keys[nkeys++] = (struct key){s->tid, s->stack, s->txn_path, s->ctx};
     }
     sort_array(keys, nkeys, sizeof(*keys), cmp_key);
     pr->sample = arena_alloc(&w->a, (nkeys + 1) * sizeof(PSample *));

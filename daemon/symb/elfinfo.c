@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* Find the NT_GNU_BUILD_ID note in the PT_NOTE segment ph. */
@@ -34,9 +35,20 @@ static void read_build_id(Elf *elf, const GElf_Phdr *ph, struct symp_elf_info *i
 /* Most .dynsym entries looked at: libpython3.13 has about 2,300, libc 3,000. */
 #define MAX_DYNSYMS 200000
 
+/* The other symbols a description carries (symp_elf_info.syms): OpenTelemetry's thread
+ * context (a TLS symbol), and what glibc's libthread_db asks of libc and ld.so. */
+static bool wanted(const char *name, unsigned type)
+{
+    if (type == STT_TLS)
+        return !strcmp(name, "otel_thread_ctx_v1");
+    return !strncmp(name, "_thread_db_", 11) || !strcmp(name, "__nptl_version") ||
+           !strcmp(name, "__nptl_rtld_global") || !strcmp(name, "_r_debug") ||
+           !strcmp(name, "_rtld_global");
+}
+
 /* The CPython runtime's symbols, if elf defines them in .dynsym (exported by every build:
- * extension modules link against them, so they survive stripping). */
-static void read_python_symbols(Elf *elf, struct symp_elf_info *info)
+ * extension modules link against them, so they survive stripping), and the others wanted. */
+static void read_dynsyms(Elf *elf, struct symp_elf_info *info)
 {
     Elf_Scn *scn = NULL;
     while ((scn = elf_nextscn(elf, scn))) {
@@ -51,20 +63,28 @@ static void read_python_symbols(Elf *elf, struct symp_elf_info *info)
             GElf_Sym sym;
             if (!gelf_getsym(d, (int)i, &sym))
                 return;
-            if (!sym.st_value || sym.st_shndx == SHN_UNDEF ||
-                GELF_ST_TYPE(sym.st_info) != STT_OBJECT)
+            unsigned type = GELF_ST_TYPE(sym.st_info);
+            /* A TLS symbol's value is an offset in the block: 0 is a fine one. */
+            if ((!sym.st_value && type != STT_TLS) || sym.st_shndx == SHN_UNDEF ||
+                (type != STT_OBJECT && type != STT_TLS))
                 continue;
             const char *name = elf_strptr(elf, sh.sh_link, sym.st_name);
-            if (!name || (name[0] != '_' && name[0] != 'P'))
+            if (!name || (name[0] != '_' && name[0] != 'P' && name[0] != 'o'))
                 continue;
-            if (!strcmp(name, "_PyRuntime"))
+            if (type == STT_OBJECT && !strcmp(name, "_PyRuntime"))
                 info->py_runtime = sym.st_value;
-            else if (!strcmp(name, "Py_Version"))
+            else if (type == STT_OBJECT && !strcmp(name, "Py_Version"))
                 info->py_version = sym.st_value;
-            else if (!strcmp(name, "PyCode_Type"))
+            else if (type == STT_OBJECT && !strcmp(name, "PyCode_Type"))
                 info->py_code_type = sym.st_value;
-            else if (!strcmp(name, "PyUnicode_Type"))
+            else if (type == STT_OBJECT && !strcmp(name, "PyUnicode_Type"))
                 info->py_str_type = sym.st_value;
+            else if (wanted(name, type) && info->nsyms < SYMP_MAX_SYMS &&
+                     strlen(name) < SYMP_MAX_SYM_NAME) {
+                struct symp_sym *s = &info->syms[info->nsyms++];
+                strcpy(s->name, name);
+                s->value = sym.st_value;
+            }
         }
         return;
     }
@@ -105,7 +125,7 @@ static int parse(Elf *elf, struct symp_elf_info *info)
     }
     if (!info->nloads)
         return -ENOEXEC;
-    read_python_symbols(elf, info);
+    read_dynsyms(elf, info);
     /* Without _PyRuntime, no CPython runtime at all (the others alone mean nothing); with
      * it, a missing one says a version profd cannot read (Py_Version is 3.11's). */
     if (!info->py_runtime)

@@ -144,6 +144,11 @@ void symp_put_elf_info(struct symp_w *w, const struct symp_elf_info *e)
     symp_put_u64(w, e->py_version);
     symp_put_u64(w, e->py_code_type);
     symp_put_u64(w, e->py_str_type);
+    symp_put_u32(w, e->nsyms);
+    for (uint32_t i = 0; i < e->nsyms && i < SYMP_MAX_SYMS; i++) {
+        symp_put_str(w, e->syms[i].name);
+        symp_put_u64(w, e->syms[i].value);
+    }
 }
 
 int symp_get_elf_info(struct symp_r *r, struct symp_elf_info *e)
@@ -171,6 +176,18 @@ int symp_get_elf_info(struct symp_r *r, struct symp_elf_info *e)
     e->py_version = symp_get_u64(r);
     e->py_code_type = symp_get_u64(r);
     e->py_str_type = symp_get_u64(r);
+    e->nsyms = symp_get_u32(r);
+    if (e->nsyms > SYMP_MAX_SYMS)
+        return -EPROTO;
+    for (uint32_t i = 0; i < e->nsyms; i++) {
+        const char *name;
+        uint32_t len;
+        if (!symp_get_str(r, &name, &len) || !len || len >= SYMP_MAX_SYM_NAME)
+            return -EPROTO;
+        memcpy(e->syms[i].name, name, len);
+        e->syms[i].name[len] = 0;
+        e->syms[i].value = symp_get_u64(r);
+    }
     if (!symp_r_done(r) || e->err > 0 || e->err < -4095)
         return -EPROTO;
     return 0;

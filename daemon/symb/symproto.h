@@ -27,6 +27,9 @@
 #define SYMP_MAX_BATCH 4096
 #define SYMP_MAX_BUILD_ID 64
 #define SYMP_MAX_LOADS 16
+/* Most named symbols in a description, and their names' longest length. */
+#define SYMP_MAX_SYMS 96
+#define SYMP_MAX_SYM_NAME 64
 
 enum symp_type {
     SYMP_HELLO = 1,    /* helper: u32 version (sent once, when it is ready) */
@@ -81,6 +84,15 @@ struct symp_elf_info {
      * _PyRuntime, Py_Version, PyCode_Type and PyUnicode_Type (file virtual addresses); 0 when
      * absent. */
     uint64_t py_runtime, py_version, py_code_type, py_str_type;
+    /* Other .dynsym symbols profd reads by name (elfinfo.c's list: OpenTelemetry's thread
+     * context, a TLS symbol whose value is its offset in the module's TLS block; and what
+     * glibc's libthread_db looks up in libc and ld.so to find a thread's TLS), defined
+     * ones only. */
+    struct symp_sym {
+        char name[SYMP_MAX_SYM_NAME];
+        uint64_t value;
+    } syms[SYMP_MAX_SYMS];
+    uint32_t nsyms;
 };
 
 /* Writer: fields appended to a fixed buffer; overflow is remembered, not written. */

@@ -348,3 +348,14 @@ const struct map_entry *maps_find(const struct maps *m, uint64_t addr)
     const struct map_entry *e = &m->v[lo - 1];
     return addr < e->end ? e : NULL;
 }
+
+uint64_t map_vaddr_addr(const struct map_entry *e, uint64_t vaddr)
+{
+    const struct module *m = e->mod;
+    for (int i = 0; m && i < m->nloads; i++) {
+        const struct module_load *l = &m->loads[i];
+        if (e->pgoff >= (l->offset & ~0xfffull) && e->pgoff < l->offset + l->filesz)
+            return vaddr + (e->start - e->pgoff) - (l->vaddr - l->offset);
+    }
+    return 0;
+}

@@ -42,5 +42,8 @@ int maps_parse(const char *text, struct maps *out);
  * of a changing map is not atomic across pages). Returns 0 or -EINVAL. */
 int maps_parse_text(const char *text, size_t len, bool strict, struct maps *out);
 void maps_finish(struct maps *m);
+/* Where the file virtual address vaddr of e's module (e->mod) is in memory, from mapping e
+ * of it (its PT_LOAD headers give the bias); 0 if e maps none of its segments. */
+uint64_t map_vaddr_addr(const struct map_entry *e, uint64_t vaddr);
 /* Entry containing addr, or NULL. Binary search. */
 const struct map_entry *maps_find(const struct maps *m, uint64_t addr);

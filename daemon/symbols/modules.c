@@ -211,6 +211,13 @@ pid_t modules_helper_pid(void)
 
 /* Make a module from fd (which it takes over) and what was read from it, or hand back the
  * registry's module for the same build-id (closing fd). Returns a new reference. */
+static void free_syms(struct module *m)
+{
+    for (uint32_t i = 0; i < m->nsyms; i++)
+        free(m->syms[i].name);
+    free(m->syms);
+}
+
 static struct module *publish(int fd, const struct stat *st, const struct elf_info *info,
                               const char *path, bool deleted)
 {
@@ -234,6 +241,12 @@ static struct module *publish(int fd, const struct stat *st, const struct elf_in
     m->py_version = info->py_version;
     m->py_code_type = info->py_code_type;
     m->py_str_type = info->py_str_type;
+    if (info->nsyms) {
+        m->syms = xcalloc(info->nsyms, sizeof(*m->syms));
+        for (uint32_t i = 0; i < info->nsyms; i++)
+            m->syms[i] = (struct module_sym){xstrdup(info->syms[i].name), info->syms[i].value};
+        m->nsyms = info->nsyms;
+    }
     m->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
     p->dev = st->st_dev;
     p->ino = st->st_ino;
@@ -252,6 +265,7 @@ static struct module *publish(int fd, const struct stat *st, const struct elf_in
     pthread_mutex_unlock(&registry_lock);
     if (old) {
         close(fd);
+        free_syms(m);
         free(m->path);
         free(p);
         return old;
@@ -548,8 +562,19 @@ void module_unref(struct module *m)
     if (m->sym)
         log_err("module %s freed with symbolizer state", m->path);
     close(m->fd);
+    free_syms(m);
     free(m->path);
     free(p);
+}
+
+bool module_symbol(const struct module *m, const char *name, uint64_t *value)
+{
+    for (uint32_t i = 0; i < m->nsyms; i++)
+        if (!strcmp(m->syms[i].name, name)) {
+            *value = m->syms[i].value;
+            return true;
+        }
+    return false;
 }
 
 /* File offset -> ELF virtual address through the PT_LOAD headers, executable ones first

@@ -41,6 +41,13 @@ struct module {
     /* A CPython runtime: file virtual addresses of _PyRuntime, Py_Version, PyCode_Type and
      * PyUnicode_Type (its .dynsym, as the helper read it); 0 if it is none. */
     uint64_t py_runtime, py_version, py_code_type, py_str_type;
+    /* The other .dynsym symbols the helper reports by name (symproto.h's syms): the
+     * thread context's TLS symbol, libthread_db's in libc and ld.so. */
+    struct module_sym {
+        char *name;
+        uint64_t value;
+    } *syms;
+    uint32_t nsyms;
     void *sym; /* symbolizer-private state; see symbols.c */
 };
 
@@ -69,6 +76,8 @@ struct module *module_open_path(const char *path);
 struct module *module_ref(struct module *m);
 void module_unref(struct module *m);
 
+/* The value of the named symbol the helper reported (module_sym), or false. */
+bool module_symbol(const struct module *m, const char *name, uint64_t *value);
 /* File offset -> ELF virtual address using the PT_LOAD headers. false if outside them. */
 bool module_offset_to_vaddr(const struct module *m, uint64_t off, uint64_t *vaddr);
 /* Lowercase hex of the build-id into buf (>= 2*len+1); "" if none. */

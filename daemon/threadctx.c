@@ -1,0 +1,401 @@
+/* threadctx.c: OpenTelemetry's thread context of a target's threads (see threadctx.h). */
+#include "threadctx.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <proc_service.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <thread_db.h>
+
+#include "log.h"
+#include "maps.h"
+#include "modules.h"
+#include "stacks.h"
+#include "target.h"
+#include "util.h"
+
+struct tctx_sample tctx_cur;
+
+/* libthread_db's process handle: what its callbacks (ps_*) need of the target. */
+struct ps_prochandle {
+    pid_t pid;
+    struct target *t;
+};
+
+struct tctx_agent {
+    struct ps_prochandle ph;
+    td_thragent_t *ta;
+};
+
+/* Most threads one walk looks at: a list that loops (being changed as it is read) ends. */
+#define WALK_MAX 65536
+/* Walks at most this often while sampled threads lack their slot. */
+#define WALK_EVERY_NS (100 * NS_PER_MS)
+
+static int read_mem(pid_t pid, uint64_t addr, void *buf, size_t n)
+{
+    struct iovec local = {buf, n}, remote = {(void *)(uintptr_t)addr, n};
+    ssize_t r = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    return r == (ssize_t)n ? 0 : -EFAULT;
+}
+
+/* ---- libthread_db's callbacks (proc_service.h) ---- */
+
+ps_err_e ps_pdread(struct ps_prochandle *ph, psaddr_t addr, void *buf, size_t n)
+{
+    return read_mem(ph->pid, (uint64_t)(uintptr_t)addr, buf, n) == 0 ? PS_OK : PS_ERR;
+}
+
+ps_err_e ps_pdwrite(struct ps_prochandle *ph, psaddr_t addr, const void *buf, size_t n)
+{
+    (void)ph, (void)addr, (void)buf, (void)n;
+    return PS_ERR; /* profd never writes a target's memory */
+}
+
+ps_err_e ps_lgetregs(struct ps_prochandle *ph, lwpid_t lwp, prgregset_t regs)
+{
+    (void)ph, (void)lwp, (void)regs;
+    return PS_ERR; /* threads are found by the walk, never by their registers */
+}
+
+ps_err_e ps_lsetregs(struct ps_prochandle *ph, lwpid_t lwp, const prgregset_t regs)
+{
+    (void)ph, (void)lwp, (void)regs;
+    return PS_ERR;
+}
+
+ps_err_e ps_lgetfpregs(struct ps_prochandle *ph, lwpid_t lwp, prfpregset_t *regs)
+{
+    (void)ph, (void)lwp, (void)regs;
+    return PS_ERR;
+}
+
+ps_err_e ps_lsetfpregs(struct ps_prochandle *ph, lwpid_t lwp, const prfpregset_t *regs)
+{
+    (void)ph, (void)lwp, (void)regs;
+    return PS_ERR;
+}
+
+pid_t ps_getpid(struct ps_prochandle *ph)
+{
+    return ph->pid;
+}
+
+/* Where module m's file virtual address vaddr is, from any mapping of it in maps. */
+static bool module_addr(const struct maps *maps, const struct module *m, uint64_t vaddr,
+                        uint64_t *addr)
+{
+    for (size_t i = 0; i < maps->n; i++) {
+        const struct map_entry *e = &maps->v[i];
+        if (e->mod == m && (*addr = map_vaddr_addr(e, vaddr)))
+            return true;
+    }
+    return false;
+}
+
+/* A symbol of libc or ld.so (libthread_db asks for "libpthread.so.0", "libc.so.6" and
+ * "ld-linux-x86-64.so.2"; since glibc 2.34 libpthread is libc): looked for in every module
+ * the target maps, as gdb does; each such symbol is defined in one of them only. */
+ps_err_e ps_pglobal_lookup(struct ps_prochandle *ph, const char *object, const char *name,
+                           psaddr_t *addr)
+{
+    (void)object;
+    const struct maps *maps = &ph->t->maps;
+    const struct module *seen = NULL;
+    for (size_t i = 0; i < maps->n; i++) {
+        const struct module *m = maps->v[i].mod;
+        uint64_t value, a;
+        if (!m || m == seen || !m->nsyms)
+            continue;
+        seen = m;
+        if (module_symbol(m, name, &value) && module_addr(maps, m, value, &a)) {
+            *addr = (psaddr_t)(uintptr_t)a;
+            return PS_OK;
+        }
+    }
+    return PS_NOSYM;
+}
+
+/* ---- finding the symbol and each thread's slot ---- */
+
+static const char *td_error(td_err_e e)
+{
+    switch (e) {
+    case TD_VERSION:
+        return "its glibc is not the version of profd's libthread_db";
+    case TD_NOLIBTHREAD:
+        return "libthread_db found no thread library in it (a static or non-glibc program?)";
+    case TD_NOCAPAB:
+    case TD_NOTLS:
+        return "libthread_db cannot read its TLS";
+    default:
+        return "libthread_db cannot read its threads";
+    }
+}
+
+static void refuse(struct target *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refuse(struct target *t, const char *fmt, ...)
+{
+    struct tctx_target *c = &t->tctx;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->why, sizeof(c->why), fmt, ap);
+    va_end(ap);
+    c->status = TCTX_UNSUPPORTED;
+    log_warn("pid %d: OpenTelemetry's thread context in %s is not read: %s", t->pid,
+             c->module, c->why);
+}
+
+/* The module's struct link_map: the dynamic linker's list (_r_debug.r_map) holds one per
+ * object, with its load bias (l_addr) first. */
+static bool find_link_map(struct target *t, uint64_t bias, uint64_t *lm)
+{
+    psaddr_t rd;
+    if (ps_pglobal_lookup(&t->tctx.agent->ph, "ld-linux-x86-64.so.2", "_r_debug", &rd) != PS_OK)
+        return false;
+    uint64_t map; /* struct r_debug { int r_version; struct link_map *r_map; ... } */
+    if (read_mem(t->pid, (uint64_t)(uintptr_t)rd + 8, &map, 8) < 0)
+        return false;
+    for (int n = 0; map && n < 4096; n++) {
+        uint64_t l[4]; /* l_addr, l_name, l_ld, l_next */
+        if (read_mem(t->pid, map, l, sizeof(l)) < 0)
+            return false;
+        if (l[0] == bias) {
+            *lm = map;
+            return true;
+        }
+        map = l[3];
+    }
+    return false;
+}
+
+void tctx_target_detect(struct target *t)
+{
+    struct tctx_target *c = &t->tctx;
+    if (c->status != TCTX_NONE)
+        return;
+    const struct maps *maps = &t->maps;
+    const struct map_entry *found = NULL;
+    uint64_t off = 0;
+    for (size_t i = 0; i < maps->n && !found; i++) {
+        const struct map_entry *e = &maps->v[i];
+        if (e->mod && e->mod->nsyms && (e->prot & MAP_PROT_X) &&
+            module_symbol(e->mod, "otel_thread_ctx_v1", &off))
+            found = e;
+    }
+    if (!found)
+        return;
+    const struct module *m = found->mod;
+    c->module_id = m->id;
+    snprintf(c->module, sizeof(c->module), "%s", m->name);
+    c->sym_off = off;
+    c->agent = xcalloc(1, sizeof(*c->agent));
+    c->agent->ph = (struct ps_prochandle){t->pid, t};
+    static bool td_ready;
+    if (!td_ready && td_init() == TD_OK)
+        td_ready = true;
+    td_err_e e = td_ready ? td_ta_new(&c->agent->ph, &c->agent->ta) : TD_ERR;
+    if (e != TD_OK) {
+        c->agent->ta = NULL;
+        refuse(t, "%s", td_error(e));
+        return;
+    }
+    uint64_t bias = map_vaddr_addr(found, 0);
+    if (!find_link_map(t, bias, &c->link_map)) {
+        refuse(t, "the dynamic linker's list of objects does not hold %s", m->name);
+        return;
+    }
+    c->status = TCTX_OK;
+    c->walk_wanted = true;
+    log_info("pid %d: OpenTelemetry's thread context (otel_thread_ctx_v1 in %s) is read at "
+             "its samples", t->pid, m->name);
+}
+
+void tctx_target_finish(struct tctx_target *c)
+{
+    if (c->agent && c->agent->ta)
+        td_ta_delete(c->agent->ta);
+    free(c->agent);
+    memset(c, 0, sizeof(*c));
+}
+
+struct walk {
+    struct target *t;
+    unsigned seen;
+};
+
+/* Where the dtv says the module's block is, for the eBPF program (which has the thread
+ * pointer, not libthread_db): x86-64's TCB holds the dtv at 8; each dtv entry is 16 bytes,
+ * the block's address first. */
+static void learn_modid(struct target *t, uint64_t tp, uint64_t slot)
+{
+    struct tctx_target *c = &t->tctx;
+    uint64_t dtv;
+    if (c->modid || read_mem(t->pid, tp + 8, &dtv, 8) < 0 || !dtv)
+        return;
+    uint64_t v[2 * 64];
+    if (read_mem(t->pid, dtv, v, sizeof(v)) < 0)
+        return;
+    for (unsigned k = 1; k < 64; k++)
+        if (v[2 * k] + c->sym_off == slot) {
+            c->modid = k;
+            return;
+        }
+}
+
+static int walk_one(const td_thrhandle_t *th, void *arg)
+{
+    struct walk *w = arg;
+    struct tctx_target *c = &w->t->tctx;
+    if (++w->seen > WALK_MAX)
+        return 1;
+    td_thrinfo_t info;
+    if (td_thr_get_info(th, &info) != TD_OK)
+        return 0;
+    struct thread *x = target_thread(w->t, info.ti_lid);
+    if (!x || x->tctx_slot)
+        return 0;
+    psaddr_t slot;
+    if (td_thr_tls_get_addr(th, (psaddr_t)(uintptr_t)c->link_map, c->sym_off, &slot) != TD_OK ||
+        !slot)
+        return 0; /* TD_TLSDEFER: a dlopened module's block not allocated yet */
+    x->tctx_slot = (uint64_t)(uintptr_t)slot;
+    c->stats.slots++;
+    learn_modid(w->t, (uint64_t)(uintptr_t)th->th_unique, x->tctx_slot);
+    return 0;
+}
+
+void tctx_target_update(struct target *t)
+{
+    struct tctx_target *c = &t->tctx;
+    uint64_t now = now_ns();
+    if (c->status != TCTX_OK || !c->walk_wanted || now - c->walked_ns < WALK_EVERY_NS)
+        return;
+    c->walk_wanted = false;
+    c->walked_ns = now;
+    c->stats.walks++;
+    struct walk w = {t, 0};
+    td_ta_thr_iter(c->agent->ta, walk_one, &w, TD_THR_ANY_STATE, TD_THR_LOWEST_PRIORITY,
+                   TD_SIGNO_MASK, TD_THR_ANY_USER_FLAGS);
+}
+
+/* ---- reading a context ---- */
+
+bool tctx_parse(const uint8_t *rec, size_t len, struct tctx_sample *out)
+{
+    out->have = false;
+    if (len < TCTX_HEAD || rec[24] != 1)
+        return false;
+    static const uint8_t zero[24];
+    if (!memcmp(rec, zero, 24))
+        return false; /* valid, yet neither trace nor span */
+    memcpy(out->rec, rec, 24);
+    out->rec[24] = rec[25]; /* trace_flags */
+    uint16_t size;
+    memcpy(&size, rec + 26, 2);
+    size_t avail = len - TCTX_HEAD;
+    if (size > avail)
+        size = (uint16_t)avail;
+    /* Whole entries only: parsing stops where the rest cannot hold one. */
+    size_t at = 0;
+    while (at + 2 <= size && at + 2 + rec[TCTX_HEAD + at + 1] <= size)
+        at += 2 + rec[TCTX_HEAD + at + 1];
+    memcpy(out->rec + TCTX_KEPT, rec + TCTX_HEAD, at);
+    out->len = (uint16_t)(TCTX_KEPT + at);
+    out->have = true;
+    return true;
+}
+
+void tctx_capture(struct target *t, struct thread *th, bool late)
+{
+    struct tctx_target *c = &t->tctx;
+    tctx_cur.have = false;
+    if (c->status != TCTX_OK)
+        return;
+    if (!th->tctx_slot) {
+        c->stats.no_slot++;
+        c->walk_wanted = true;
+        return;
+    }
+    uint64_t ptr;
+    uint8_t rec[TCTX_HEAD + TCTX_MAX_ATTRS];
+    if (read_mem(t->pid, th->tctx_slot, &ptr, 8) < 0) {
+        c->stats.unreadable++;
+        return;
+    }
+    if (!ptr) {
+        c->stats.without++;
+        return;
+    }
+    if (read_mem(t->pid, ptr, rec, TCTX_HEAD) < 0) {
+        c->stats.unreadable++;
+        return;
+    }
+    uint16_t size;
+    memcpy(&size, rec + 26, 2);
+    if (size > TCTX_MAX_ATTRS)
+        size = TCTX_MAX_ATTRS;
+    if (rec[24] == 1 && size && read_mem(t->pid, ptr + TCTX_HEAD, rec + TCTX_HEAD, size) < 0)
+        size = 0; /* the head alone: the attributes are lost, not the span */
+    if (!tctx_parse(rec, TCTX_HEAD + (size_t)size, &tctx_cur)) {
+        c->stats.without++;
+        return;
+    }
+    tctx_cur.late = late;
+    c->stats.with++;
+    c->stats.late += late;
+}
+
+/* ---- interning ---- */
+
+uint32_t tctx_tag(struct target *t, uint32_t stack)
+{
+    bool have = tctx_cur.have;
+    tctx_cur.have = false;
+    if (!have || stack == STACK_NONE)
+        return stack;
+    /* The bytes in words, their count first (the table holds words). */
+    uint64_t words[1 + (TCTX_MAX + 7) / 8] = {tctx_cur.len};
+    memcpy(words + 1, tctx_cur.rec, tctx_cur.len);
+    uint16_t n = (uint16_t)(1 + (tctx_cur.len + 7) / 8);
+    uint32_t ctx = stacks_intern(&t->stacks, 0, STACK_CONTEXT, words, n);
+    if (ctx == STACK_NONE)
+        return stack;
+    uint64_t pair[2] = {stack, ctx};
+    uint32_t id = stacks_intern(&t->stacks, 0,
+                                STACK_PAIR | (tctx_cur.late ? STACK_CTX_LATE : 0), pair, 2);
+    if (id == STACK_NONE) {
+        stacks_unref(&t->stacks, ctx);
+        return stack;
+    }
+    /* A new pair holds the references it was given; one found holds its own. */
+    if (stacks_get(&t->stacks, id)->refs > 1) {
+        stacks_unref(&t->stacks, stack);
+        stacks_unref(&t->stacks, ctx);
+    }
+    return id;
+}
+
+uint32_t tctx_resolve(const struct target *t, uint32_t id, uint32_t *ctx, bool *late)
+{
+    *ctx = STACK_NONE;
+    *late = false;
+    const struct stack_entry *e = stacks_get(&t->stacks, id);
+    if (!e || !(e->flags & STACK_PAIR) || e->n != 2)
+        return id;
+    *ctx = (uint32_t)e->ips[1];
+    *late = e->flags & STACK_CTX_LATE;
+    return (uint32_t)e->ips[0];
+}
+
+const uint8_t *tctx_bytes(const struct target *t, uint32_t id, uint16_t *len)
+{
+    const struct stack_entry *e = stacks_get(&t->stacks, id);
+    if (!e || !(e->flags & STACK_CONTEXT) || e->n < 1 || e->ips[0] > (e->n - 1u) * 8)
+        return NULL;
+    *len = (uint16_t)e->ips[0];
+    return (const uint8_t *)(e->ips + 1);
+}
