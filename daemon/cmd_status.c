@@ -74,6 +74,33 @@ static void add_counters(cJSON *o, const void *group, const struct stat_key *key
 /* One counter of target_stats' top level, where it is placed: its key its member's name. */
 #define ADD_COUNTER(o, s, name) cJSON_AddNumberToObject(o, #name, (double)(s)->name)
 
+
+/* OpenTelemetry's thread context (threadctx.h): where it is read from, whether the eBPF
+ * program reads it at the sample (why not), and what the samples found. */
+static void add_thread_context(cJSON *o, const struct tctx_target *c)
+{
+    cJSON *x = cJSON_AddObjectToObject(o, "thread_context");
+    cJSON_AddStringToObject(x, "module", c->module);
+    cJSON_AddBoolToObject(x, "read", c->status == TCTX_OK);
+    if (c->status != TCTX_OK)
+        cJSON_AddStringToObject(x, "why_not", c->why);
+    cJSON_AddBoolToObject(x, "kernel", c->kernel);
+    if (!c->kernel)
+        cJSON_AddStringToObject(x, "kernel_why_not", c->kernel_why);
+    cJSON_AddNumberToObject(x, "samples_with", (double)c->stats.with);
+    cJSON_AddNumberToObject(x, "samples_without", (double)c->stats.without);
+    cJSON_AddNumberToObject(x, "read_late", (double)c->stats.late);
+    cJSON_AddNumberToObject(x, "unreadable", (double)c->stats.unreadable);
+    cJSON_AddNumberToObject(x, "no_slot", (double)c->stats.no_slot);
+    cJSON_AddNumberToObject(x, "threads_found", (double)c->stats.slots);
+    cJSON_AddNumberToObject(x, "walks", (double)c->stats.walks);
+    cJSON_AddNumberToObject(x, "records", (double)c->ks.records);
+    cJSON_AddNumberToObject(x, "paired", (double)c->ks.paired);
+    cJSON_AddNumberToObject(x, "unpaired", (double)c->ks.unpaired);
+    cJSON_AddNumberToObject(x, "missing", (double)c->ks.missing);
+    cJSON_AddNumberToObject(x, "dropped", (double)c->ks.dropped);
+}
+
 /* Its perf events: the sampling events, and apart from them the switch watches of threads
  * that seldom run (read at each tick instead of their schedstat). */
 struct perf_usage {
@@ -224,6 +251,8 @@ static cJSON *target_status(const struct target *t, uint64_t now)
         cJSON_AddNumberToObject(g, "dropped", (double)t->gok.dropped);
         cJSON_AddNumberToObject(g, "stopped_reads", (double)t->gok.stopped_reads);
     }
+    if (t->tctx.status != TCTX_NONE)
+        add_thread_context(o, &t->tctx);
     cJSON *u = cJSON_AddObjectToObject(o, "unwind");
     ADD_COUNTERS(u, TARGET_STATS_UNWIND, struct stats_unwind, &s->unwind);
     uint64_t unw = s->unwind.complete + s->unwind.truncated + s->unwind.too_deep;

@@ -140,8 +140,10 @@ uint32_t unwind_copy(struct target *t, struct thread *th, const struct perf_stre
             npy = 0; /* (the native frames alone, counted missing) */
     }
     snap.gcopy = t->gok.kernel ? gok_take(t, th, pyk_event_of(th, ps), time_ns) : NULL;
-    /* Its OpenTelemetry context, read now: after the sample, marked so. */
-    tctx_capture(t, th, true);
+    /* Its OpenTelemetry context: the program's read at the sample, else one now (after it,
+     * marked so). */
+    if (!tctx_take(t, th, pyk_event_of(th, ps), time_ns))
+        tctx_capture(t, th, true);
     uint32_t id = unwind_and_intern(t, th, &end, false);
     snap.gcopy = NULL;
     if (end == UNWIND_COMPLETE) {
@@ -275,6 +277,8 @@ int perf_open_once(struct thread *th, enum stream_kind kind, uint64_t period,
                    uint32_t stack, unsigned batch)
 {
     bool continuous = kind == STREAM_CONTINUOUS;
+    /* (An eBPF program on its events: Python's frames, Go's goroutine, the context.) */
+    bool program = th->t->py.kernel || th->t->gok.kernel || th->t->tctx.kernel;
     struct perf_stream *ps = kind == STREAM_LATEST    ? &th->smp.pl
                              : kind == STREAM_PREEMPT ? &th->smp.pw
                                                       : &th->smp.ps;
@@ -286,16 +290,15 @@ int perf_open_once(struct thread *th, enum stream_kind kind, uint64_t period,
     if (!fds_take(1))
         return -EMFILE;
     int r = kind == STREAM_LATEST    ? perfs_open_latest(ps, th->tid, period, stack)
-            : kind == STREAM_PREEMPT ? perfs_open_preempt(ps, th->tid, stack,
-                                                                  th->t->py.kernel || th->t->gok.kernel)
+            : kind == STREAM_PREEMPT ? perfs_open_preempt(ps, th->tid, stack, program)
                                      : perfs_open(ps, th->tid, period, stack, continuous, batch);
-    if (r == 0 && stack && (th->t->py.kernel || th->t->gok.kernel)) {
-        bool go = th->t->gok.kernel;
+    if (r == 0 && stack && program) {
         int a = pyk_attach(th->t, ps->fd, pyk_event_of(th, ps), ps->tracepoint);
-        if (a < 0 && !go) {
+        if (a < 0 && th->t->py.kernel) {
             perfs_close(ps); /* (its samples would lack the Python frames: stopped for them) */
             r = a;
-        } /* (a Go target's event is kept: its goroutines are read at the unwind now) */
+        } /* (a Go target's event is kept: its goroutines are read at the unwind now; so is
+           * one with a thread context, read after its samples now) */
     }
     if (r == 0)
         memacct_add(memory_samples(), perfs_bytes(ps));

@@ -41,6 +41,7 @@ static struct pyframes_bpf *skel;   /* (the loader's until load_state says it is
 static struct ring_buffer *rb;
 static char why_not[160];
 static char go_why_not[160]; /* the Go programs left out (loaded without them): why */
+static char ctx_why_not[160]; /* the thread context's programs left out: why */
 
 /* The program, once the loader is done with it; NULL before, or if it failed. */
 static struct pyframes_bpf *loaded(void)
@@ -117,6 +118,13 @@ static void *load_thread(void *arg)
                 bpf_program__set_autoload(s->progs.go_clock, false);
                 bpf_program__set_autoload(s->progs.go_latest, false);
                 bpf_program__set_autoload(s->progs.go_preempt, false);
+                /* (The thread context's need the same: BTF for the thread pointer. Go's
+                 * turned off alone leaves them.) */
+                if (go_r != -ENOTSUP) {
+                    bpf_program__set_autoload(s->progs.ctx_clock, false);
+                    bpf_program__set_autoload(s->progs.ctx_latest, false);
+                    bpf_program__set_autoload(s->progs.ctx_preempt, false);
+                }
                 r = pyframes_bpf__load(s);
                 r = r == -1 ? -errno : r;
                 /* (Said for Go only where Python's loaded without them: else the reason
@@ -126,6 +134,9 @@ static void *load_thread(void *arg)
                 else if (r == 0)
                     snprintf(go_why_not, sizeof(go_why_not), "the kernel refused the eBPF "
                              "program for Go (%s)", strerror(-go_r));
+                if (r == 0 && go_r != -ENOTSUP)
+                    snprintf(ctx_why_not, sizeof(ctx_why_not), "the kernel refused the eBPF "
+                             "program for the thread context (%s)", strerror(-go_r));
             }
         }
     }
@@ -135,8 +146,18 @@ static void *load_thread(void *arg)
                                                              "or a seccomp filter" : "");
         goto out;
     }
+    /* The Python and Go programs end in the thread context's (bpf/pyframes.bpf.c). */
+    const struct bpf_program *ctxp[PYBPF_KINDS] = {s->progs.ctx_clock, s->progs.ctx_latest,
+                                                   s->progs.ctx_preempt};
+    for (__u32 k = 0; !ctx_why_not[0] && k < PYBPF_KINDS; k++) {
+        int pfd = bpf_program__fd(ctxp[k]);
+        if (pfd < 0 || bpf_map_update_elem(bpf_map__fd(s->maps.ctxjump), &k, &pfd, BPF_ANY) < 0)
+            snprintf(ctx_why_not, sizeof(ctx_why_not), "the eBPF program's jump table refused "
+                     "the thread context's (%s)", strerror(errno));
+    }
     rb = ring_buffer__new(bpf_map__fd(s->maps.records), on_record, NULL, NULL);
-    if (rb && ring_buffer__add(rb, bpf_map__fd(s->maps.gorecords), on_record, NULL) < 0) {
+    if (rb && (ring_buffer__add(rb, bpf_map__fd(s->maps.gorecords), on_record, NULL) < 0 ||
+               ring_buffer__add(rb, bpf_map__fd(s->maps.ctxrecords), on_record, NULL) < 0)) {
         ring_buffer__free(rb);
         rb = NULL;
         errno = errno ? errno : ENOMEM;
@@ -226,6 +247,23 @@ int pyk_load(const char **why)
            : r < 0             ? (go_why_not[0] ? go_why_not : why_not)
                                : NULL;
     return r;
+}
+
+int pyk_load_ctx(const char **why)
+{
+    int r = load();
+    if (r == 0 && ctx_why_not[0])
+        r = -EPERM;
+    *why = r == -EINPROGRESS ? "the eBPF program is being loaded"
+           : r < 0             ? (ctx_why_not[0] ? ctx_why_not : why_not)
+                               : NULL;
+    return r;
+}
+
+int pyk_ctxprocs_fd(void)
+{
+    struct pyframes_bpf *sk = loaded();
+    return sk ? bpf_map__fd(sk->maps.ctxprocs) : -1;
 }
 
 int pyk_goprocs_fd(void)
@@ -372,7 +410,7 @@ void pyk_target_forget(struct target *t)
 int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint)
 {
     struct pyframes_bpf *sk = loaded();
-    if (!(t->py.kernel || t->gok.kernel) || !sk)
+    if (!(t->py.kernel || t->gok.kernel || t->tctx.kernel) || !sk)
         return -EPERM;
     const struct bpf_program *prog = ev == PYK_CLOCK     ? sk->progs.py_clock
                                      : ev == PYK_LATEST  ? sk->progs.py_latest
@@ -381,11 +419,20 @@ int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint)
     if (t->gok.kernel) /* (never on the tracepoint: gokernel.h) */
         prog = ev == PYK_CLOCK ? sk->progs.go_clock : ev == PYK_LATEST ? sk->progs.go_latest
                                                                         : sk->progs.go_preempt;
+    /* A native target's thread context alone (the others end in it). */
+    bool ctx_only = !t->py.kernel && !t->gok.kernel;
+    if (ctx_only)
+        prog = ev == PYK_CLOCK ? sk->progs.ctx_clock : ev == PYK_LATEST ? sk->progs.ctx_latest
+                                                                         : sk->progs.ctx_preempt;
     if (ioctl(fd, PERF_EVENT_IOC_SET_BPF, bpf_program__fd(prog)) == 0)
         return 0;
     int r = -errno;
-    if (r == -EEXIST && t->gok.kernel)
+    if (r == -EEXIST && (t->gok.kernel || ctx_only))
         return 0; /* (attached before: the runtime found again after a flush) */
+    if (ctx_only) {
+        tctx_kernel_refused(t, r);
+        return r;
+    }
     if (t->gok.kernel) {
         snprintf(t->gok.why, sizeof(t->gok.why), "the kernel refused the eBPF program on a "
                  "perf event (%s)", strerror(-r));
@@ -460,6 +507,10 @@ static int on_record(void *ctx, void *data, size_t size)
     const struct pybpf_rec *r = data;
     if (size >= PYBPF_REC_HEAD && (r->flags & GOBPF_GO)) {
         gok_on_record(data, size);
+        return 0;
+    }
+    if (size >= PYBPF_REC_HEAD && (r->flags & CTXBPF_CTX)) {
+        tctx_on_record(data, size);
         return 0;
     }
     if (size < PYBPF_REC_HEAD || r->nframes > PYBPF_MAX_FRAMES || r->kind >= PYBPF_KINDS ||

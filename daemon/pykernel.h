@@ -85,6 +85,9 @@ void pyk_counters(uint64_t *records, uint64_t *full);
  * read its ring buffer (records go to their threads' queues). */
 int pyk_load(const char **why);
 int pyk_goprocs_fd(void);
+/* The same for the thread context's programs (threadctx.h) and their processes' map. */
+int pyk_load_ctx(const char **why);
+int pyk_ctxprocs_fd(void);
 void pyk_consume(void);
 /* Whether the program is loaded; why not if it is not (NULL: not tried yet). */
 bool pyk_loaded(const char **why);

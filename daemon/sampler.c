@@ -528,15 +528,13 @@ static void py_kernel_began(struct target *t)
     }
 }
 
-/* t's goroutines are read in the kernel from now on (its Go runtime found by the first
- * unwinds, moments after attach): the program is attached to its threads' events as they
- * are, cputime's clocks too, whose samples so far stay theirs; a preemption watch on the
- * sched_switch tracepoint, which takes no program beside its filter, is closed (it opens
- * again as the context-switch event). */
-static void go_kernel_began(struct target *t)
+/* The program is attached to t's threads' events as they are, cputime's clocks too, whose
+ * samples so far stay theirs; a preemption watch on the sched_switch tracepoint, which takes
+ * no program beside its filter, is closed (it opens again as the context-switch event).
+ * Until *on turns false: refused, said, and read the old way again. */
+static void attach_open_events(struct target *t, const bool *on)
 {
-    t->gok.reopen = false;
-    for (size_t i = 0; i < t->nthreads && t->gok.kernel; i++) {
+    for (size_t i = 0; i < t->nthreads && *on; i++) {
         struct thread *th = t->threads[i];
         if (th->smp.pw.fd >= 0 && th->smp.pw.tracepoint)
             sampler_preempt_close(th);
@@ -544,11 +542,32 @@ static void go_kernel_began(struct target *t)
             struct perf_stream *ps;
             enum pyk_event ev;
         } evs[] = {{&th->smp.ps, PYK_CLOCK}, {&th->smp.pl, PYK_LATEST}, {&th->smp.pw, PYK_PREEMPT}};
-        for (size_t k = 0; k < 3 && t->gok.kernel; k++)
+        for (size_t k = 0; k < 3 && *on; k++)
             if (evs[k].ps->fd >= 0 && evs[k].ps->stack_size &&
                 pyk_attach(t, evs[k].ps->fd, evs[k].ev, false) < 0)
-                break; /* (refused: said, and the target's goroutines read live again) */
+                break;
     }
+}
+
+/* t's goroutines are read in the kernel from now on (its Go runtime found by the first
+ * unwinds, moments after attach). */
+static void go_kernel_began(struct target *t)
+{
+    t->gok.reopen = false;
+    if (t->tctx.kernel)
+        py_kernel_began(t); /* (its events carry the context's program: closed, they open
+                               again with Go's, which ends in it) */
+    else
+        attach_open_events(t, &t->gok.kernel);
+}
+
+/* t's thread context is read by the eBPF program from now on (a Python or Go target's
+ * programs end in it already). */
+static void ctx_kernel_began(struct target *t)
+{
+    t->tctx.reopen = false;
+    if (!t->py.kernel && !t->gok.kernel)
+        attach_open_events(t, &t->tctx.kernel);
 }
 
 void sampler_tick(struct target *t, const struct sample_req *rq)
@@ -571,6 +590,8 @@ void sampler_tick(struct target *t, const struct sample_req *rq)
         py_kernel_began(t);
     if (t->gok.reopen)
         go_kernel_began(t);
+    if (t->tctx.reopen)
+        ctx_kernel_began(t);
     /* What the kernel sampled since the last tick (one-shot samples of that tick). */
     sampler_flush(t);
     for (size_t i = 0; i < t->nthreads; i++) {

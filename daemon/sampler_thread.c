@@ -42,6 +42,8 @@ void sampler_thread_release(struct thread *th)
         th->smp.pyq[i] = (struct pyk_queue){0};
         free(th->smp.goq[i].buf);
         th->smp.goq[i] = (struct pyk_queue){0};
+        free(th->smp.ctxq[i].buf);
+        th->smp.ctxq[i] = (struct pyk_queue){0};
     }
 }
 

@@ -80,6 +80,7 @@ struct sampler_thread {
      * samples, not yet paired with them (pykernel.h), one queue per event. */
     struct pyk_queue pyq[PYK_EVENTS];
     struct pyk_queue goq[PYK_EVENTS]; /* a Go target's goroutine copies (gokernel.h) */
+    struct pyk_queue ctxq[PYK_EVENTS]; /* its OpenTelemetry contexts (threadctx.h) */
 };
 
 /* Set up the module: the loop its event watchers are on. */

@@ -1517,7 +1517,7 @@ size_t target_memory(const struct target *t)
         const struct sampler_thread *smp = &t->threads[i]->smp;
         m += perfs_bytes(&smp->ps) + perfs_bytes(&smp->pl); /* the kernel's rings: locked */
         for (int k = 0; k < PYK_EVENTS; k++)
-            m += smp->pyq[k].cap + smp->goq[k].cap; /* records not paired yet (pykernel.h,
+            m += smp->pyq[k].cap + smp->goq[k].cap + smp->ctxq[k].cap; /* records not paired yet (pykernel.h,
                                                      * gokernel.h) */
     }
     return m + py_target_memory(&t->py);

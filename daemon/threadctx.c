@@ -10,9 +10,13 @@
 #include <sys/uio.h>
 #include <thread_db.h>
 
+#include <bpf/bpf.h>
+
+#include "bpf/pybpf.h"
 #include "log.h"
 #include "maps.h"
 #include "modules.h"
+#include "pykernel.h"
 #include "stacks.h"
 #include "target.h"
 #include "util.h"
@@ -216,6 +220,12 @@ void tctx_target_detect(struct target *t)
 
 void tctx_target_finish(struct tctx_target *c)
 {
+    if (c->kernel) {
+        int fd = pyk_ctxprocs_fd();
+        __u32 key = c->agent ? (__u32)c->agent->ph.pid : 0;
+        if (fd >= 0 && key)
+            bpf_map_delete_elem(fd, &key);
+    }
     if (c->agent && c->agent->ta)
         td_ta_delete(c->agent->ta);
     free(c->agent);
@@ -268,9 +278,62 @@ static int walk_one(const td_thrhandle_t *th, void *arg)
     return 0;
 }
 
+/* Give the process to the eBPF program, once its module's dtv slot is known. */
+static void kernel_update(struct target *t)
+{
+    struct tctx_target *c = &t->tctx;
+    if (c->status != TCTX_OK || c->kernel || c->kernel_tried)
+        return;
+    if (!c->modid) {
+        if (c->stats.slots)
+            snprintf(c->kernel_why, sizeof(c->kernel_why), "the threads' dtv does not hold "
+                     "the module's TLS block where libthread_db found it");
+        return; /* (until a thread's slot is found) */
+    }
+    const char *why = NULL;
+    int r = pyk_load_ctx(&why);
+    if (r == -EINPROGRESS) {
+        snprintf(c->kernel_why, sizeof(c->kernel_why), "%s", why);
+        return;
+    }
+    c->kernel_tried = true;
+    if (r < 0) {
+        snprintf(c->kernel_why, sizeof(c->kernel_why), "%s", why ? why : "no eBPF program");
+        log_info("pid %d: the thread context is read after each kernel copy: %s", t->pid,
+                 c->kernel_why);
+        return;
+    }
+    struct ctxbpf_proc p = {.sym_off = c->sym_off, .modid = (__u32)c->modid};
+    __u32 key = (__u32)t->pid;
+    if (bpf_map_update_elem(pyk_ctxprocs_fd(), &key, &p, BPF_ANY) < 0) {
+        snprintf(c->kernel_why, sizeof(c->kernel_why), "the eBPF program's map refused it (%s)",
+                 strerror(errno));
+        return;
+    }
+    c->kernel = true;
+    c->reopen = true;
+    c->kernel_why[0] = '\0';
+    log_debug("pid %d: the thread context is read by the eBPF program at each sample", t->pid);
+}
+
+void tctx_kernel_refused(struct target *t, int r)
+{
+    struct tctx_target *c = &t->tctx;
+    snprintf(c->kernel_why, sizeof(c->kernel_why), "the kernel refused the eBPF program on a "
+             "perf event (%s)", strerror(-r));
+    log_info("pid %d: %s: the thread context is read after each kernel copy", t->pid,
+             c->kernel_why);
+    c->kernel = false;
+    int fd = pyk_ctxprocs_fd();
+    __u32 key = (__u32)t->pid;
+    if (fd >= 0)
+        bpf_map_delete_elem(fd, &key);
+}
+
 void tctx_target_update(struct target *t)
 {
     struct tctx_target *c = &t->tctx;
+    kernel_update(t);
     uint64_t now = now_ns();
     if (c->status != TCTX_OK || !c->walk_wanted || now - c->walked_ns < WALK_EVERY_NS)
         return;
@@ -347,6 +410,92 @@ void tctx_capture(struct target *t, struct thread *th, bool late)
     tctx_cur.late = late;
     c->stats.with++;
     c->stats.late += late;
+}
+
+/* ---- the eBPF program's records ---- */
+
+/* Most bytes of records one thread's queue for one event holds. */
+#define QUEUE_MAX (256u * 1024u)
+
+static size_t rec_size(const struct ctxbpf_rec *r)
+{
+    return CTXBPF_REC_HEAD + ((r->len + 7u) & ~7u);
+}
+
+static size_t size_at(const uint8_t *at)
+{
+    return rec_size((const void *)at);
+}
+
+void tctx_queue_push(struct pyk_queue *q, const struct ctxbpf_rec *r, struct tctx_target *c)
+{
+    if (r->len > CTXBPF_MAX)
+        return;
+    unsigned dropped = pyk_queue_room(q, rec_size(r), QUEUE_MAX, size_at);
+    if (dropped == PYK_NO_ROOM)
+        return;
+    c->ks.dropped += dropped;
+    memcpy(q->buf + q->tail, r, CTXBPF_REC_HEAD + r->len);
+    q->tail += (uint32_t)rec_size(r);
+}
+
+bool tctx_queue_take(struct pyk_queue *q, uint64_t time_ns, struct tctx_sample *out,
+                     struct tctx_target *c)
+{
+    out->have = false;
+    while (q->head < q->tail) {
+        const struct ctxbpf_rec *r = (const void *)(q->buf + q->head);
+        uint32_t size = (uint32_t)rec_size(r);
+        if (r->time_ns < time_ns) {
+            q->head += size; /* a sample not read (skipped, lost) */
+            c->ks.unpaired++;
+            continue;
+        }
+        if (r->time_ns - time_ns > PYK_PAIR_NS)
+            break; /* a later sample's: this one's is missing */
+        c->ks.paired++;
+        if (r->flags & CTXBPF_FAULT) {
+            c->stats.unreadable++;
+        } else if ((r->flags & CTXBPF_NONE) || !tctx_parse(r->rec, r->len, out)) {
+            c->stats.without++;
+        } else {
+            out->late = false;
+            c->stats.with++;
+        }
+        q->head += size;
+        if (q->head == q->tail)
+            q->head = q->tail = 0;
+        return true;
+    }
+    if (q->head == q->tail)
+        q->head = q->tail = 0;
+    c->ks.missing++;
+    return false;
+}
+
+void tctx_on_record(const void *data, size_t size)
+{
+    const struct ctxbpf_rec *r = data;
+    if (size < CTXBPF_REC_HEAD || r->len > CTXBPF_MAX || size < CTXBPF_REC_HEAD + r->len ||
+        r->kind >= PYBPF_KINDS)
+        return;
+    struct target *t = target_find((pid_t)r->pid);
+    if (!t || !t->tctx.kernel)
+        return;
+    struct thread *th = target_thread(t, (pid_t)r->tid);
+    if (!th)
+        return;
+    t->tctx.ks.records++;
+    tctx_queue_push(&th->smp.ctxq[r->kind], r, &t->tctx);
+}
+
+bool tctx_take(struct target *t, struct thread *th, int ev, uint64_t time_ns)
+{
+    tctx_cur.have = false;
+    if (!t->tctx.kernel || ev < 0 || ev >= PYK_EVENTS)
+        return false;
+    pyk_consume();
+    return tctx_queue_take(&th->smp.ctxq[ev], time_ns, &tctx_cur, &t->tctx);
 }
 
 /* ---- interning ---- */

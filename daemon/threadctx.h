@@ -23,6 +23,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -59,6 +60,15 @@ struct tctx_target {
     /* For the eBPF program: the module's TLS module id (its dtv slot), when a thread's slot
      * was found where the dtv says (0: not known). */
     uint64_t modid;
+    /* Read by the eBPF program at each perf sample (pybpf.h's ctx_*): its records paired
+     * with their samples as Go's are (gokernel.h). */
+    bool kernel;
+    bool reopen;          /* it just began: events opened before lack the program */
+    bool kernel_tried;    /* (given to the program, or refused: not again) */
+    char kernel_why[160]; /* why not, when not */
+    struct {
+        uint64_t records, paired, unpaired, dropped, missing;
+    } ks;
     struct {
         uint64_t with;       /* samples that carry a context */
         uint64_t without;    /* read, and the thread had none (NULL, or not valid) */
@@ -89,6 +99,20 @@ void tctx_target_update(struct target *t);
 /* Read th's context now into tctx_cur (th cannot run: stopped, or blocked; late: it can,
  * and did since its sample). No-op for a target without one. */
 void tctx_capture(struct target *t, struct thread *th, bool late);
+/* The program's record of th's sample of event ev taken at time_ns, into tctx_cur (exact):
+ * false if it has none (then read it late). pyk_event: pykernel.h's enum. */
+bool tctx_take(struct target *t, struct thread *th, int ev, uint64_t time_ns);
+/* A record from the program's ring buffer (pykernel.c reads it): to its thread's queue. */
+void tctx_on_record(const void *data, size_t size);
+/* The kernel refused the program on one of t's perf events (-errno r): read late from now. */
+void tctx_kernel_refused(struct target *t, int r);
+/* The queue's parts, pure (tests/unit): append a record; take the one of the sample at
+ * time_ns into out (false: none). */
+struct pyk_queue;
+struct ctxbpf_rec;
+void tctx_queue_push(struct pyk_queue *q, const struct ctxbpf_rec *r, struct tctx_target *c);
+bool tctx_queue_take(struct pyk_queue *q, uint64_t time_ns, struct tctx_sample *out,
+                     struct tctx_target *c);
 /* A record rec of len bytes as read (head and attributes, len >= TCTX_HEAD) into out:
  * false if it is not a valid context (valid != 1, or no trace and no span). The attributes
  * are cut to their whole entries. Pure (tests/unit). */

@@ -104,9 +104,40 @@ struct gobpf_rec {
 /* Copied below a saved sp too: a switch caught between saving it and leaving the stack. */
 #define GOBPF_BELOW_SP 1024u
 
+/* OpenTelemetry's thread context (threadctx.h): where a process's otel_thread_ctx_v1 is
+ * in each thread, for the program that reads the record at each sample (ctx_*, also tail-
+ * called by the Python and Go programs). Key: the process's pid (tgid). */
+struct ctxbpf_proc {
+    __u64 sym_off;        /* the symbol's offset in its module's TLS block */
+    __u32 modid;          /* the module's slot in the thread's dtv (at fs base + 8) */
+    __u32 pad;
+};
+
+/* Most bytes of a record kept (threadctx.h TCTX_HEAD + TCTX_MAX_ATTRS). */
+#define CTXBPF_MAX 640u
+#define CTXBPF_HEAD 28u
+/* Context records carry this flag (their head is a Python record's, as Go's). */
+#define CTXBPF_CTX 0x40u
+#define CTXBPF_NONE 0x01u  /* the thread has no context (a NULL pointer) */
+#define CTXBPF_FAULT 0x02u /* the pointer or the record could not be read */
+
+/* The thread's record at a sample (len bytes of it: the head and what its attributes'
+ * size says, up to CTXBPF_MAX), or the header alone with NONE or FAULT: every sample has its
+ * record, as Go's. */
+struct ctxbpf_rec {
+    __u64 time_ns;
+    __u32 pid, tid;
+    __u16 len;
+    __u8 kind;
+    __u8 flags;           /* CTXBPF_CTX, and NONE or FAULT */
+    __u32 pad;
+    __u8 rec[CTXBPF_MAX];
+};
+#define CTXBPF_REC_HEAD 24u /* bytes before rec[] */
+
 /* Counters (a per-CPU array, summed by profd). */
 enum { PYBPF_C_RECORDS, PYBPF_C_RB_FULL, PYBPF_C_NO_PROC, PYBPF_C_WALK_STEPS, PYBPF_C_GO_RECORDS,
-       PYBPF_C_N };
+       PYBPF_C_CTX_RECORDS, PYBPF_C_N };
 
 /* What a code object is: with its address, tells a reused address from the object it was
  * (the addresses of its names and location table, its first line). The same hash in the

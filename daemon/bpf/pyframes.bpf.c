@@ -56,6 +56,38 @@ struct {
     __type(value, struct gobpf_rec);
 } goscratch SEC(".maps");
 
+/* Processes whose OpenTelemetry thread context is read (threadctx.c): made as they come. */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, __u32);
+    __type(value, struct ctxbpf_proc);
+} ctxprocs SEC(".maps");
+
+/* Their records, a ring of their own. */
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 1 << 20);
+} ctxrecords SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct ctxbpf_rec);
+} ctxscratch SEC(".maps");
+
+/* The context programs by event (enum pybpf_kind), for the Python and Go programs to end
+ * in: filled by profd once loaded, and left empty where the kernel refused them (they need
+ * its BTF, as Go's), so that Python's load without them. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+    __uint(max_entries, PYBPF_KINDS);
+    __type(key, __u32);
+    __type(value, __u32);
+} ctxjump SEC(".maps");
+
 /* The thread pointer (fs base) of the current task, as the kernel keeps it (arch_prctl,
  * which glibc and the Go runtime set it with; saved at every switch): matched by name in
  * the running kernel's BTF (CO-RE). */
@@ -392,22 +424,25 @@ static __always_inline int walk(enum pybpf_kind kind)
 SEC("perf_event")
 int py_clock(void *ctx)
 {
-    (void)ctx;
-    return walk(PYBPF_CLOCK);
+    walk(PYBPF_CLOCK);
+    bpf_tail_call(ctx, &ctxjump, PYBPF_CLOCK);
+    return 1;
 }
 
 SEC("perf_event")
 int py_latest(void *ctx)
 {
-    (void)ctx;
-    return walk(PYBPF_LATEST);
+    walk(PYBPF_LATEST);
+    bpf_tail_call(ctx, &ctxjump, PYBPF_LATEST);
+    return 1;
 }
 
 SEC("perf_event")
 int py_preempt(void *ctx)
 {
-    (void)ctx;
-    return walk(PYBPF_PREEMPT);
+    walk(PYBPF_PREEMPT);
+    bpf_tail_call(ctx, &ctxjump, PYBPF_PREEMPT);
+    return 1;
 }
 
 /* The preemption watch on the sched_switch tracepoint (perfsample.c): the switched-out
@@ -439,20 +474,100 @@ static __always_inline int go_sample(enum pybpf_kind kind)
 SEC("perf_event")
 int go_clock(void *ctx)
 {
-    (void)ctx;
-    return go_sample(PYBPF_CLOCK);
+    go_sample(PYBPF_CLOCK);
+    bpf_tail_call(ctx, &ctxjump, PYBPF_CLOCK);
+    return 1;
 }
 
 SEC("perf_event")
 int go_latest(void *ctx)
 {
-    (void)ctx;
-    return go_sample(PYBPF_LATEST);
+    go_sample(PYBPF_LATEST);
+    bpf_tail_call(ctx, &ctxjump, PYBPF_LATEST);
+    return 1;
 }
 
 SEC("perf_event")
 int go_preempt(void *ctx)
 {
+    go_sample(PYBPF_PREEMPT);
+    bpf_tail_call(ctx, &ctxjump, PYBPF_PREEMPT);
+    return 1;
+}
+
+/* OpenTelemetry's thread context (threadctx.h): the record the thread's otel_thread_ctx_v1
+ * points to, read at the sample's instant (the thread is interrupted: its writer, which
+ * uses compiler fences only, cannot be halfway). Where the pointer is: the thread pointer's
+ * dtv (at fs base + 8, glibc's x86-64 TCB), its module's slot (16 bytes each, the block's
+ * address first), plus the symbol's offset; profd checked the slot against libthread_db's
+ * answer before it put the process in the map. */
+static __always_inline int ctx_emit(struct ctxbpf_rec *r, __u32 pid, __u32 tid,
+                                    enum pybpf_kind kind, __u32 flags, __u64 len)
+{
+    r->time_ns = bpf_ktime_get_ns();
+    r->pid = pid;
+    r->tid = tid;
+    r->kind = (__u8)kind;
+    r->flags = (__u8)(CTXBPF_CTX | flags);
+    r->pad = 0;
+    if (len > CTXBPF_MAX)
+        len = CTXBPF_MAX;
+    r->len = (__u16)len;
+    count(PYBPF_C_CTX_RECORDS, 1);
+    if (bpf_ringbuf_output(&ctxrecords, r, CTXBPF_REC_HEAD + (len & 1023), BPF_RB_NO_WAKEUP))
+        count(PYBPF_C_RB_FULL, 1);
+    return 1;
+}
+
+static __always_inline int ctx_sample(enum pybpf_kind kind)
+{
+    struct bpf_pidns_info ns;
+    if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
+        return 1;
+    __u32 pid = ns.tgid, zero = 0;
+    struct ctxbpf_proc *p = bpf_map_lookup_elem(&ctxprocs, &pid);
+    if (!p)
+        return 1;
+    struct ctxbpf_rec *r = bpf_map_lookup_elem(&ctxscratch, &zero);
+    if (!r)
+        return 1;
+    struct task_struct___profd *task = (void *)bpf_get_current_task_btf();
+    __u64 fs = BPF_CORE_READ(task, thread.fsbase), dtv = 0, block = 0, ptr = 0;
+    __u32 modid = p->modid & 1023;
+    if (!fs || read_u64(&dtv, fs + 8) || !dtv || read_u64(&block, dtv + 16 * (__u64)modid) ||
+        read_u64(&ptr, block + p->sym_off))
+        return ctx_emit(r, pid, ns.pid, kind, CTXBPF_FAULT, 0);
+    if (!ptr)
+        return ctx_emit(r, pid, ns.pid, kind, CTXBPF_NONE, 0);
+    if (bpf_probe_read_user(r->rec, CTXBPF_HEAD, (const void *)ptr))
+        return ctx_emit(r, pid, ns.pid, kind, CTXBPF_FAULT, 0);
+    __u64 size = *(__u16 *)&r->rec[26];
+    if (size > CTXBPF_MAX - CTXBPF_HEAD)
+        size = CTXBPF_MAX - CTXBPF_HEAD;
+    /* (The head alone where the attributes cannot be read: the span is not lost.) */
+    if (r->rec[24] != 1 || !size ||
+        bpf_probe_read_user(r->rec + CTXBPF_HEAD, size & 1023, (const void *)(ptr + CTXBPF_HEAD)))
+        size = 0;
+    return ctx_emit(r, pid, ns.pid, kind, 0, CTXBPF_HEAD + size);
+}
+
+SEC("perf_event")
+int ctx_clock(void *ctx)
+{
     (void)ctx;
-    return go_sample(PYBPF_PREEMPT);
+    return ctx_sample(PYBPF_CLOCK);
+}
+
+SEC("perf_event")
+int ctx_latest(void *ctx)
+{
+    (void)ctx;
+    return ctx_sample(PYBPF_LATEST);
+}
+
+SEC("perf_event")
+int ctx_preempt(void *ctx)
+{
+    (void)ctx;
+    return ctx_sample(PYBPF_PREEMPT);
 }

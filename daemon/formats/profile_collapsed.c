@@ -15,6 +15,7 @@
 /* One (thread, stack) pair; samples sorted on it form runs that become lines. */
 struct key {
     uint32_t path; /* transactions (by_transaction), or the context (by_span) */
+    bool late;     /* (by_span) the context was read after the sample */
     int32_t tid;
     uint32_t stack;
 };
@@ -30,6 +31,8 @@ static int cmp_key(const void *a, const void *b)
     const struct key *x = a, *y = b;
     if (x->path != y->path)
         return x->path < y->path ? -1 : 1;
+    if (x->late != y->late)
+        return x->late < y->late ? -1 : 1;
     if (x->tid != y->tid)
         return x->tid < y->tid ? -1 : 1;
     if (x->stack != y->stack)
@@ -183,8 +186,8 @@ static int put_txns(struct strbuf *sb, const struct profile *p, uint32_t path)
 }
 
 /* Split by span: a root frame "[span SPAN_ID VALUE...]" (its attributes' values, by key
- * index), or "[no span]". */
-static int put_span(struct strbuf *sb, const struct profile *p, uint32_t ctx)
+ * index; " (read late)" where the context was read after the sample), or "[no span]". */
+static int put_span(struct strbuf *sb, const struct profile *p, uint32_t ctx, bool late)
 {
     if (!ctx || ctx > p->nctxs)
         return strbuf_puts(sb, "[no span];");
@@ -197,6 +200,8 @@ static int put_span(struct strbuf *sb, const struct profile *p, uint32_t ctx)
         if (v)
             r = strbuf_printf(&name, " %.*s", (int)len, (const char *)v);
     }
+    if (r == 0 && late)
+        r = strbuf_puts(&name, " (read late)");
     size_t start = sb->len;
     if (r == 0)
         r = strbuf_puts(sb, "[");
@@ -217,7 +222,7 @@ static int put_span(struct strbuf *sb, const struct profile *p, uint32_t ctx)
  * that are known. */
 static int render(struct strbuf *sb, const struct profile *p, const struct key *k)
 {
-    int r = p->by_transaction ? put_txns(sb, p, k->path) : p->by_span ? put_span(sb, p, k->path)
+    int r = p->by_transaction ? put_txns(sb, p, k->path) : p->by_span ? put_span(sb, p, k->path, k->late)
                                                                      : 0;
     if (r == 0)
         r = put_thread(sb, p, k->tid);
@@ -254,8 +259,8 @@ int profile_write_collapsed(const struct profile *p, struct strbuf *out)
         if (s->stack >= p->nstacks) /* a broken slice: drop the sample rather than guess */
             continue;
         keys[nkeys++] = (struct key){
-            .path = p->by_transaction ? s->txn_path : p->by_span ? s->ctx : 0, .tid = s->tid,
-            .stack = s->stack};
+            .path = p->by_transaction ? s->txn_path : p->by_span ? s->ctx : 0,
+            .late = p->by_span && s->ctx_late, .tid = s->tid, .stack = s->stack};
     }
     sort_array(keys, nkeys, sizeof(*keys), cmp_key);
 

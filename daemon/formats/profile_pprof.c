@@ -15,7 +15,8 @@
  *   drops locations without a line, and pprof would otherwise show only a bare address).
  * - Labels: thread_name and thread_id on every sample, transaction (the open transactions'
  *   names, outermost first, joined by " > ") on those taken inside one; trace_id, span_id
- *   and the attributes (profile_ctx_attr_name) of a sample's OpenTelemetry thread context. */
+ *   and the attributes (profile_ctx_attr_name) of a sample's OpenTelemetry thread context,
+ *   and thread_context "read late" where it was read after the sample. */
 #include "profile.h"
 
 #include <errno.h>
@@ -43,6 +44,7 @@ struct key {
     uint32_t stack;
     uint32_t path;
     uint32_t ctx;
+    bool late;
 };
 
 static int cmp_key(const void *a, const void *b)
@@ -54,6 +56,8 @@ static int cmp_key(const void *a, const void *b)
         return x->stack < y->stack ? -1 : 1;
     if (x->ctx != y->ctx)
         return x->ctx < y->ctx ? -1 : 1;
+    if (x->late != y->late)
+        return x->late < y->late ? -1 : 1;
     return x->path < y->path ? -1 : x->path > y->path;
 }
 
@@ -97,7 +101,7 @@ static PSample *sample(struct writer *w, const struct key *k, uint64_t count)
     s->value[0] = (int64_t)count;
     s->value[1] = (int64_t)(count * p->period_ns);
     const struct profile_ctx *c = k->ctx && k->ctx <= p->nctxs ? &p->ctxs[k->ctx - 1] : NULL;
-    s->label = arena_alloc(&w->a, (5 + (c ? c->attrs_len / 2u : 0)) * sizeof(PLabel *));
+    s->label = arena_alloc(&w->a, (6 + (c ? c->attrs_len / 2u : 0)) * sizeof(PLabel *));
     const char *tname = profile_thread_name(p, k->tid);
     s->label[s->n_label++] = label(w, "thread_name", tname && *tname ? tname
                                                      : (p->comm ? p->comm : ""), 0);
@@ -110,6 +114,10 @@ static PSample *sample(struct writer *w, const struct key *k, uint64_t count)
     if (c) {
         s->label[s->n_label++] = label(w, "trace_id", c->trace_hex, 0);
         s->label[s->n_label++] = label(w, "span_id", c->span_hex, 0);
+        /* Read after the sample (a kernel copy without the eBPF program): the thread's
+         * context a little later, not necessarily the sample's. */
+        if (k->late)
+            s->label[s->n_label++] = label(w, "thread_context", "read late", 0);
         for (unsigned key = 0; key < 256; key++) {
             size_t len;
             const uint8_t *v = profile_ctx_attr(c, key, &len);
@@ -132,7 +140,7 @@ static void samples(struct writer *w, PProfile *pr)
     for (size_t i = 0; i < p->nsamples; i++) {
         const struct profile_sample *s = &p->samples[i];
         if (s->stack < p->nstacks)
-            keys[nkeys++] = (struct key){s->tid, s->stack, s->txn_path, s->ctx};
+            keys[nkeys++] = (struct key){s->tid, s->stack, s->txn_path, s->ctx, s->ctx_late};
     }
     sort_array(keys, nkeys, sizeof(*keys), cmp_key);
     pr->sample = arena_alloc(&w->a, (nkeys + 1) * sizeof(PSample *));
