@@ -5,11 +5,13 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -47,8 +49,140 @@ struct profd {
     uint64_t conn; /* number of the current connection (waiters name theirs) */
     /* Replies received so far (a frame may arrive in parts over several readers). */
     struct frame_reader in;
+    /* profd reads this process's thread context (a finish's reply said so): transactions
+     * are published there, and only a finish that wants its profile sends a message. */
+    _Atomic bool ctx_ok;
+    struct ctx_txn *ctx_open; /* this handle's open ones (under mu) */
     struct profd *next; /* in the list of open handles */
 };
+
+/* ---- OpenTelemetry's thread context (the Thread Context OTEP) ----
+ *
+ * Each thread's pointer to its current record, exported (libprofd.map) for profd and any
+ * other reader to find in .dynsym; an executable or a library loaded before this one that
+ * defines it too interposes, and this library's accesses go to that one (TLSDESC). */
+__attribute__((visibility("default"))) __thread void *otel_thread_ctx_v1;
+
+/* The record, byte-packed as the OTEP lays it out: the transaction's name is attribute 0
+ * (at most 255 bytes: cut at a character's start). */
+#define CTX_NAME_MAX 255
+struct __attribute__((packed)) ctx_record {
+    uint8_t trace_id[16];
+    uint8_t span_id[8];
+    uint8_t valid;
+    uint8_t trace_flags;
+    uint16_t attrs_size;
+    uint8_t attrs[2 + CTX_NAME_MAX];
+};
+
+/* A transaction published in its thread's context. Its record stays where the thread's
+ * pointer may point until the thread itself moves the pointer on: a transaction finished
+ * by another thread is only marked invalid, and freed by its own thread later. */
+struct ctx_txn {
+    struct ctx_record rec __attribute__((aligned(8)));
+    uint64_t id, start_ns;
+    pid_t tid;
+    _Atomic bool ended;        /* finished or discarded (by any thread) */
+    char name[513];
+    char trace_hex[33], span_hex[17];
+    struct ctx_txn *next_open; /* in its handle's list */
+};
+
+/* The calling thread's published transactions, oldest first; what its pointer held before
+ * the first (another writer's record, or NULL), restored after the last; a few freed ones
+ * kept for the next starts. */
+#define CTX_STACK 64
+#define CTX_SPARE 4
+static __thread struct ctx_txn *ctx_stack[CTX_STACK];
+static __thread int ctx_depth;
+static __thread void *ctx_base;
+static __thread struct ctx_txn *ctx_spare[CTX_SPARE];
+static __thread int ctx_nspare;
+static __thread pid_t ctx_tid; /* gettid(), cached (reset in a forked child) */
+static __thread uint64_t ctx_rng;
+
+static pid_t cached_tid(void)
+{
+    if (!ctx_tid)
+        ctx_tid = (pid_t)syscall(SYS_gettid);
+    return ctx_tid;
+}
+
+/* 64 random bits: xorshift64*, seeded from getrandom once per thread. */
+static uint64_t ctx_random(void)
+{
+    if (!ctx_rng && (getrandom(&ctx_rng, sizeof(ctx_rng), 0) != sizeof(ctx_rng) || !ctx_rng))
+        ctx_rng = now_ns() ^ ((uint64_t)cached_tid() << 32) ^ 0x9e3779b97f4a7c15ull;
+    ctx_rng ^= ctx_rng >> 12;
+    ctx_rng ^= ctx_rng << 25;
+    ctx_rng ^= ctx_rng >> 27;
+    return ctx_rng * 2685821657736338717ull;
+}
+
+static void to_hex(const uint8_t *b, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static bool from_hex(const char *s, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int v = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = s[2 * i + k];
+            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+            if (d < 0)
+                return false;
+            v = v << 4 | d;
+        }
+        out[i] = (uint8_t)v;
+    }
+    return !s[2 * n];
+}
+
+/* Point the thread's context at rec (compiler fences only: a reader reads it while the
+ * thread is stopped or interrupted, never halfway through this). */
+static void ctx_publish(void *rec)
+{
+    atomic_signal_fence(memory_order_seq_cst);
+    *(void *volatile *)&otel_thread_ctx_v1 = rec;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+
+static void ctx_release(struct ctx_txn *x)
+{
+    if (ctx_nspare < CTX_SPARE)
+        ctx_spare[ctx_nspare++] = x;
+    else
+        free(x);
+}
+
+/* Drop the ended ones off the thread's stack, publish its newest open one (or what was
+ * there before the first), then free the ended ones (nothing points at them any more). The
+ * calling thread's own stack only. */
+static void ctx_settle(void)
+{
+    struct ctx_txn *gone[CTX_STACK];
+    int m = 0, ngone = 0;
+    for (int i = 0; i < ctx_depth; i++) {
+        struct ctx_txn *x = ctx_stack[i];
+        if (atomic_load_explicit(&x->ended, memory_order_acquire))
+            gone[ngone++] = x;
+        else
+            ctx_stack[m++] = x;
+    }
+    ctx_depth = m;
+    ctx_publish(m ? (void *)&ctx_stack[m - 1]->rec : ctx_base);
+    for (int i = 0; i < ngone; i++)
+        ctx_release(gone[i]);
+}
+
 
 struct waiter {
     uint64_t id;
@@ -80,7 +214,17 @@ static void init_cv(pthread_cond_t *cv)
 static void atfork_child(void)
 {
     pthread_mutex_init(&handles_mu, NULL);
+    /* The child is a process of its own: its thread's id, its random ids, and not the
+     * parent's transactions (their records are left as they were, unpublished). */
+    ctx_tid = 0;
+    ctx_rng = 0;
+    if (ctx_depth) {
+        ctx_depth = 0;
+        ctx_publish(ctx_base);
+    }
     for (struct profd *p = handles; p; p = p->next) {
+        p->ctx_ok = false;
+        p->ctx_open = NULL;
         pthread_mutex_init(&p->mu, NULL);
         init_cv(&p->cv);
         p->reading = false;
@@ -136,6 +280,11 @@ void profd_close(struct profd *p)
         close(p->fd);
     if (p->dead_fd >= 0)
         close(p->dead_fd);
+    /* Transactions still open in a thread's context: ended (their threads free them). */
+    for (struct ctx_txn *x = p->ctx_open; x; x = x->next_open) {
+        x->rec.valid = 0;
+        atomic_store_explicit(&x->ended, true, memory_order_release);
+    }
     frame_reader_finish(&p->in);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
@@ -225,6 +374,7 @@ static int ensure_connected(struct profd *p, int timeout_ms)
         p->fd = fd;
         p->conn++;
         p->stalled = false;
+        p->ctx_ok = false; /* (a new daemon, perhaps: not attached yet) */
         p->owner = getpid();
         cJSON *hello = cJSON_CreateObject(), *reply = NULL;
         if (!hello) {
@@ -420,12 +570,166 @@ int profd_txn_start(struct profd *p, const char *name, const char *trace_id, uin
     return profd_txn_start_span(p, name, trace_id, NULL, txn_id);
 }
 
+/* Whether transactions may be published in the thread context ($PROFD_THREAD_CONTEXT=0:
+ * never, every start and end a message). */
+static bool ctx_allowed(void)
+{
+    static int allowed = -1;
+    if (allowed < 0) {
+        const char *e = getenv("PROFD_THREAD_CONTEXT");
+        allowed = !(e && !strcmp(e, "0"));
+    }
+    return allowed;
+}
+
+/* Publish a transaction's record in the calling thread's context: trace_id (32 hex digits;
+ * NULL: the trace of the thread's open one it nests in, else a random one), span_id (16;
+ * NULL: random), name attribute 0. NULL with *err 1 where it cannot be (a trace id of
+ * another form, too deep: the caller sends messages), or a PROFD_E* code. */
+static struct ctx_txn *ctx_begin(const char *name, const char *trace_id, const char *span_id,
+                                 int *err)
+{
+    *err = 1;
+    if (ctx_depth == CTX_STACK)
+        ctx_settle();
+    if (ctx_depth == CTX_STACK)
+        return NULL;
+    struct ctx_txn *x = ctx_nspare ? ctx_spare[--ctx_nspare] : malloc(sizeof(*x));
+    if (!x) {
+        *err = PROFD_ENOMEM;
+        return NULL;
+    }
+    x->start_ns = now_ns();
+    struct ctx_record *r = &x->rec;
+    r->valid = 0;
+    if ((trace_id && !from_hex(trace_id, r->trace_id, 16)) ||
+        (span_id && !from_hex(span_id, r->span_id, 8))) {
+        ctx_release(x);
+        *err = span_id && strlen(span_id) != 16 ? PROFD_EINVAL : 1;
+        return NULL;
+    }
+    if (!trace_id && ctx_depth) {
+        /* Nested in another of this thread's: its trace. */
+        memcpy(r->trace_id, ctx_stack[ctx_depth - 1]->rec.trace_id, 16);
+    } else if (!trace_id) {
+        uint64_t a = ctx_random(), b = ctx_random();
+        memcpy(r->trace_id, &a, 8);
+        memcpy(r->trace_id + 8, &b, 8);
+    }
+    if (!span_id) {
+        uint64_t v = ctx_random() | 1; /* (never all zeroes) */
+        memcpy(r->span_id, &v, 8);
+    }
+    r->trace_flags = 1; /* sampled: its profile is wanted */
+    size_t n = strlen(name);
+    memcpy(x->name, name, n + 1);
+    if (n > CTX_NAME_MAX) {
+        n = CTX_NAME_MAX;
+        while (n && ((uint8_t)name[n] & 0xc0) == 0x80)
+            n--; /* (cut at a character's start) */
+    }
+    r->attrs[0] = 0;
+    r->attrs[1] = (uint8_t)n;
+    memcpy(r->attrs + 2, name, n);
+    r->attrs_size = (uint16_t)(2 + n);
+    r->valid = 1;
+    to_hex(r->trace_id, 16, x->trace_hex);
+    to_hex(r->span_id, 8, x->span_hex);
+    x->tid = cached_tid();
+    atomic_init(&x->ended, false);
+    x->id = 0;
+    if (!ctx_depth)
+        ctx_base = otel_thread_ctx_v1;
+    ctx_stack[ctx_depth++] = x;
+    ctx_publish(r);
+    return x;
+}
+
+static void ctx_end(struct ctx_txn *x);
+
+/* Start a transaction in the thread's context: no message. 1 where it cannot be (profd
+ * does not read it, or ctx_begin's cases): the message path. */
+static int ctx_start(struct profd *p, const char *name, const char *trace_id,
+                     const char *span_id, uint64_t *txn_id)
+{
+    if (!atomic_load_explicit(&p->ctx_ok, memory_order_relaxed))
+        return 1;
+    int err;
+    struct ctx_txn *x = ctx_begin(name, trace_id, span_id, &err);
+    if (!x)
+        return err;
+    pthread_mutex_lock(&p->mu);
+    bool ok = p->ctx_ok && p->seq != UINT32_MAX;
+    if (ok) {
+        x->id = (uint64_t)p->gen << 32 | ++p->seq;
+        x->next_open = p->ctx_open;
+        p->ctx_open = x;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!ok) {
+        ctx_end(x);
+        return 1;
+    }
+    *txn_id = x->id;
+    return 0;
+}
+
+void *profd_context_begin(const char *trace_id, const char *span_id, const char *name,
+                          char trace_out[33], char span_out[17])
+{
+    int err;
+    if (!name || !*name || strlen(name) > 512)
+        return NULL;
+    struct ctx_txn *x = ctx_begin(name, trace_id, span_id, &err);
+    if (x && trace_out)
+        memcpy(trace_out, x->trace_hex, 33);
+    if (x && span_out)
+        memcpy(span_out, x->span_hex, 17);
+    return x;
+}
+
+void profd_context_end(void *handle)
+{
+    if (handle)
+        ctx_end(handle);
+}
+
+/* The open transaction txn_id of p's thread context, taken off its list; NULL if it is not
+ * one. Called with the lock held. */
+static struct ctx_txn *ctx_take(struct profd *p, uint64_t txn_id)
+{
+    for (struct ctx_txn **pp = &p->ctx_open; *pp; pp = &(*pp)->next_open)
+        if ((*pp)->id == txn_id) {
+            struct ctx_txn *x = *pp;
+            *pp = x->next_open;
+            return x;
+        }
+    return NULL;
+}
+
+/* End x's publication: on its own thread, now (its context goes back to what it was); from
+ * another, marked invalid, and freed by its thread later. x is not to be touched after. */
+static void ctx_end(struct ctx_txn *x)
+{
+    if (x->tid == cached_tid()) {
+        atomic_store_explicit(&x->ended, true, memory_order_relaxed);
+        ctx_settle();
+        return;
+    }
+    atomic_signal_fence(memory_order_seq_cst);
+    *(volatile uint8_t *)&x->rec.valid = 0;
+    atomic_store_explicit(&x->ended, true, memory_order_release);
+}
+
 int profd_txn_start_span(struct profd *p, const char *name, const char *trace_id,
                          const char *span_id, uint64_t *txn_id)
 {
     if (!p || !name || !*name || strlen(name) > 512 || !txn_id ||
         (trace_id && strlen(trace_id) > 64) || (span_id && strlen(span_id) != 16))
         return PROFD_EINVAL;
+    int c = ctx_start(p, name, trace_id, span_id, txn_id);
+    if (c <= 0)
+        return c;
     uint64_t t = now_ns();
     cJSON *req = cJSON_CreateObject();
     if (!req)
@@ -467,8 +771,22 @@ int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_
     cJSON *req = cJSON_CreateObject();
     if (!req)
         return PROFD_ENOMEM;
-    cJSON_AddStringToObject(req, "cmd", "txn_finish");
-    cJSON_AddNumberToObject(req, "txn_id", (double)txn_id);
+    pthread_mutex_lock(&p->mu);
+    struct ctx_txn *x = ctx_take(p, txn_id);
+    pthread_mutex_unlock(&p->mu);
+    if (x) {
+        /* Published in the thread context: its profile asked for by its ids. */
+        cJSON_AddStringToObject(req, "cmd", "txn_profile");
+        cJSON_AddStringToObject(req, "name", x->name);
+        cJSON_AddStringToObject(req, "trace_id", x->trace_hex);
+        cJSON_AddStringToObject(req, "span_id", x->span_hex);
+        cJSON_AddNumberToObject(req, "start_ns", (double)x->start_ns);
+        cJSON_AddNumberToObject(req, "tid", (double)x->tid);
+        ctx_end(x);
+    } else {
+        cJSON_AddStringToObject(req, "cmd", "txn_finish");
+        cJSON_AddNumberToObject(req, "txn_id", (double)txn_id);
+    }
     /* When and where we were called: until profd reads the request, this thread is in
      * this call. */
     cJSON_AddNumberToObject(req, "t_ns", (double)called);
@@ -477,12 +795,19 @@ int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_
         cJSON_AddNumberToObject(req, "lookback_s", lookback_s);
     cJSON *reply;
     pthread_mutex_lock(&p->mu);
-    int r = current_txn(p, txn_id) ? call(p, req, p->finish_ms, &reply) : PROFD_ENOTXN;
+    int r = x || current_txn(p, txn_id) ? call(p, req, p->finish_ms, &reply) : PROFD_ENOTXN;
+    if (x && r == PROFD_ENOTPROFILED)
+        p->ctx_ok = false; /* (not attached: a new daemon, say) the next start sends one */
     pthread_mutex_unlock(&p->mu);
     cJSON_Delete(req);
     if (r < 0)
         return r;
     const cJSON *res = cJSON_GetObjectItemCaseSensitive(reply, "result");
+    /* Whether profd reads this process's thread context: the next starts are published
+     * there, without a message. */
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(res, "thread_context");
+    if (cJSON_IsBool(tc))
+        atomic_store_explicit(&p->ctx_ok, cJSON_IsTrue(tc) && ctx_allowed(), memory_order_relaxed);
     const cJSON *prof = cJSON_GetObjectItemCaseSensitive(res, "profile");
     if (!cJSON_IsObject(prof)) {
         cJSON_Delete(reply);
@@ -502,6 +827,13 @@ int profd_txn_discard(struct profd *p, uint64_t txn_id)
 {
     if (!p || !txn_id)
         return PROFD_EINVAL;
+    pthread_mutex_lock(&p->mu);
+    struct ctx_txn *x = ctx_take(p, txn_id);
+    pthread_mutex_unlock(&p->mu);
+    if (x) {
+        ctx_end(x); /* (nothing to send) */
+        return 0;
+    }
     cJSON *req = cJSON_CreateObject();
     if (!req)
         return PROFD_ENOMEM;

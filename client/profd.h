@@ -77,6 +77,12 @@ void profd_set_timeout(struct profd *p, int start_ms, int finish_ms);
  * Sends the start and returns without waiting for an answer (one send(2), a few
  * microseconds; the first call of a process also connects, one round trip). It records
  * the start time by this process's clock. It does not wait for profd to attach either.
+ * Once a finish's reply said that profd reads this process's OpenTelemetry thread context
+ * (otel_thread_ctx_v1, exported by this library), a start sends nothing: it publishes the
+ * transaction's trace, span and name there (a memory write, tens of nanoseconds), a discard
+ * sends nothing either, and a finish asks for the profile by the transaction's ids
+ * ("txn_profile"). The calling thread's samples then carry the span (profctl slice
+ * --span). $PROFD_THREAD_CONTEXT=0 keeps every start and end a message.
  * What profd may refuse (this process may not be profiled, a limit) is reported by the
  * finish. PROFD_EBUSY: profd has not read its socket for a while (nothing was sent; the
  * transaction does not exist). */
@@ -105,6 +111,20 @@ int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_
  * restarted since, or it is the parent's across fork); an id profd does not know on this
  * connection is not reported. */
 int profd_txn_discard(struct profd *p, uint64_t txn_id);
+
+/* Publish, on the calling thread, OpenTelemetry's thread context (the Thread Context OTEP:
+ * the record otel_thread_ctx_v1 points to, which profd reads at each sample) for a
+ * transaction the caller tracks itself (the Python module does): trace_id (32 hex digits;
+ * NULL: the trace of one of this thread's it nests in, else a random one), span_id (16;
+ * NULL: random), name as the record's attribute 0 (cut to 255 bytes). Their hex into
+ * trace_out and span_out (may be NULL). No message is sent. Returns a handle for
+ * profd_context_end, or NULL (a bad argument, out of memory, 64 deep). profd_txn_start does
+ * this itself once profd said it reads the process's context (a finish's reply). */
+void *profd_context_begin(const char *trace_id, const char *span_id, const char *name,
+                          char trace_out[33], char span_out[17]);
+/* End it: the thread's context goes back to what it was before it (called from another
+ * thread, the record is marked invalid, and the thread moves on at its next call). */
+void profd_context_end(void *handle);
 
 /* A static description of an error code. */
 const char *profd_strerror(int err);

@@ -39,6 +39,8 @@ static void slice_reply(struct slice_job *job)
         cJSON_AddNumberToObject(res, "stacks", (double)job->nstacks);
         cJSON_AddNumberToObject(res, "truncated_samples", (double)job->truncated);
         cJSON_AddNumberToObject(res, "build_ms", (double)job->build_ns / 1e6);
+        if (job->say_tctx)
+            cJSON_AddBoolToObject(res, "thread_context", job->tctx);
         if (job->sym_error)
             cJSON_AddStringToObject(res, "symbols_error", job->sym_error);
         if (job->sampling)
@@ -224,6 +226,8 @@ static void slice_start(struct slice_wait *w, struct target *t)
         job->by_txn = w->by_txn;
         slice_add_txns(job);
     }
+    job->say_tctx = w->say_tctx;
+    job->tctx = w->tctx;
     job->has_only_span = w->has_span;
     job->has_only_trace = w->has_trace;
     job->by_span = w->by_span;

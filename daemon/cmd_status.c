@@ -336,6 +336,11 @@ cJSON *cmd_status(struct request *r)
     /* The eBPF program that reads Python frames at the sample (pykernel.h), once a Python
      * target came: loaded, or why not; its records, and those its ring buffer had no room
      * for. */
+    cJSON *tr = cJSON_AddObjectToObject(d, "transactions");
+    cJSON_AddNumberToObject(tr, "txn_start", (double)txn_requests.start);
+    cJSON_AddNumberToObject(tr, "txn_finish", (double)txn_requests.finish);
+    cJSON_AddNumberToObject(tr, "txn_discard", (double)txn_requests.discard);
+    cJSON_AddNumberToObject(tr, "txn_profile", (double)txn_requests.profile);
     const char *bpf_why;
     bool bpf = pyk_loaded(&bpf_why);
     if (bpf || bpf_why) {

@@ -17,6 +17,8 @@
 #include "txn.h"
 #include "util.h"
 
+struct txn_requests txn_requests;
+
 /* A start refused: its error reply, or, for a start that asked for no reply, a record of
  * the refusal that its finish (or discard) reports. */
 static cJSON *start_refused(struct request *r, bool noreply, uint64_t id, enum proto_error code,
@@ -64,6 +66,7 @@ static bool is_hex(const char *s, size_t n)
 
 cJSON *cmd_txn_start(struct request *r)
 {
+    txn_requests.start++;
     pid_t pid = r->c->peer.pid;
     const cJSON *nr = cJSON_GetObjectItemCaseSensitive(r->req, "noreply");
     if (nr && !cJSON_IsBool(nr))
@@ -203,6 +206,7 @@ static int want_noreply(struct request *r, cJSON **err)
 
 cJSON *cmd_txn_finish(struct request *r)
 {
+    txn_requests.finish++;
     double lookback = 0;
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(r->req, "lookback_s");
     if (lb) {
@@ -259,11 +263,96 @@ cJSON *cmd_txn_finish(struct request *r)
     w->txn.start_ns = x->start_ns;
     w->txn.end_ns = x->end_ns;
     w->txn.end_call_ns = x->end_call_ns;
+    w->say_tctx = true;
+    w->tctx = t->state == T_ATTACHED && t->tctx.status == TCTX_OK;
+    return submit_slice(r->c, t, w);
+}
+
+/* "trace_id" (32 hex digits) and "span_id" (16): the ids of a transaction published in the
+ * thread context. */
+static bool get_ids(struct request *r, const char **trace, const char **span)
+{
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(r->req, "trace_id");
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(r->req, "span_id");
+    *trace = cJSON_IsString(tr) ? tr->valuestring : NULL;
+    *span = cJSON_IsString(sp) ? sp->valuestring : NULL;
+    return is_hex(*trace, 32) && is_hex(*span, 16);
+}
+
+/* The profile of a transaction the caller published in its thread context (threadctx.h):
+ * no txn_start was sent (the client knows profd reads the context: a reply said so). The
+ * same profile as a txn_finish's, of the window from its start (by the caller's clock) to
+ * now; its samples carry its span. */
+cJSON *cmd_txn_profile(struct request *r)
+{
+    txn_requests.profile++;
+    pid_t pid = r->c->peer.pid;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(r->req, "name");
+    const char *trace, *span;
+    if (!cJSON_IsString(name) || !name->valuestring || !name->valuestring[0] ||
+        strlen(name->valuestring) > 512)
+        return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "txn_profile needs \"name\": a string of 1 to 512 bytes");
+    if (!get_ids(r, &trace, &span))
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "txn_profile needs \"trace_id\" (32 "
+                                 "hex digits) and \"span_id\" (16)");
+    int64_t tid = 0;
+    uint64_t now = now_ns(), start = 0, called = 0;
+    double lookback = 0;
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(r->req, "lookback_s");
+    if (lb) {
+        if (!cJSON_IsNumber(lb) || !(lb->valuedouble >= 0 && lb->valuedouble <= 3600))
+            return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                     "\"lookback_s\" must be seconds from 0 to 3600");
+        lookback = lb->valuedouble;
+    }
+    if (json_get_i64(r->req, "tid", &tid) <= 0 || tid <= 0 || tid > 0x3fffffff)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"tid\" must be a thread id");
+    if (json_get_u64(r->req, "start_ns", &start) <= 0 || json_get_u64(r->req, "t_ns", &called) < 0)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"start_ns\" and \"t_ns\" must be "
+                                 "CLOCK_MONOTONIC times in nanoseconds");
+    struct target *t = target_find(pid);
+    if (!t || t->state != T_ATTACHED || t->tctx.status != TCTX_OK)
+        return proto_error_reply(r->id, PE_NOT_ATTACHED, "process %d's thread context is not "
+                                 "read (%s): start transactions with txn_start", pid,
+                                 !t || t->state != T_ATTACHED ? "not attached"
+                                 : t->tctx.why[0] ? t->tctx.why : "none found");
+    char why[256];
+    int e = admit(r->c, t, pid, false, why, sizeof(why));
+    if (e < 0)
+        return proto_error_reply(r->id, errno_code(-e), "%s", why);
+    /* Not before the attach's samples could be (a start by another clock), not ahead. */
+    start = start > now ? now : start;
+    called = called > now ? now : called < start ? start : called;
+    if (!sched_event(t->sched)) {
+        sched_catch_up(t->sched, true);
+        sampler_sample_boundary(t, (pid_t)tid, now_ns(), start);
+    }
+    target_refresh_name(t, (pid_t)tid);
+    txn_context_used(pid);
+    uint64_t lb_ns = (uint64_t)(lookback * 1e9);
+    struct slice_wait *w = new_slice_wait(r, pid, start > lb_ns ? start - lb_ns : 0, now,
+                                          SLICE_SENTRY);
+    uint8_t uuid[16];
+    char hex[33];
+    if (profile_random_id(uuid, hex) < 0)
+        snprintf(hex, sizeof(hex), "%016llx%016llx", (unsigned long long)now,
+                 (unsigned long long)start);
+    w->txn.id = xstrdup(hex);
+    w->txn.name = xstrdup(name->valuestring);
+    w->txn.trace_id = xstrdup(trace);
+    w->txn.active_tid = (pid_t)tid;
+    w->txn.start_ns = start;
+    w->txn.end_ns = now;
+    w->txn.end_call_ns = called ? called : now;
+    w->say_tctx = true;
+    w->tctx = true;
     return submit_slice(r->c, t, w);
 }
 
 cJSON *cmd_txn_discard(struct request *r)
 {
+    txn_requests.discard++;
     cJSON *err = NULL;
     int noreply = want_noreply(r, &err);
     if (noreply < 0)

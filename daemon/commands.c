@@ -383,6 +383,7 @@ static const struct command commands[] = {
     {"txn_start", cmd_txn_start, false, false},
     {"txn_finish", cmd_txn_finish, false, false},
     {"txn_discard", cmd_txn_discard, false, false},
+    {"txn_profile", cmd_txn_profile, false, false},
     {"reload", cmd_reload, false, false},
 };
 

@@ -70,6 +70,9 @@ struct slice_wait {
      * by span ("by_span"): OpenTelemetry's thread context (threadctx.h). */
     bool has_span, has_trace, by_span;
     uint8_t span[8], trace[16];
+    /* A transaction's profile: say whether profd reads the process's thread context (the
+     * client then starts and ends its next ones there, without messages). */
+    bool say_tctx, tctx;
     /* The summary format: at most limit functions (0: all), by total rather than self
      * samples, of the threads whose tid or name matches threads. */
     uint64_t limit;
@@ -90,3 +93,9 @@ cJSON *submit_slice(struct client *c, struct target *t, struct slice_wait *w);
 cJSON *cmd_txn_start(struct request *r);
 cJSON *cmd_txn_finish(struct request *r);
 cJSON *cmd_txn_discard(struct request *r);
+cJSON *cmd_txn_profile(struct request *r);
+/* The transaction requests read (status "transactions"): txn_profile's are those of
+ * transactions published in the thread context, which sent no start. */
+extern struct txn_requests {
+    uint64_t start, finish, discard, profile;
+} txn_requests;

@@ -116,6 +116,7 @@ struct slice_job {
     /* Keep only the samples of one span, or one trace; split the output by span. */
     bool has_only_span, has_only_trace, by_span;
     uint8_t only_span[8], only_trace[16];
+    bool say_tctx, tctx; /* the reply says "thread_context": tctx */
     struct cJSON *sampling; /* how the samples were taken (sched_describe), or NULL: for
                                the reply, which shows it to the client as it was */
     /* The same for the profile: its schedule's mode and the sampler asked for (when

@@ -153,27 +153,35 @@ static void refuse(struct target *t, const char *fmt, ...)
              c->module, c->why);
 }
 
-/* The module's struct link_map: the dynamic linker's list (_r_debug.r_map) holds one per
- * object, with its load bias (l_addr) first. */
-static bool find_link_map(struct target *t, uint64_t bias, uint64_t *lm)
+/* Most modules defining the symbol looked at. */
+#define MAX_DEFINERS 8
+
+/* Of the mappings in defs (modules that define the symbol, each with its load bias), the
+ * one whose definition the process uses: the first in the dynamic linker's list of objects
+ * (_r_debug.r_map: the executable, then the libraries in load order), the order in which
+ * symbols are looked up, so the one that interposes on the others (a library's references
+ * to its own are resolved to it, as libprofd's are to an executable's). Its link_map into
+ * *lm. -1 if none is in the list. */
+static int first_definer(struct target *t, const uint64_t *bias, int n, uint64_t *lm)
 {
     psaddr_t rd;
     if (ps_pglobal_lookup(&t->tctx.agent->ph, "ld-linux-x86-64.so.2", "_r_debug", &rd) != PS_OK)
-        return false;
+        return -1;
     uint64_t map; /* struct r_debug { int r_version; struct link_map *r_map; ... } */
     if (read_mem(t->pid, (uint64_t)(uintptr_t)rd + 8, &map, 8) < 0)
-        return false;
-    for (int n = 0; map && n < 4096; n++) {
+        return -1;
+    for (int k = 0; map && k < 4096; k++) {
         uint64_t l[4]; /* l_addr, l_name, l_ld, l_next */
         if (read_mem(t->pid, map, l, sizeof(l)) < 0)
-            return false;
-        if (l[0] == bias) {
-            *lm = map;
-            return true;
-        }
+            return -1;
+        for (int i = 0; i < n; i++)
+            if (l[0] == bias[i]) {
+                *lm = map;
+                return i;
+            }
         map = l[3];
     }
-    return false;
+    return -1;
 }
 
 void tctx_target_detect(struct target *t)
@@ -182,20 +190,23 @@ void tctx_target_detect(struct target *t)
     if (c->status != TCTX_NONE)
         return;
     const struct maps *maps = &t->maps;
-    const struct map_entry *found = NULL;
-    uint64_t off = 0;
-    for (size_t i = 0; i < maps->n && !found; i++) {
+    const struct map_entry *defs[MAX_DEFINERS];
+    uint64_t bias[MAX_DEFINERS], off;
+    int n = 0;
+    for (size_t i = 0; i < maps->n && n < MAX_DEFINERS; i++) {
         const struct map_entry *e = &maps->v[i];
-        if (e->mod && e->mod->nsyms && (e->prot & MAP_PROT_X) &&
-            module_symbol(e->mod, "otel_thread_ctx_v1", &off))
-            found = e;
+        bool seen = false;
+        for (int k = 0; k < n && !seen; k++)
+            seen = defs[k]->mod == e->mod;
+        if (!seen && e->mod && e->mod->nsyms && (e->prot & MAP_PROT_X) &&
+            module_symbol(e->mod, "otel_thread_ctx_v1", &off)) {
+            defs[n] = e;
+            bias[n++] = map_vaddr_addr(e, 0);
+        }
     }
-    if (!found)
+    if (!n)
         return;
-    const struct module *m = found->mod;
-    c->module_id = m->id;
-    snprintf(c->module, sizeof(c->module), "%s", m->name);
-    c->sym_off = off;
+    snprintf(c->module, sizeof(c->module), "%s", defs[0]->mod->name);
     c->agent = xcalloc(1, sizeof(*c->agent));
     c->agent->ph = (struct ps_prochandle){t->pid, t};
     static bool td_ready;
@@ -207,11 +218,15 @@ void tctx_target_detect(struct target *t)
         refuse(t, "%s", td_error(e));
         return;
     }
-    uint64_t bias = map_vaddr_addr(found, 0);
-    if (!find_link_map(t, bias, &c->link_map)) {
-        refuse(t, "the dynamic linker's list of objects does not hold %s", m->name);
+    int k = first_definer(t, bias, n, &c->link_map);
+    if (k < 0) {
+        refuse(t, "the dynamic linker's list of objects does not hold %s", c->module);
         return;
     }
+    const struct module *m = defs[k]->mod;
+    module_symbol(m, "otel_thread_ctx_v1", &c->sym_off);
+    c->module_id = m->id;
+    snprintf(c->module, sizeof(c->module), "%s", m->name);
     c->status = TCTX_OK;
     c->walk_wanted = true;
     log_info("pid %d: OpenTelemetry's thread context (otel_thread_ctx_v1 in %s) is read at "

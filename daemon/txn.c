@@ -66,6 +66,8 @@ static void uuid_hex(char out[33])
         snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
+static void arm_linger(struct txn_proc *tp);
+
 /* Detach a process nobody needs any more: no open transaction, not attached explicitly,
  * and none for the linger time. */
 static void on_linger(struct ev_loop *loop, ev_timer *w, int revents)
@@ -76,6 +78,13 @@ static void on_linger(struct ev_loop *loop, ev_timer *w, int revents)
     struct target *t = target_find(tp->pid);
     if (tp->open || !t || t->state != T_ATTACHED || t->explicit_attach)
         return;
+    if (t->tctx.stats.with != tp->ctx_with) {
+        /* Its transactions are published in its thread context, without messages: some
+         * ran since the last look. */
+        tp->ctx_with = t->tctx.stats.with;
+        arm_linger(tp);
+        return;
+    }
     log_info("pid %d: no transaction for %.1f s: detaching", tp->pid,
              (double)g.linger_ns / 1e9);
     target_detach(t, NULL, NULL);
@@ -89,6 +98,16 @@ static void arm_linger(struct txn_proc *tp)
         return;
     ev_timer_set(&tp->linger, (double)g.linger_ns / 1e9, 0);
     ev_timer_start(g.loop, &tp->linger);
+}
+
+void txn_context_used(pid_t pid)
+{
+    struct txn_proc *tp = txn_proc_find(pid);
+    if (tp) {
+        struct target *t = target_find(pid);
+        tp->ctx_with = t ? t->tctx.stats.with : 0;
+        arm_linger(tp);
+    }
 }
 
 void txn_target_changed(pid_t pid)

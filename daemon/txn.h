@@ -57,6 +57,8 @@ struct txn_proc {
     char attach_why[200];
     uint64_t last_end_ns;
     uid_t uid;               /* of the client that started the first one */
+    uint64_t ctx_with;       /* samples with a thread context when the linger last looked:
+                                transactions published there (threadctx.h) keep it attached */
     ev_timer linger;
     struct txn_proc *next;
 };
@@ -88,5 +90,8 @@ void txn_client_gone(uint64_t client, uint64_t now);
 void txn_expire(uint64_t now);
 /* A client attached or detached pid explicitly: the linger logic must know. */
 void txn_target_changed(pid_t pid);
+/* A transaction of process pid published in its thread context ended (txn_profile): it
+ * lingers as after a txn_finish. */
+void txn_context_used(pid_t pid);
 /* Call fn on every transaction of pid, open or ended (not refused starts). */
 void txn_each(pid_t pid, void (*fn)(const struct txn *x, void *arg), void *arg);

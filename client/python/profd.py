@@ -41,6 +41,35 @@ __all__ = ["Profd", "ProfdError", "SentryIntegration", "default_socket_path"]
 PROTO_VERSION = 1
 MAX_REPLY = 256 << 20
 
+_ctx_lib = None
+_ctx_lib_tried = False
+
+
+def _context_lib():
+    """libprofd (ctypes), whose profd_context_begin/end publish a transaction in the calling
+    thread's OpenTelemetry thread context (otel_thread_ctx_v1, the Thread Context OTEP),
+    which profd reads at each sample: a native thread-local that pure Python cannot make.
+    None where it cannot be loaded ($PROFD_LIBPROFD names it, else libprofd.so.0), or with
+    $PROFD_THREAD_CONTEXT=0: every start and end is then a message."""
+    global _ctx_lib, _ctx_lib_tried
+    if _ctx_lib_tried:
+        return _ctx_lib
+    _ctx_lib_tried = True
+    if os.environ.get("PROFD_THREAD_CONTEXT") == "0":
+        return None
+    try:
+        import ctypes
+        lib = ctypes.CDLL(os.environ.get("PROFD_LIBPROFD") or "libprofd.so.0")
+        lib.profd_context_begin.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                            ctypes.c_char_p, ctypes.c_char_p]
+        lib.profd_context_begin.restype = ctypes.c_void_p
+        lib.profd_context_end.argtypes = [ctypes.c_void_p]
+        lib.profd_context_end.restype = None
+        _ctx_lib = (lib, ctypes.create_string_buffer)
+    except (OSError, AttributeError):
+        _ctx_lib = None
+    return _ctx_lib
+
 
 class ProfdError(Exception):
     """A failed call. code: "no_daemon", "timeout", "disconnected", "protocol", or the
@@ -102,9 +131,15 @@ class Profd:
         self._waiting = set()   # request ids whose callers wait
         self._replies = {}
         self._dead = None       # a socket dropped while being read: its reader closes it
+        # profd reads this process's thread context (a finish's reply said so): starts are
+        # published there (_context_lib), and only a finish that wants a profile is sent.
+        self._ctx_ok = False
+        self._ctx_open = {}     # txn id -> (handle, name, trace, span, start ns, tid)
         _instances.add(self)
 
     def _reset_after_fork(self):
+        self._ctx_ok = False
+        self._ctx_open = {}     # (the parent's)
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)
         self._reading = False
@@ -163,6 +198,7 @@ class Profd:
         self._rbuf = bytearray()
         self._gen = self._gen + 1 if self._gen + 1 < (1 << 21) else 1
         self._seq = 0
+        self._ctx_ok = False  # (a new daemon, perhaps: not attached yet)
 
     @staticmethod
     def _recv_exact(s, n):
@@ -278,6 +314,20 @@ class Profd:
                 (span_id and len(span_id) != 16):
             raise ProfdError("bad_request", "name: 1 to 512 bytes; trace_id: 32 hex digits; "
                              "span_id: 16 hex digits")
+        # (Loaded at the first start, before profd attaches: it finds the symbol then.)
+        lib = _context_lib()
+        if lib and self._ctx_ok and (trace_id is None or len(trace_id) == 32):
+            tbuf, sbuf = lib[1](33), lib[1](17)
+            h = lib[0].profd_context_begin(trace_id.encode() if trace_id else None,
+                                           span_id.encode() if span_id else None,
+                                           name.encode(), tbuf, sbuf)
+            if h:
+                with self._lock:
+                    self._seq += 1
+                    txn_id = self._gen << 32 | self._seq
+                    self._ctx_open[txn_id] = (h, name, tbuf.value.decode(), sbuf.value.decode(),
+                                              time.monotonic_ns(), threading.get_native_id())
+                return txn_id
         req = {"cmd": "txn_start", "name": name, "tid": threading.get_native_id(),
                "t_ns": time.monotonic_ns(), "noreply": True}
         if trace_id:
@@ -298,10 +348,28 @@ class Profd:
         if lookback_s:
             req["lookback_s"] = lookback_s
         with self._lock:
-            if not self._current(txn_id):
+            got = self._ctx_open.pop(txn_id, None)
+            if got is not None:
+                # Published in the thread context: its profile asked for by its ids.
+                h, name, trace, span, start_ns, tid = got
+                _context_lib()[0].profd_context_end(h)
+                req.update(cmd="txn_profile", name=name, trace_id=trace, span_id=span,
+                           start_ns=start_ns, tid=tid)
+                del req["txn_id"]
+                self._connect()
+            elif not self._current(txn_id):
                 raise ProfdError("no_transaction", "transaction %r is not open on this "
                                  "connection" % (txn_id,))
-            return self._exchange(req, self.finish_timeout)["profile"]
+            try:
+                res = self._exchange(req, self.finish_timeout)
+            except ProfdError as e:
+                if got is not None and e.code in ("not_attached", "no_such_process"):
+                    self._ctx_ok = False  # the next start sends one
+                raise
+            # Whether profd reads this process's thread context: the next starts are
+            # published there, without a message.
+            self._ctx_ok = bool(res.get("thread_context")) and _context_lib() is not None
+            return res["profile"]
 
     def profiler_id(self):
         """profd's Sentry profiler_id for this process (32 hex digits), under which its
@@ -328,6 +396,10 @@ class Profd:
     def discard(self, txn_id):
         """End it without building a profile (sent without waiting for an answer)."""
         with self._lock:
+            got = self._ctx_open.pop(txn_id, None)
+            if got is not None:
+                _context_lib()[0].profd_context_end(got[0])  # (nothing to send)
+                return
             if not self._current(txn_id):
                 raise ProfdError("no_transaction", "transaction %r is not open on this "
                                  "connection" % (txn_id,))
