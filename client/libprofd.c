@@ -77,14 +77,16 @@ struct __attribute__((packed)) ctx_record {
 
 /* A transaction published in its thread's context. Its record stays where the thread's
  * pointer may point until the thread itself moves the pointer on: a transaction finished
- * by another thread is only marked invalid, and freed by its own thread later. */
+ * by another thread is only marked invalid, and freed by its own thread later (or, if that
+ * thread has exited, by the one that ends it). */
+enum { CTX_OPEN, CTX_ENDED, CTX_ORPHAN };
 struct ctx_txn {
     struct ctx_record rec __attribute__((aligned(8)));
     uint64_t id, start_ns;
     pid_t tid;
-    _Atomic bool ended;        /* finished or discarded (by any thread) */
+    _Atomic int state;         /* CTX_OPEN; CTX_ENDED (by any thread: its thread frees it);
+                                  CTX_ORPHAN (its thread exited: its end frees it) */
     char name[513];
-    char trace_hex[33], span_hex[17];
     struct ctx_txn *next_open; /* in its handle's list */
 };
 
@@ -100,6 +102,9 @@ static __thread struct ctx_txn *ctx_spare[CTX_SPARE];
 static __thread int ctx_nspare;
 static __thread pid_t ctx_tid; /* gettid(), cached (reset in a forked child) */
 static __thread uint64_t ctx_rng;
+static __thread bool ctx_keyed; /* the thread's exit frees what it holds (ctx_key) */
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_key_once = PTHREAD_ONCE_INIT;
 
 static pid_t cached_tid(void)
 {
@@ -172,7 +177,7 @@ static void ctx_settle(void)
     int m = 0, ngone = 0;
     for (int i = 0; i < ctx_depth; i++) {
         struct ctx_txn *x = ctx_stack[i];
-        if (atomic_load_explicit(&x->ended, memory_order_acquire))
+        if (atomic_load_explicit(&x->state, memory_order_acquire) == CTX_ENDED)
             gone[ngone++] = x;
         else
             ctx_stack[m++] = x;
@@ -181,6 +186,29 @@ static void ctx_settle(void)
     ctx_publish(m ? (void *)&ctx_stack[m - 1]->rec : ctx_base);
     for (int i = 0; i < ngone; i++)
         ctx_release(gone[i]);
+}
+
+/* A thread that published transactions exits: the ended ones and the spare ones are freed;
+ * one still open is left to whichever thread ends it. */
+static void ctx_thread_exit(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < ctx_depth; i++) {
+        struct ctx_txn *x = ctx_stack[i];
+        int was = CTX_OPEN;
+        if (!atomic_compare_exchange_strong(&x->state, &was, CTX_ORPHAN) && was == CTX_ENDED)
+            free(x);
+    }
+    ctx_depth = 0;
+    while (ctx_nspare)
+        free(ctx_spare[--ctx_nspare]);
+}
+
+static void ctx_end(struct ctx_txn *x);
+
+static void ctx_make_key(void)
+{
+    pthread_key_create(&ctx_key, ctx_thread_exit);
 }
 
 
@@ -218,13 +246,22 @@ static void atfork_child(void)
      * parent's transactions (their records are left as they were, unpublished). */
     ctx_tid = 0;
     ctx_rng = 0;
+    /* Every record of the parent's transactions is a copy nobody ends here: the ones ended
+     * on this thread's stack, then every handle's open ones (this thread's among them). */
+    for (int i = 0; i < ctx_depth; i++)
+        if (atomic_load(&ctx_stack[i]->state) != CTX_OPEN)
+            free(ctx_stack[i]);
     if (ctx_depth) {
         ctx_depth = 0;
         ctx_publish(ctx_base);
     }
     for (struct profd *p = handles; p; p = p->next) {
         p->ctx_ok = false;
-        p->ctx_open = NULL;
+        while (p->ctx_open) {
+            struct ctx_txn *x = p->ctx_open;
+            p->ctx_open = x->next_open;
+            free(x);
+        }
         pthread_mutex_init(&p->mu, NULL);
         init_cv(&p->cv);
         p->reading = false;
@@ -281,9 +318,10 @@ void profd_close(struct profd *p)
     if (p->dead_fd >= 0)
         close(p->dead_fd);
     /* Transactions still open in a thread's context: ended (their threads free them). */
-    for (struct ctx_txn *x = p->ctx_open; x; x = x->next_open) {
-        x->rec.valid = 0;
-        atomic_store_explicit(&x->ended, true, memory_order_release);
+    while (p->ctx_open) {
+        struct ctx_txn *x = p->ctx_open;
+        p->ctx_open = x->next_open;
+        ctx_end(x);
     }
     frame_reader_finish(&p->in);
     pthread_cond_destroy(&p->cv);
@@ -594,6 +632,11 @@ static struct ctx_txn *ctx_begin(const char *name, const char *trace_id, const c
         ctx_settle();
     if (ctx_depth == CTX_STACK)
         return NULL;
+    if (!ctx_keyed) {
+        pthread_once(&ctx_key_once, ctx_make_key);
+        pthread_setspecific(ctx_key, (void *)1);
+        ctx_keyed = true;
+    }
     struct ctx_txn *x = ctx_nspare ? ctx_spare[--ctx_nspare] : malloc(sizeof(*x));
     if (!x) {
         *err = PROFD_ENOMEM;
@@ -633,10 +676,8 @@ static struct ctx_txn *ctx_begin(const char *name, const char *trace_id, const c
     memcpy(r->attrs + 2, name, n);
     r->attrs_size = (uint16_t)(2 + n);
     r->valid = 1;
-    to_hex(r->trace_id, 16, x->trace_hex);
-    to_hex(r->span_id, 8, x->span_hex);
     x->tid = cached_tid();
-    atomic_init(&x->ended, false);
+    atomic_init(&x->state, CTX_OPEN);
     x->id = 0;
     if (!ctx_depth)
         ctx_base = otel_thread_ctx_v1;
@@ -644,8 +685,6 @@ static struct ctx_txn *ctx_begin(const char *name, const char *trace_id, const c
     ctx_publish(r);
     return x;
 }
-
-static void ctx_end(struct ctx_txn *x);
 
 /* Start a transaction in the thread's context: no message. 1 where it cannot be (profd
  * does not read it, or ctx_begin's cases): the message path. */
@@ -682,9 +721,9 @@ void *profd_context_begin(const char *trace_id, const char *span_id, const char 
         return NULL;
     struct ctx_txn *x = ctx_begin(name, trace_id, span_id, &err);
     if (x && trace_out)
-        memcpy(trace_out, x->trace_hex, 33);
+        to_hex(x->rec.trace_id, 16, trace_out);
     if (x && span_out)
-        memcpy(span_out, x->span_hex, 17);
+        to_hex(x->rec.span_id, 8, span_out);
     return x;
 }
 
@@ -712,13 +751,14 @@ static struct ctx_txn *ctx_take(struct profd *p, uint64_t txn_id)
 static void ctx_end(struct ctx_txn *x)
 {
     if (x->tid == cached_tid()) {
-        atomic_store_explicit(&x->ended, true, memory_order_relaxed);
+        atomic_store_explicit(&x->state, CTX_ENDED, memory_order_relaxed);
         ctx_settle();
         return;
     }
     atomic_signal_fence(memory_order_seq_cst);
     *(volatile uint8_t *)&x->rec.valid = 0;
-    atomic_store_explicit(&x->ended, true, memory_order_release);
+    if (atomic_exchange_explicit(&x->state, CTX_ENDED, memory_order_acq_rel) == CTX_ORPHAN)
+        free(x); /* (its thread exited: nothing points at it) */
 }
 
 int profd_txn_start_span(struct profd *p, const char *name, const char *trace_id,
@@ -776,10 +816,13 @@ int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_
     pthread_mutex_unlock(&p->mu);
     if (x) {
         /* Published in the thread context: its profile asked for by its ids. */
+        char trace[33], span[17];
+        to_hex(x->rec.trace_id, 16, trace);
+        to_hex(x->rec.span_id, 8, span);
         cJSON_AddStringToObject(req, "cmd", "txn_profile");
         cJSON_AddStringToObject(req, "name", x->name);
-        cJSON_AddStringToObject(req, "trace_id", x->trace_hex);
-        cJSON_AddStringToObject(req, "span_id", x->span_hex);
+        cJSON_AddStringToObject(req, "trace_id", trace);
+        cJSON_AddStringToObject(req, "span_id", span);
         cJSON_AddNumberToObject(req, "start_ns", (double)x->start_ns);
         cJSON_AddNumberToObject(req, "tid", (double)x->tid);
         ctx_end(x);

@@ -329,16 +329,17 @@ cJSON *cmd_txn_profile(struct request *r)
         sampler_sample_boundary(t, (pid_t)tid, now_ns(), start);
     }
     target_refresh_name(t, (pid_t)tid);
+    /* Known from now on as the transactions that sent their start are (slices split by
+     * transaction, the spans OTLP links to); ended at once. */
+    struct txn *x = txn_start(pid, (pid_t)tid, txn_new_id(pid, r->c->id), name->valuestring,
+                              trace, span, r->c->id, start, r->c->peer.uid, false);
+    x->end_call_ns = called;
+    txn_end(txn_proc_find(pid), x, now);
     txn_context_used(pid);
     uint64_t lb_ns = (uint64_t)(lookback * 1e9);
     struct slice_wait *w = new_slice_wait(r, pid, start > lb_ns ? start - lb_ns : 0, now,
                                           SLICE_SENTRY);
-    uint8_t uuid[16];
-    char hex[33];
-    if (profile_random_id(uuid, hex) < 0)
-        snprintf(hex, sizeof(hex), "%016llx%016llx", (unsigned long long)now,
-                 (unsigned long long)start);
-    w->txn.id = xstrdup(hex);
+    w->txn.id = xstrdup(x->uuid);
     w->txn.name = xstrdup(name->valuestring);
     w->txn.trace_id = xstrdup(trace);
     w->txn.active_tid = (pid_t)tid;

@@ -3,6 +3,12 @@
  * Usage: txnbench SOCKET [N], or txnbench SOCKET cold MS K: K transactions of MS ms of work
  * one after the other (the first attaches the process), printing "finish_ms I T PENDING" for
  * each (T the finish's time, PENDING 1 if the profile says frames wait for symbols).
+ * txnbench SOCKET spans N: beside 4 threads that spin, N transactions of 200 us of work on
+ * one thread, every tenth finished with its profile and the others discarded: the time of
+ * each start, discard and finish, p50 and p99 (in nanoseconds), after 20 warm-up ones (the
+ * first attaches the process; a finish's reply says whether profd reads its thread
+ * context, and from then on starts and discards publish there without a message, unless
+ * $PROFD_THREAD_CONTEXT=0). tests/bench/spans.py runs it both ways.
  * 0. The first two transactions of 200 ms of a process new to profd: how long each finish
  *    takes (the first one pays for what profd had not yet read of the process's files);
  * 1. N start + discard pairs on one thread (the process attached by the first): the
@@ -12,6 +18,7 @@
  * Prints one "name value" line per figure (microseconds or milliseconds as named). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +109,63 @@ static void socket_floor(uint64_t *v, size_t n)
     waitpid(c, NULL, 0);
 }
 
+static void spin_ns(uint64_t ns)
+{
+    uint64_t x = 1, end = now_ns() + ns;
+    while (now_ns() < end)
+        for (int j = 0; j < 100; j++)
+            x = x * 6364136223846793005ull + 1, sink = x;
+}
+
+/* The spans mode (see the top). */
+static int spans(const char *sock, size_t n)
+{
+    struct profd *p = profd_open(sock);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, busy, NULL);
+    uint64_t *st = calloc(n, sizeof(*st)), *dt = calloc(n, sizeof(*dt)),
+             *ft = calloc(n / 10 + 1, sizeof(*ft));
+    size_t nd = 0, nf = 0;
+    int errors = 0;
+    for (size_t i = 0; i < n + 20; i++) {
+        uint64_t id, t0 = now_ns();
+        int e = p ? profd_txn_start(p, "span", NULL, &id) : PROFD_ENOMEM;
+        uint64_t t1 = now_ns();
+        if (e != 0) {
+            fprintf(stderr, "txnbench: start: %s\n", profd_strerror(e));
+            return 1;
+        }
+        spin_ns(200000);
+        bool profile = i < 20 ? true : i % 10 == 0;
+        char *json = NULL;
+        uint64_t t2 = now_ns();
+        e = profile ? profd_txn_finish(p, id, &json) : profd_txn_discard(p, id);
+        uint64_t t3 = now_ns();
+        free(json);
+        errors += e != 0;
+        if (i < 20)
+            continue;
+        st[i - 20] = t1 - t0;
+        if (profile)
+            ft[nf++] = t3 - t2;
+        else
+            dt[nd++] = t3 - t2;
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    printf("start_p50_ns %llu\nstart_p99_ns %llu\n", (unsigned long long)pct(st, n, 0.5),
+           (unsigned long long)pct(st, n, 0.99));
+    printf("discard_p50_ns %llu\ndiscard_p99_ns %llu\n", (unsigned long long)pct(dt, nd, 0.5),
+           (unsigned long long)pct(dt, nd, 0.99));
+    printf("finish_p50_ns %llu\nfinish_p99_ns %llu\n", (unsigned long long)pct(ft, nf, 0.5),
+           (unsigned long long)pct(ft, nf, 0.99));
+    printf("errors %d\n", errors);
+    profd_close(p);
+    return 0;
+}
+
 /* The cold mode: a process new to profd, its first transactions. */
 static int cold(const char *sock, int ms, int k)
 {
@@ -140,6 +204,8 @@ int main(int argc, char **argv)
     }
     if (argc > 4 && !strcmp(argv[2], "cold"))
         return cold(argv[1], atoi(argv[3]), atoi(argv[4]));
+    if (argc > 3 && !strcmp(argv[2], "spans"))
+        return spans(argv[1], (size_t)atoi(argv[3]));
     size_t n = argc > 2 ? (size_t)atoi(argv[2]) : 5000;
     struct profd *p = profd_open(argv[1]);
     uint64_t id;

@@ -35,15 +35,19 @@ def monotonic_ns():
 
 
 def wait_ctx(d, pid, kernel):
-    """The context's slots found (and the program reading it, if kernel)."""
+    """The context's slots found (and the program reading it, if kernel: its records come
+    in, so it is on the threads' events; samples taken before, read after, are marked late
+    and not what is measured)."""
     def ready():
         t = d.raw_target_status(pid)
         c = (t or {}).get("thread_context")
         if not c or c["threads_found"] < 5:
             return None
-        return c if c["kernel"] or not kernel else None
-    return wait_until(ready, 20, "process %d's thread context read%s"
-                      % (pid, " by the eBPF program" if kernel else ""), interval=0.05)
+        return c if not kernel or (c["kernel"] and c["records"] > 0) else None
+    c = wait_until(ready, 20, "process %d's thread context read%s"
+                   % (pid, " by the eBPF program" if kernel else ""), interval=0.05)
+    time.sleep(0.2)
+    return c
 
 
 def score(text):
