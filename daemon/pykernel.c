@@ -260,6 +260,13 @@ int pyk_load_ctx(const char **why)
     return r;
 }
 
+void pyk_ctx_targets(int delta)
+{
+    struct pyframes_bpf *sk = loaded();
+    if (sk)
+        sk->bss->ctx_targets += (uint32_t)delta;
+}
+
 int pyk_ctxprocs_fd(void)
 {
     struct pyframes_bpf *sk = loaded();

@@ -88,6 +88,9 @@ int pyk_goprocs_fd(void);
 /* The same for the thread context's programs (threadctx.h) and their processes' map. */
 int pyk_load_ctx(const char **why);
 int pyk_ctxprocs_fd(void);
+/* A process went into the context's map (+1) or out of it (-1): the Python and Go
+ * programs end in the context's while there is one. */
+void pyk_ctx_targets(int delta);
 void pyk_consume(void);
 /* Whether the program is loaded; why not if it is not (NULL: not tried yet). */
 bool pyk_loaded(const char **why);

@@ -240,6 +240,7 @@ void tctx_target_finish(struct tctx_target *c)
         __u32 key = c->agent ? (__u32)c->agent->ph.pid : 0;
         if (fd >= 0 && key)
             bpf_map_delete_elem(fd, &key);
+        pyk_ctx_targets(-1);
     }
     if (c->agent && c->agent->ta)
         td_ta_delete(c->agent->ta);
@@ -328,6 +329,7 @@ static void kernel_update(struct target *t)
     c->kernel = true;
     c->reopen = true;
     c->kernel_why[0] = '\0';
+    pyk_ctx_targets(1);
     log_debug("pid %d: the thread context is read by the eBPF program at each sample", t->pid);
 }
 
@@ -338,6 +340,8 @@ void tctx_kernel_refused(struct target *t, int r)
              "perf event (%s)", strerror(-r));
     log_info("pid %d: %s: the thread context is read after each kernel copy", t->pid,
              c->kernel_why);
+    if (c->kernel)
+        pyk_ctx_targets(-1);
     c->kernel = false;
     int fd = pyk_ctxprocs_fd();
     __u32 key = (__u32)t->pid;

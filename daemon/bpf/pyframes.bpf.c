@@ -78,6 +78,10 @@ struct {
     __type(value, struct ctxbpf_rec);
 } ctxscratch SEC(".maps");
 
+/* How many processes are in ctxprocs (profd keeps it): the Python and Go programs end in
+ * the context's only while there is one, so that without any they cost what they did. */
+volatile __u32 ctx_targets = 0;
+
 /* The context programs by event (enum pybpf_kind), for the Python and Go programs to end
  * in: filled by profd once loaded, and left empty where the kernel refused them (they need
  * its BTF, as Go's), so that Python's load without them. */
@@ -425,7 +429,8 @@ SEC("perf_event")
 int py_clock(void *ctx)
 {
     walk(PYBPF_CLOCK);
-    bpf_tail_call(ctx, &ctxjump, PYBPF_CLOCK);
+    if (ctx_targets)
+        bpf_tail_call(ctx, &ctxjump, PYBPF_CLOCK);
     return 1;
 }
 
@@ -433,7 +438,8 @@ SEC("perf_event")
 int py_latest(void *ctx)
 {
     walk(PYBPF_LATEST);
-    bpf_tail_call(ctx, &ctxjump, PYBPF_LATEST);
+    if (ctx_targets)
+        bpf_tail_call(ctx, &ctxjump, PYBPF_LATEST);
     return 1;
 }
 
@@ -441,7 +447,8 @@ SEC("perf_event")
 int py_preempt(void *ctx)
 {
     walk(PYBPF_PREEMPT);
-    bpf_tail_call(ctx, &ctxjump, PYBPF_PREEMPT);
+    if (ctx_targets)
+        bpf_tail_call(ctx, &ctxjump, PYBPF_PREEMPT);
     return 1;
 }
 
@@ -475,7 +482,8 @@ SEC("perf_event")
 int go_clock(void *ctx)
 {
     go_sample(PYBPF_CLOCK);
-    bpf_tail_call(ctx, &ctxjump, PYBPF_CLOCK);
+    if (ctx_targets)
+        bpf_tail_call(ctx, &ctxjump, PYBPF_CLOCK);
     return 1;
 }
 
@@ -483,7 +491,8 @@ SEC("perf_event")
 int go_latest(void *ctx)
 {
     go_sample(PYBPF_LATEST);
-    bpf_tail_call(ctx, &ctxjump, PYBPF_LATEST);
+    if (ctx_targets)
+        bpf_tail_call(ctx, &ctxjump, PYBPF_LATEST);
     return 1;
 }
 
@@ -491,7 +500,8 @@ SEC("perf_event")
 int go_preempt(void *ctx)
 {
     go_sample(PYBPF_PREEMPT);
-    bpf_tail_call(ctx, &ctxjump, PYBPF_PREEMPT);
+    if (ctx_targets)
+        bpf_tail_call(ctx, &ctxjump, PYBPF_PREEMPT);
     return 1;
 }
 

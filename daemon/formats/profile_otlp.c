@@ -13,7 +13,9 @@
  * - A Sample per (stack, thread, link) with each of its samples' real time in
  *   timestamps_unix_nano and the period as the value beside it; a sample taken inside a
  *   transaction that has a trace id links to that trace (and its span when the client gave
- *   one): the innermost such transaction open on its thread at its time. */
+ *   one): the innermost such transaction open on its thread at its time; a sample that
+ *   carries an OpenTelemetry thread context (read at its instant) links to its trace and
+ *   span instead. */
 #include "profile.h"
 
 #include <errno.h>
@@ -269,6 +271,26 @@ static uint32_t *links(struct writer *w)
     return idx;
 }
 
+/* The link_table index of each thread context the samples carry (its trace and span, read
+ * at the sample: threadctx.h), in ctxs' order. */
+static uint32_t *ctx_links(struct writer *w)
+{
+    const struct profile *p = w->p;
+    uint32_t *idx = arena_alloc(&w->a, (p->nctxs + 1) * sizeof(uint32_t));
+    ODictionary *d = w->d;
+    for (size_t i = 0; i < p->nctxs; i++) {
+        OLink *l = NEW(w, OLink, opentelemetry__proto__profiles__v1development__link__init);
+        uint8_t *ids = arena_alloc(&w->a, 24);
+        memcpy(ids, p->ctxs[i].trace_id, 16);
+        memcpy(ids + 16, p->ctxs[i].span_id, 8);
+        l->trace_id = (ProtobufCBinaryData){16, ids};
+        l->span_id = (ProtobufCBinaryData){8, ids + 16};
+        push(w, (void ***)&d->link_table, &d->n_link_table, &w->cap_links, l);
+        idx[i] = (uint32_t)d->n_link_table - 1;
+    }
+    return idx;
+}
+
 /* The link of a sample: the innermost span with a trace open on its thread at its time. */
 static uint32_t link_of(const struct profile *p, const uint32_t *link, int32_t tid, uint64_t t)
 {
@@ -343,14 +365,18 @@ static OSample *sample(struct writer *w, const struct key *k, size_t n)
 static void samples(struct writer *w, OProfile *pr)
 {
     const struct profile *p = w->p;
-    uint32_t *link = links(w);
+    uint32_t *link = links(w), *ctx_link = ctx_links(w);
     struct key *keys = xmalloc((p->nsamples ? p->nsamples : 1) * sizeof(*keys));
     size_t nkeys = 0;
     for (size_t i = 0; i < p->nsamples; i++) {
         const struct profile_sample *s = &p->samples[i];
         if (s->stack < p->nstacks)
-            keys[nkeys++] = (struct key){s->stack, link_of(p, link, s->tid, s->t_ns), s->tid,
-                                         s->t_ns};
+            keys[nkeys++] = (struct key){s->stack,
+                                         /* its thread context's, else its transaction's */
+                                         s->ctx && s->ctx <= p->nctxs
+                                             ? ctx_link[s->ctx - 1]
+                                             : link_of(p, link, s->tid, s->t_ns),
+                                         s->tid, s->t_ns};
     }
     sort_array(keys, nkeys, sizeof(*keys), cmp_key);
     pr->samples = arena_alloc(&w->a, (nkeys + 1) * sizeof(OSample *));
