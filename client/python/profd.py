@@ -49,13 +49,13 @@ def _context_lib():
     """libprofd (ctypes), whose profd_context_begin/end publish a transaction in the calling
     thread's OpenTelemetry thread context (otel_thread_ctx_v1, the Thread Context OTEP),
     which profd reads at each sample: a native thread-local that pure Python cannot make.
-    None where it cannot be loaded ($PROFD_LIBPROFD names it, else libprofd.so.0), or with
-    $PROFD_THREAD_CONTEXT=0: every start and end is then a message."""
+    None where it cannot be loaded ($PROFD_LIBPROFD names it, else libprofd.so.0; "none":
+    none), or with $PROFD_THREAD_CONTEXT=0: every start and end is then a message."""
     global _ctx_lib, _ctx_lib_tried
     if _ctx_lib_tried:
         return _ctx_lib
     _ctx_lib_tried = True
-    if os.environ.get("PROFD_THREAD_CONTEXT") == "0":
+    if os.environ.get("PROFD_THREAD_CONTEXT") == "0" or os.environ.get("PROFD_LIBPROFD") == "none":
         return None
     try:
         import ctypes

@@ -44,6 +44,19 @@ TIMING = SLOW == 1
 
 SKIP = 77
 
+# The Python module publishes transactions in the thread context through libprofd.so.0
+# (ctypes). A sanitized build's libprofd cannot be loaded into an interpreter that is not
+# (ASan's runtime must come first: it aborts the process): there the Python programs the
+# tests start use messages only (PROFD_LIBPROFD=none); the C programs still publish.
+LIBPROFD = os.path.join(BUILD, "client", "libprofd.so")
+try:
+    with open(LIBPROFD, "rb") as _f:
+        LIBPROFD_SANITIZED = b"libasan" in _f.read()
+except OSError:
+    LIBPROFD_SANITIZED = False
+if LIBPROFD_SANITIZED:
+    os.environ["PROFD_LIBPROFD"] = "none"
+
 
 def log(*a):
     print(*a, flush=True)

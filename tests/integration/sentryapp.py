@@ -94,7 +94,7 @@ for line in sys.stdin:
     if cmd[0] == "txn":
         with sentry_sdk.start_transaction(op="task", name=cmd[1]) as tx:
             compute_primes(int(cmd[2]))
-        print("done", tx.trace_id, flush=True)
+        print("done", tx.trace_id, tx.span_id, flush=True)
     elif cmd[0] == "wsgi":
         wsgi_request(cmd[1])
         print("done", flush=True)

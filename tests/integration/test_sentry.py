@@ -5,6 +5,9 @@ transport that captures envelopes (no network), in sentryapp.py under Debian's p
   WSGI integration) carries a `profile` item valid by relay's rules, linked as the SDK links
   its own: transactions[0].id is the transaction event's id, the same trace id and name, the
   thread that ran it the active one; and it names the Python function that made it slow;
+- once a finish's reply says profd reads the process's thread context, the SDK's trace and
+  span ids are published there (libprofd through ctypes): no start message, the profile
+  asked for by span id, and `slice --span` of the SDK's span is its samples;
 - the SDK's profiler never starts (no scheduler, no SIGPROF/SIGALRM handler);
 - profiles_sample_rate 0: transactions without profiles;
 - without profd: the application runs unchanged, transactions go without profiles;
@@ -89,6 +92,10 @@ with Daemon() as d:
         traces = []
         for i in range(3):
             traces.append(ask(app, "txn job-%d 120" % i)[1])
+        # Once a finish said profd reads the process's thread context, the SDK's trace and
+        # span ids are published there (no start message): a slice of that span is its
+        # samples.
+        spans = [ask(app, "txn ctx-%d 150" % i)[1:3] for i in range(2)]
         ask(app, "wsgi /slow")
         ask(app, "wsgi /fast")
         state = ask(app, "state")
@@ -101,7 +108,21 @@ with Daemon() as d:
           % state[1:])
     txs = transactions(out)
     nprof = 0
-    check(len(txs) == 5, "5 transactions sent (%d)" % len(txs))
+    check(len(txs) == 7, "7 transactions sent (%d)" % len(txs))
+    if not LIBPROFD_SANITIZED:
+        tr = d.status()["daemon"]["transactions"]
+        check(tr["txn_profile"] >= 2 and tr["txn_start"] <= 5,
+              "the later transactions were published in the thread context: no start message, "
+              "their profiles asked for by span id (%s)" % tr)
+        trace, span = spans[-1]
+        one = d.slice(app.pid, "--span", span)
+        check(sum(one.values()) >= (1 if WRAPPED else 2) and
+              any("compute_primes" in k for k in one) and
+              d.slice(app.pid, "--trace", trace) == one,
+              "--span of the SDK's span %s (and --trace of its trace): its samples, in "
+              "compute_primes (%s)" % (span, list(one.items())[:2]))
+    else:
+        log("(libprofd is sanitized: the Python module uses messages, not the thread context)")
     for ev, prof in txs:
         name = ev.get("transaction")
         url = ev.get("request", {}).get("url", "")
@@ -152,12 +173,12 @@ with Daemon() as d:
             log("%s: started %s ms before the attach completed" %
                 (name, prof["profd"]["unsampled_before_attach_ms"]))
             continue
-        if (name.startswith("job-") or name.endswith("/slow")) and not WRAPPED:
+        if (name.startswith(("job-", "ctx-")) or name.endswith("/slow")) and not WRAPPED:
             fns = python_functions(prof, main_tid)
             want = "__main__.compute_primes"
             check(want in fns, "%s: the profile names %s (of %d Python functions: %s)"
                   % (name, want, len(fns), sorted(fns)[:8]))
-    check(nprof >= (1 if WRAPPED else 4), "%d of the 4 slow transactions have profiles"
+    check(nprof >= (1 if WRAPPED else 6), "%d of the 6 slow transactions have profiles"
           % nprof)
     slow = [p for e, p in txs if e.get("request", {}).get("url", "").endswith("/slow") and p]
     check(WRAPPED or (slow and "__main__.slow_handler" in python_functions(slow[0], main_tid)),
