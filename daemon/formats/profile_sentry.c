@@ -681,6 +681,70 @@ static bool add_spans(cJSON *o, const struct profile *p)
     return ok;
 }
 
+/* profd.spans: the OpenTelemetry spans the samples ran under (their thread context, read at
+ * each sample): trace and span ids, the thread, the first and last of their samples (from
+ * the profile's start), how many, how many read late, and their attributes by key index.
+ * Sentry keeps no per-sample label: this is where a span's share can be found. */
+#define SENTRY_MAX_SPANS 1000 /* (a profile of a busy service's minute: its first ones) */
+static bool add_ctx_spans(cJSON *o, const struct profile *p)
+{
+    struct span_seen {
+        int32_t tid;
+        uint64_t first, last, n, late;
+    } *seen = calloc(p->nctxs, sizeof(*seen));
+    if (!seen)
+        return false;
+    for (size_t i = 0; i < p->nsamples; i++) {
+        const struct profile_sample *s = &p->samples[i];
+        if (!s->ctx || s->ctx > p->nctxs)
+            continue;
+        struct span_seen *x = &seen[s->ctx - 1];
+        if (!x->n++)
+            x->first = s->t_ns, x->tid = s->tid;
+        x->last = s->t_ns;
+        x->late += s->ctx_late;
+    }
+    cJSON *a = cJSON_AddArrayToObject(o, "spans");
+    bool ok = a != NULL;
+    size_t listed = 0;
+    for (size_t i = 0; ok && i < p->nctxs; i++) {
+        const struct profile_ctx *c = &p->ctxs[i];
+        const struct span_seen *x = &seen[i];
+        if (!x->n)
+            continue;
+        if (listed++ == SENTRY_MAX_SPANS) {
+            ok = cJSON_AddBoolToObject(o, "spans_truncated", true) != NULL;
+            break;
+        }
+        cJSON *j = cJSON_CreateObject();
+        ok = push(a, j);
+        ok = ok && cJSON_AddStringToObject(j, "trace_id", c->trace_hex) != NULL;
+        ok = ok && cJSON_AddStringToObject(j, "span_id", c->span_hex) != NULL;
+        ok = ok && cJSON_AddNumberToObject(j, "thread_id", x->tid) != NULL;
+        ok = ok && cJSON_AddNumberToObject(j, "relative_first_ns",
+                                           (double)(x->first - p->start_ns)) != NULL;
+        ok = ok && cJSON_AddNumberToObject(j, "relative_last_ns",
+                                           (double)(x->last - p->start_ns)) != NULL;
+        ok = ok && cJSON_AddNumberToObject(j, "samples", (double)x->n) != NULL;
+        if (ok && x->late)
+            ok = cJSON_AddNumberToObject(j, "read_late", (double)x->late) != NULL;
+        cJSON *attrs = ok ? cJSON_AddObjectToObject(j, "attributes") : NULL;
+        ok = attrs != NULL;
+        for (unsigned k = 0; ok && k < 256; k++) {
+            size_t len;
+            const uint8_t *v = profile_ctx_attr(c, k, &len);
+            if (!v)
+                continue;
+            char key[16], *val = strndup((const char *)v, len);
+            snprintf(key, sizeof(key), "%u", k);
+            ok = val && add_text(attrs, key, val); /* a target's bytes: UTF-8 for relay */
+            free(val);
+        }
+    }
+    free(seen);
+    return ok;
+}
+
 /* debug_meta.images: only images with a build-id (the debug_id is derived from it, and a
  * nil one matches no debug file); none if there are none. */
 static bool add_debug_meta(cJSON *root, const struct profile *p)
@@ -741,6 +805,8 @@ cJSON *profile_to_sentry(const struct profile *p)
     ok = ok && put(root, "profd", notes);
     if (ok && p->by_transaction)
         ok = add_spans(notes, p);
+    if (ok && p->nctxs)
+        ok = add_ctx_spans(notes, p);
     if (!ok)
         goto fail;
     plan_finish(&pl);

@@ -108,7 +108,8 @@ static uint32_t frame_id(struct ss *s, uint32_t fi)
 }
 
 /* A sampled profile of thread tid's samples in [from, to]; NULL if it has none. */
-static cJSON *sampled(struct ss *s, int32_t tid, uint64_t from, uint64_t to, const char *name)
+static cJSON *sampled(struct ss *s, int32_t tid, uint64_t from, uint64_t to, uint32_t ctx,
+                      const char *name)
 {
     const struct profile *p = s->p;
     /* A sample weighs the sampling period; with none known, it counts as one. */
@@ -123,7 +124,8 @@ static cJSON *sampled(struct ss *s, int32_t tid, uint64_t from, uint64_t to, con
     uint64_t total = 0;
     for (size_t i = 0; ok && i < p->nsamples; i++) {
         const struct profile_sample *x = &p->samples[i];
-        if (x->tid != tid || x->t_ns < from || x->t_ns > to || x->stack >= p->nstacks)
+        if ((tid && x->tid != tid) || (ctx && x->ctx != ctx) || x->t_ns < from ||
+            x->t_ns > to || x->stack >= p->nstacks)
             continue;
         const struct profile_stack *st = &p->stacks[x->stack];
         cJSON *a = cJSON_CreateArray();
@@ -200,7 +202,7 @@ cJSON *profile_to_speedscope(const struct profile *p)
         }
         const char *tn = profile_thread_name(p, tids[i]);
         snprintf(name, sizeof(name), "%s (tid %d)", tn && *tn ? tn : "?", (int)tids[i]);
-        cJSON *prof = sampled(&s, tids[i], 0, UINT64_MAX, name);
+        cJSON *prof = sampled(&s, tids[i], 0, UINT64_MAX, 0, name);
         nprof += prof != NULL;
         ok = push_profile(&s, profiles, prof);
     }
@@ -212,7 +214,16 @@ cJSON *profile_to_speedscope(const struct profile *p)
         snprintf(name, sizeof(name), "transaction %.160s (tid %d, at %.3f s%s)",
                  sp->name ? sp->name : "?", (int)sp->tid, (double)at / 1e9,
                  sp->end_ns == UINT64_MAX ? ", still open" : "");
-        ok = push_profile(&s, profiles, sampled(&s, sp->tid, sp->start_ns, sp->end_ns, name));
+        ok = push_profile(&s, profiles, sampled(&s, sp->tid, sp->start_ns, sp->end_ns, 0, name));
+    }
+    /* Split by span (--by-span): a profile per OpenTelemetry span the samples carry. */
+    for (size_t i = 0; ok && p->by_span && i < p->nctxs; i++) {
+        const struct profile_ctx *c = &p->ctxs[i];
+        size_t len;
+        const uint8_t *v = profile_ctx_attr(c, 0, &len);
+        snprintf(name, sizeof(name), "span %s%s%.*s (trace %s)", c->span_hex, v ? " " : "",
+                 v ? (int)(len < 100 ? len : 100) : 0, v ? (const char *)v : "", c->trace_hex);
+        ok = push_profile(&s, profiles, sampled(&s, 0, 0, UINT64_MAX, (uint32_t)i + 1, name));
     }
     ok = ok && !s.oom;
     for (uint32_t i = 0; i < s.n; i++)

@@ -16,6 +16,7 @@ each sample with trace_id, span_id and its attribute (go tool pprof reads them);
 says where the context is read from; a process that publishes none has no thread_context
 (and no context read at its samples)."""
 import gzip
+import json
 import os
 import re
 import shutil
@@ -164,6 +165,25 @@ with Daemon() as d:
         check(labeled and consistent,
               "pprof: samples labeled trace_id, span_id and otel.attr.0, each consistent "
               "with the others and the thread (%d labeled; %s)" % (len(labeled), labeled[:2]))
+        # Speedscope: with --by-span, a profile per span; Sentry: the spans under profd.
+        ss = os.path.join(d.dir, "spans.speedscope.json")
+        d.ctl("slice", p.pid, "--from", t0, "--by-span", "-o", ss)
+        with open(ss) as f:
+            doc = json.load(f)
+        frames = [fr["name"] for fr in doc["shared"]["frames"]]
+        mine = [pr for pr in doc["profiles"] if pr["name"].startswith("span %s work-%d" % (span, s % 5))]
+        leaves = {frames[smp[-1]] for smp in mine[0]["samples"]} if mine else set()
+        check(len(mine) == 1 and len(mine[0]["samples"]) == counts[span] and
+              any(l.startswith("span_work_%d" % (s % 5)) for l in leaves),
+              "speedscope --by-span: span %s's profile, its %d samples, in span_work_%d (%s)"
+              % (span, counts[span], s % 5, sorted(leaves)[:4]))
+        sj = json.loads(d.ctl("slice", p.pid, "--from", t0, "--format", "sentry").stdout)
+        listed = {x["span_id"]: x for x in sj.get("profd", {}).get("spans", [])}
+        x = listed.get(span, {})
+        check(x.get("samples") == counts[span] and x.get("attributes") == {"0": "work-%d" % (s % 5)}
+              and x.get("trace_id") == "7e" + "00" * 14 + "%02x" % index,
+              "sentry: profd.spans lists span %s with its samples, trace and attribute (%s)"
+              % (span, x))
         if GO:
             r = subprocess.run([GO, "tool", "pprof", "-tags", out], capture_output=True,
                                text=True, timeout=120 * SLOW)
