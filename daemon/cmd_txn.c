@@ -204,17 +204,24 @@ static int want_noreply(struct request *r, cJSON **err)
     return cJSON_IsTrue(nr);
 }
 
+/* "lookback_s" (optional, 0 to 3600 s) into *lookback; an error reply if it is not one. */
+static cJSON *get_lookback(struct request *r, double *lookback)
+{
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(r->req, "lookback_s");
+    if (lb && (!cJSON_IsNumber(lb) || !(lb->valuedouble >= 0 && lb->valuedouble <= 3600)))
+        return proto_error_reply(r->id, PE_BAD_REQUEST,
+                                 "\"lookback_s\" must be seconds from 0 to 3600");
+    *lookback = lb ? lb->valuedouble : 0;
+    return NULL;
+}
+
 cJSON *cmd_txn_finish(struct request *r)
 {
     txn_requests.finish++;
     double lookback = 0;
-    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(r->req, "lookback_s");
-    if (lb) {
-        if (!cJSON_IsNumber(lb) || !(lb->valuedouble >= 0 && lb->valuedouble <= 3600))
-            return proto_error_reply(r->id, PE_BAD_REQUEST,
-                                     "\"lookback_s\" must be seconds from 0 to 3600");
-        lookback = lb->valuedouble;
-    }
+    cJSON *bad = get_lookback(r, &lookback);
+    if (bad)
+        return bad;
     /* When and on which thread the caller called finish (optional): from then on, that
      * thread waits in the client for the answer. */
     uint64_t now = now_ns(), called = 0;
@@ -299,13 +306,9 @@ cJSON *cmd_txn_profile(struct request *r)
     int64_t tid = 0;
     uint64_t now = now_ns(), start = 0, called = 0;
     double lookback = 0;
-    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(r->req, "lookback_s");
-    if (lb) {
-        if (!cJSON_IsNumber(lb) || !(lb->valuedouble >= 0 && lb->valuedouble <= 3600))
-            return proto_error_reply(r->id, PE_BAD_REQUEST,
-                                     "\"lookback_s\" must be seconds from 0 to 3600");
-        lookback = lb->valuedouble;
-    }
+    cJSON *bad = get_lookback(r, &lookback);
+    if (bad)
+        return bad;
     if (json_get_i64(r->req, "tid", &tid) <= 0 || tid <= 0 || tid > 0x3fffffff)
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"tid\" must be a thread id");
     if (json_get_u64(r->req, "start_ns", &start) <= 0 || json_get_u64(r->req, "t_ns", &called) < 0)
