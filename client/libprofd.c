@@ -175,6 +175,14 @@ static void ctx_settle(void)
 {
     struct ctx_txn *gone[CTX_STACK];
     int m = 0, ngone = 0;
+    /* Another writer (an SDK beside this library) may have published since: its record
+     * stays, and is what the thread's context goes back to. */
+    void *cur = otel_thread_ctx_v1;
+    bool ours = false;
+    for (int i = 0; i < ctx_depth && !ours; i++)
+        ours = cur == &ctx_stack[i]->rec;
+    if (!ours)
+        ctx_base = cur;
     for (int i = 0; i < ctx_depth; i++) {
         struct ctx_txn *x = ctx_stack[i];
         if (atomic_load_explicit(&x->state, memory_order_acquire) == CTX_ENDED)
@@ -183,7 +191,8 @@ static void ctx_settle(void)
             ctx_stack[m++] = x;
     }
     ctx_depth = m;
-    ctx_publish(m ? (void *)&ctx_stack[m - 1]->rec : ctx_base);
+    if (ours)
+        ctx_publish(m ? (void *)&ctx_stack[m - 1]->rec : ctx_base);
     for (int i = 0; i < ngone; i++)
         ctx_release(gone[i]);
 }
@@ -202,6 +211,7 @@ static void ctx_thread_exit(void *arg)
     ctx_depth = 0;
     while (ctx_nspare)
         free(ctx_spare[--ctx_nspare]);
+    ctx_keyed = false; /* (a later destructor's transaction keys it again) */
 }
 
 static void ctx_end(struct ctx_txn *x);
@@ -628,6 +638,11 @@ static struct ctx_txn *ctx_begin(const char *name, const char *trace_id, const c
                                  int *err)
 {
     *err = 1;
+    /* (The forked child's reset: the Python module never calls profd_open.) */
+    pthread_once(&atfork_once, install_atfork);
+    if (ctx_depth && atomic_load_explicit(&ctx_stack[ctx_depth - 1]->state,
+                                          memory_order_acquire) != CTX_OPEN)
+        ctx_settle(); /* (an ended one on top: not the one to nest in) */
     if (ctx_depth == CTX_STACK)
         ctx_settle();
     if (ctx_depth == CTX_STACK)
@@ -824,7 +839,7 @@ int profd_txn_finish_lookback(struct profd *p, uint64_t txn_id, double lookback_
         cJSON_AddStringToObject(req, "trace_id", trace);
         cJSON_AddStringToObject(req, "span_id", span);
         cJSON_AddNumberToObject(req, "start_ns", (double)x->start_ns);
-        cJSON_AddNumberToObject(req, "tid", (double)x->tid);
+        cJSON_AddNumberToObject(req, "txn_tid", (double)x->tid);
         ctx_end(x);
     } else {
         cJSON_AddStringToObject(req, "cmd", "txn_finish");

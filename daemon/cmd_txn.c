@@ -303,14 +303,16 @@ cJSON *cmd_txn_profile(struct request *r)
     if (!get_ids(r, &trace, &span))
         return proto_error_reply(r->id, PE_BAD_REQUEST, "txn_profile needs \"trace_id\" (32 "
                                  "hex digits) and \"span_id\" (16)");
-    int64_t tid = 0;
+    int64_t tid = 0, caller = 0;
     uint64_t now = now_ns(), start = 0, called = 0;
     double lookback = 0;
     cJSON *bad = get_lookback(r, &lookback);
     if (bad)
         return bad;
-    if (json_get_i64(r->req, "tid", &tid) <= 0 || tid <= 0 || tid > 0x3fffffff)
-        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"tid\" must be a thread id");
+    if (json_get_i64(r->req, "txn_tid", &tid) <= 0 || tid <= 0 || tid > 0x3fffffff ||
+        json_get_i64(r->req, "tid", &caller) < 0 || caller < 0 || caller > 0x3fffffff)
+        return proto_error_reply(r->id, PE_BAD_REQUEST, "\"txn_tid\" (the transaction's "
+                                 "thread) and \"tid\" (the caller's) must be thread ids");
     if (json_get_u64(r->req, "start_ns", &start) <= 0 || json_get_u64(r->req, "t_ns", &called) < 0)
         return proto_error_reply(r->id, PE_BAD_REQUEST, "\"start_ns\" and \"t_ns\" must be "
                                  "CLOCK_MONOTONIC times in nanoseconds");
@@ -327,6 +329,8 @@ cJSON *cmd_txn_profile(struct request *r)
     /* Not before the attach's samples could be (a start by another clock), not ahead. */
     start = start > now ? now : start;
     called = called > now ? now : called < start ? start : called;
+    if (caller != tid)
+        called = 0; /* (finished by another thread: its own is not waiting in the call) */
     if (!sched_event(t->sched)) {
         sched_catch_up(t->sched, true);
         sampler_sample_boundary(t, (pid_t)tid, now_ns(), start);

@@ -115,7 +115,7 @@ uint32_t unwind_and_intern(struct target *t, struct thread *th, enum unwind_end 
         flags |= STACK_TRUNCATED;
         break;
     }
-    return tctx_tag(t, stacks_intern(&t->stacks, t->epoch, flags, ips, (uint16_t)n));
+    return tctx_tag(t, th->tid, stacks_intern(&t->stacks, t->epoch, flags, ips, (uint16_t)n));
 }
 
 /* Fallback copy size when the mapping holding sp is not known yet (a thread whose stack was
@@ -247,6 +247,8 @@ int read_blocked(struct target *t, struct thread *th, uint64_t *run, uint64_t *p
         *seen_ns = now_ns();
         if (proc_read_schedstat(th->schedstat_fd, &run2, &pcount2) < 0) {
             t->stats.failed.thread_exited++;
+            npy = 0; /* (read for this sample, which is not taken) */
+            tctx_cur.have = false;
             return -1;
         }
         if (pcount2 != *pcount || run2 != *run) {

@@ -120,7 +120,7 @@ struct slice_copy {
     uint64_t *hashes; /* per job stack: the hash of the stack it was copied from */
     size_t cap_samples, cap_stacks;
     bool maps_copied;
-    struct u64map ctxids; /* target's context id + 1 -> job's index + 1 */
+    struct u64map ctxids; /* a context's hash (its table entry's) -> job's index + 1 */
     size_t cap_ctxs, cap_sample_ctx;
 };
 
@@ -213,7 +213,21 @@ static bool in_call(const struct slice_job *job, const struct ring_entry *e)
            e->t_ns > x->end_call_ns && e->t_ns <= x->end_ns;
 }
 
-/* Sample i's thread context: the target's entry ctx, copied once per window. */
+/* The samples' contexts as long as the samples' array (once one has a context). */
+static void size_sample_ctx(struct slice_copy *c)
+{
+    struct slice_job *job = c->job;
+    if (c->cap_sample_ctx >= c->cap_samples)
+        return;
+    job->sample_ctx = xrealloc(job->sample_ctx, c->cap_samples * sizeof(*job->sample_ctx));
+    memset(job->sample_ctx + c->cap_sample_ctx, 0,
+           (c->cap_samples - c->cap_sample_ctx) * sizeof(*job->sample_ctx));
+    account(job, (c->cap_samples - c->cap_sample_ctx) * sizeof(*job->sample_ctx));
+    c->cap_sample_ctx = c->cap_samples;
+}
+
+/* Sample i's thread context: the target's entry ctx, copied once per window (found by its
+ * content's hash: the table may hold a context twice over time, freed and made again). */
 static void copy_ctx(struct slice_copy *c, size_t i, uint32_t ctx, bool late)
 {
     struct slice_job *job = c->job;
@@ -222,16 +236,9 @@ static void copy_ctx(struct slice_copy *c, size_t i, uint32_t ctx, bool late)
     const uint8_t *bytes = tctx_bytes(c->t, ctx, &len);
     if (!ce || !bytes)
         return;
-    if (c->cap_sample_ctx < c->cap_samples) {
-        job->sample_ctx = xrealloc(job->sample_ctx, c->cap_samples * sizeof(*job->sample_ctx));
-        memset(job->sample_ctx + c->cap_sample_ctx, 0,
-               (c->cap_samples - c->cap_sample_ctx) * sizeof(*job->sample_ctx));
-        account(job, (c->cap_samples - c->cap_sample_ctx) * sizeof(*job->sample_ctx));
-        c->cap_sample_ctx = c->cap_samples;
-    }
-    uintptr_t k = (uintptr_t)u64map_get(&c->ctxids, (uint64_t)ctx + 1);
-    /* (An id seen before may be another context since: the table reuses freed ids.) */
-    if (!k || job->ctxs[k - 1].hash != ce->hash) {
+    size_sample_ctx(c);
+    uintptr_t k = (uintptr_t)u64map_get(&c->ctxids, ce->hash);
+    if (!k || job->ctxs[k - 1].len != len || memcmp(job->ctxs[k - 1].rec, bytes, len)) {
         if (job->nctxs == c->cap_ctxs) {
             c->cap_ctxs = c->cap_ctxs ? c->cap_ctxs * 2 : 16;
             job->ctxs = xrealloc(job->ctxs, c->cap_ctxs * sizeof(*job->ctxs));
@@ -244,7 +251,8 @@ static void copy_ctx(struct slice_copy *c, size_t i, uint32_t ctx, bool late)
         sc->hash = ce->hash;
         account(job, len);
         k = job->nctxs;
-        u64map_put(&c->ctxids, (uint64_t)ctx + 1, (void *)k);
+        if (!u64map_get(&c->ctxids, ce->hash))
+            u64map_put(&c->ctxids, ce->hash, (void *)k); /* (a collision: kept apart) */
     }
     job->sample_ctx[i] = (uint32_t)k | (late ? SLICE_CTX_LATE : 0);
 }
@@ -258,6 +266,8 @@ static void copy_take(struct ring_reader *rd, const struct ring_entry *e)
         samples_resize(job, ncap);
         account(job, (ncap - c->cap_samples) * sizeof(*job->samples));
         c->cap_samples = ncap;
+        if (job->sample_ctx)
+            size_sample_ctx(c);
     }
     struct ring_entry *out = &job->samples[job->nsamples++];
     *out = *e;

@@ -76,6 +76,8 @@ struct thread {
     struct sampler_thread smp;  /* the sampler's (sampler_thread.h) */
     uint64_t py_tstate;         /* its CPython thread state, as found last (python.h) */
     uint64_t tctx_slot;         /* where its otel_thread_ctx_v1 is (threadctx.h); 0: unknown */
+    uint64_t tctx_retry_ns;     /* without it: when its samples may ask for a walk again */
+    uint32_t tctx_backoff;      /* walks it was not found in (capped), for that delay */
     bool ran_since_name;        /* seen to have run since its name was last read */
     struct thread *hnext;       /* tid hash chain */
 };

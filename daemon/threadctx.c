@@ -23,10 +23,21 @@
 
 struct tctx_sample tctx_cur;
 
-/* libthread_db's process handle: what its callbacks (ps_*) need of the target. */
+/* libthread_db's process handle: what its callbacks (ps_*) need of the target.
+ *
+ * libthread_db was written for debuggers, which trust their inferior: its loops follow the
+ * target's lists, and it allocas a copy of a thread's descriptor of the size the target's
+ * libc states (_thread_db_sizeof_pthread). So every read counts against a budget (a list
+ * that loops, or a length that never ends one, fails the call when it runs out), and a
+ * size read from a _thread_db_sizeof_* symbol beyond any real descriptor's fails it too. */
+#define MAX_SIZEOFS 8
+#define SIZEOF_MAX 65536 /* (glibc 2.36's struct pthread: 2304 bytes) */
 struct ps_prochandle {
     pid_t pid;
     struct target *t;
+    uint64_t reads_left;
+    uint64_t sizeof_addr[MAX_SIZEOFS];
+    int nsizeof;
 };
 
 struct tctx_agent {
@@ -50,7 +61,21 @@ static int read_mem(pid_t pid, uint64_t addr, void *buf, size_t n)
 
 ps_err_e ps_pdread(struct ps_prochandle *ph, psaddr_t addr, void *buf, size_t n)
 {
-    return read_mem(ph->pid, (uint64_t)(uintptr_t)addr, buf, n) == 0 ? PS_OK : PS_ERR;
+    if (!ph->reads_left || n > SIZEOF_MAX)
+        return PS_ERR;
+    ph->reads_left--;
+    uint64_t a = (uint64_t)(uintptr_t)addr;
+    if (read_mem(ph->pid, a, buf, n) < 0)
+        return PS_ERR;
+    for (int i = 0; i < ph->nsizeof; i++) {
+        uint32_t v;
+        if (a == ph->sizeof_addr[i] && n == sizeof(v)) {
+            memcpy(&v, buf, sizeof(v));
+            if (v > SIZEOF_MAX)
+                return PS_ERR;
+        }
+    }
+    return PS_OK;
 }
 
 ps_err_e ps_pdwrite(struct ps_prochandle *ph, psaddr_t addr, const void *buf, size_t n)
@@ -117,6 +142,8 @@ ps_err_e ps_pglobal_lookup(struct ps_prochandle *ph, const char *object, const c
         seen = m;
         if (module_symbol(m, name, &value) && module_addr(maps, m, value, &a)) {
             *addr = (psaddr_t)(uintptr_t)a;
+            if (!strncmp(name, "_thread_db_sizeof_", 18) && ph->nsizeof < MAX_SIZEOFS)
+                ph->sizeof_addr[ph->nsizeof++] = a;
             return PS_OK;
         }
     }
@@ -187,7 +214,7 @@ static int first_definer(struct target *t, const uint64_t *bias, int n, uint64_t
 void tctx_target_detect(struct target *t)
 {
     struct tctx_target *c = &t->tctx;
-    if (c->status != TCTX_NONE)
+    if (c->status != TCTX_NONE || (c->retry_ns && now_ns() < c->retry_ns))
         return;
     const struct maps *maps = &t->maps;
     const struct map_entry *defs[MAX_DEFINERS];
@@ -208,19 +235,29 @@ void tctx_target_detect(struct target *t)
         return;
     snprintf(c->module, sizeof(c->module), "%s", defs[0]->mod->name);
     c->agent = xcalloc(1, sizeof(*c->agent));
-    c->agent->ph = (struct ps_prochandle){t->pid, t};
+    c->agent->ph = (struct ps_prochandle){.pid = t->pid, .t = t, .reads_left = 100000};
     static bool td_ready;
     if (!td_ready && td_init() == TD_OK)
         td_ready = true;
     td_err_e e = td_ready ? td_ta_new(&c->agent->ph, &c->agent->ta) : TD_ERR;
-    if (e != TD_OK) {
+    int k = e == TD_OK ? first_definer(t, bias, n, &c->link_map) : -1;
+    if (e != TD_OK || k < 0) {
+        /* Libc not mapped yet (the first maps after an exec), or the object not in the
+         * dynamic linker's list yet (a dlopen under way): looked for again at a later maps
+         * read, at most every second; another glibc's version is final. */
+        bool final = e == TD_VERSION || e == TD_NOCAPAB || e == TD_NOTLS;
+        if (e == TD_OK)
+            td_ta_delete(c->agent->ta);
         c->agent->ta = NULL;
-        refuse(t, "%s", td_error(e));
-        return;
-    }
-    int k = first_definer(t, bias, n, &c->link_map);
-    if (k < 0) {
-        refuse(t, "the dynamic linker's list of objects does not hold %s", c->module);
+        if (final) {
+            refuse(t, "%s", td_error(e));
+            return;
+        }
+        free(c->agent);
+        c->agent = NULL;
+        c->retry_ns = now_ns() + NS_PER_SEC;
+        snprintf(c->why, sizeof(c->why), "%s", e != TD_OK ? td_error(e)
+                 : "the dynamic linker's list of objects does not hold it yet");
         return;
     }
     const struct module *m = defs[k]->mod;
@@ -255,18 +292,22 @@ struct walk {
 
 /* Where the dtv says the module's block is, for the eBPF program (which has the thread
  * pointer, not libthread_db): x86-64's TCB holds the dtv at 8; each dtv entry is 16 bytes,
- * the block's address first. */
+ * the block's address first (all ones: not allocated yet). */
 static void learn_modid(struct target *t, uint64_t tp, uint64_t slot)
 {
     struct tctx_target *c = &t->tctx;
-    uint64_t dtv;
-    if (c->modid || read_mem(t->pid, tp + 8, &dtv, 8) < 0 || !dtv)
+    uint64_t dtv, len;
+    /* (The TCB's dtv points at its generation entry; the entry before holds its length,
+     * the modules' entries follow, one per module id.) */
+    if (c->modid || read_mem(t->pid, tp + 8, &dtv, 8) < 0 || !dtv ||
+        read_mem(t->pid, dtv - 16, &len, 8) < 0)
         return;
     uint64_t v[2 * 64];
-    if (read_mem(t->pid, dtv, v, sizeof(v)) < 0)
+    unsigned n = len + 1 < 64 ? (unsigned)len + 1 : 64;
+    if (n < 2 || read_mem(t->pid, dtv, v, n * 16) < 0)
         return;
-    for (unsigned k = 1; k < 64; k++)
-        if (v[2 * k] + c->sym_off == slot) {
+    for (unsigned k = 1; k < n; k++)
+        if (v[2 * k] != UINT64_MAX && v[2 * k] + c->sym_off == slot) {
             c->modid = k;
             return;
         }
@@ -360,8 +401,20 @@ void tctx_target_update(struct target *t)
     c->walked_ns = now;
     c->stats.walks++;
     struct walk w = {t, 0};
+    c->agent->ph.reads_left = 1000 + 64 * (uint64_t)t->nthreads;
     td_ta_thr_iter(c->agent->ta, walk_one, &w, TD_THR_ANY_STATE, TD_THR_LOWEST_PRIORITY,
                    TD_SIGNO_MASK, TD_THR_ANY_USER_FLAGS);
+    /* Threads still without their slot (a dlopened module's block is made at a thread's
+     * first access, which some never make) ask for a walk less and less often. */
+    for (size_t i = 0; i < t->nthreads; i++) {
+        struct thread *th = t->threads[i];
+        if (th->tctx_slot)
+            continue;
+        th->tctx_backoff = th->tctx_backoff ? th->tctx_backoff * 2 : 1;
+        if (th->tctx_backoff > 100)
+            th->tctx_backoff = 100;
+        th->tctx_retry_ns = now + th->tctx_backoff * WALK_EVERY_NS;
+    }
 }
 
 /* ---- reading a context ---- */
@@ -399,7 +452,8 @@ void tctx_capture(struct target *t, struct thread *th, bool late)
         return;
     if (!th->tctx_slot) {
         c->stats.no_slot++;
-        c->walk_wanted = true;
+        if (!th->tctx_retry_ns || now_ns() >= th->tctx_retry_ns)
+            c->walk_wanted = true;
         return;
     }
     uint64_t ptr;
@@ -427,6 +481,7 @@ void tctx_capture(struct target *t, struct thread *th, bool late)
         return;
     }
     tctx_cur.late = late;
+    tctx_cur.tid = th->tid;
     c->stats.with++;
     c->stats.late += late;
 }
@@ -514,14 +569,15 @@ bool tctx_take(struct target *t, struct thread *th, int ev, uint64_t time_ns)
     if (!t->tctx.kernel || ev < 0 || ev >= PYK_EVENTS)
         return false;
     pyk_consume();
+    tctx_cur.tid = th->tid;
     return tctx_queue_take(&th->smp.ctxq[ev], time_ns, &tctx_cur, &t->tctx);
 }
 
 /* ---- interning ---- */
 
-uint32_t tctx_tag(struct target *t, uint32_t stack)
+uint32_t tctx_tag(struct target *t, pid_t tid, uint32_t stack)
 {
-    bool have = tctx_cur.have;
+    bool have = tctx_cur.have && tctx_cur.tid == tid; /* (never another sample's) */
     tctx_cur.have = false;
     if (!have || stack == STACK_NONE)
         return stack;

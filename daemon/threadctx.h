@@ -56,6 +56,7 @@ struct tctx_target {
     uint64_t link_map;    /* its struct link_map in the target */
     struct tctx_agent *agent;
     bool walk_wanted;     /* a thread without its slot was sampled: walk the threads */
+    uint64_t retry_ns;    /* not found for now (libc not mapped yet): looked for again then */
     uint64_t walked_ns;   /* last walk */
     /* For the eBPF program: the module's TLS module id (its dtv slot), when a thread's slot
      * was found where the dtv says (0: not known). */
@@ -85,6 +86,7 @@ struct tctx_target {
 struct tctx_sample {
     bool have;
     bool late;
+    pid_t tid;                /* the thread it was read of */
     uint16_t len;             /* bytes of rec */
     uint8_t rec[TCTX_MAX];    /* as interned (TCTX_KEPT, then attributes) */
 };
@@ -117,9 +119,10 @@ bool tctx_queue_take(struct pyk_queue *q, uint64_t time_ns, struct tctx_sample *
  * false if it is not a valid context (valid != 1, or no trace and no span). The attributes
  * are cut to their whole entries. Pure (tests/unit). */
 bool tctx_parse(const uint8_t *rec, size_t len, struct tctx_sample *out);
-/* The stack id for a sample: stack itself without a context, else the pair of stack and
+/* The stack id for a sample of thread tid: stack itself without a context (or with one read
+ * of another thread: a sample that failed after its read), else the pair of stack and
  * tctx_cur's context (the references taken over). tctx_cur is cleared. */
-uint32_t tctx_tag(struct target *t, uint32_t stack);
+uint32_t tctx_tag(struct target *t, pid_t tid, uint32_t stack);
 /* A ring entry's stack id resolved: the stack, and the context entry (STACK_NONE: none)
  * and whether it was read late. */
 uint32_t tctx_resolve(const struct target *t, uint32_t id, uint32_t *ctx, bool *late);

@@ -354,7 +354,7 @@ class Profd:
                 h, name, trace, span, start_ns, tid = got
                 _context_lib()[0].profd_context_end(h)
                 req.update(cmd="txn_profile", name=name, trace_id=trace, span_id=span,
-                           start_ns=start_ns, tid=tid)
+                           start_ns=start_ns, txn_tid=tid)
                 del req["txn_id"]
                 self._connect()
             elif not self._current(txn_id):

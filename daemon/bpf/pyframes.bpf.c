@@ -542,9 +542,12 @@ static __always_inline int ctx_sample(enum pybpf_kind kind)
     if (!r)
         return 1;
     struct task_struct___profd *task = (void *)bpf_get_current_task_btf();
-    __u64 fs = BPF_CORE_READ(task, thread.fsbase), dtv = 0, block = 0, ptr = 0;
+    __u64 fs = BPF_CORE_READ(task, thread.fsbase), dtv = 0, len = 0, block = 0, ptr = 0;
     __u32 modid = p->modid & 1023;
-    if (!fs || read_u64(&dtv, fs + 8) || !dtv || read_u64(&block, dtv + 16 * (__u64)modid) ||
+    /* A dtv made before the module was loaded is shorter than its id (the entry before
+     * entry 0 holds its length): none yet, as a block not allocated yet (all ones). */
+    if (!fs || read_u64(&dtv, fs + 8) || !dtv || read_u64(&len, dtv - 16) || modid > len ||
+        read_u64(&block, dtv + 16 * (__u64)modid) || block == ~0ull ||
         read_u64(&ptr, block + p->sym_off))
         return ctx_emit(r, pid, ns.pid, kind, CTXBPF_FAULT, 0);
     if (!ptr)

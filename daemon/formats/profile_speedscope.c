@@ -124,8 +124,9 @@ static cJSON *sampled(struct ss *s, int32_t tid, uint64_t from, uint64_t to, uin
     uint64_t total = 0;
     for (size_t i = 0; ok && i < p->nsamples; i++) {
         const struct profile_sample *x = &p->samples[i];
-        if ((tid && x->tid != tid) || (ctx && x->ctx != ctx) || x->t_ns < from ||
-            x->t_ns > to || x->stack >= p->nstacks)
+        /* (A span's profile: its samples, whatever their thread.) */
+        if ((ctx ? x->ctx != ctx : x->tid != tid) || x->t_ns < from || x->t_ns > to ||
+            x->stack >= p->nstacks)
             continue;
         const struct profile_stack *st = &p->stacks[x->stack];
         cJSON *a = cJSON_CreateArray();

@@ -173,8 +173,10 @@ with Daemon() as d, Program("busy", 2) as p, Program("busy", 1) as q:
     dfields = {"version", "pid", "uptime_s", "cpu_s", "user_s", "system_s", "max_rss_kib",
                "clients", "targets", "modules", "slices_queued", "default_hz",
                "default_buffer_s", "samples", "budget_cpu_pct", "symbolizers", "memory",
-               "descriptors", "slice_loop"}
+               "descriptors", "slice_loop", "transactions"}
     check(set(st["daemon"]) == dfields and st["daemon"]["pid"] == d.pid and
+          st["daemon"]["transactions"] == {"txn_start": 0, "txn_finish": 0,
+                                           "txn_discard": 0, "txn_profile": 0} and
           st["daemon"]["targets"] == 2 and st["daemon"]["default_hz"] == 101 and
           st["daemon"]["default_buffer_s"] == 60 and st["daemon"]["clients"] == 1 and
           st["daemon"]["samples"] == sum(x["samples"] for x in st["targets"]) > 0 and
