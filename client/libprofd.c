@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -149,6 +151,114 @@ static bool from_hex(const char *s, uint8_t *out, size_t n)
         out[i] = (uint8_t)v;
     }
     return !s[2 * n];
+}
+
+/* ---- the process context (OTEP 4719): the attributes' key names for readers ----
+ *
+ * A one-page mapping named OTEL_CTX (a memfd's, else anonymous and named): a header, then a
+ * Resource (protobuf) whose threadlocal.attribute_key_map names attribute 0, the
+ * transaction's name. Published once per process at its first transaction in the thread
+ * context, unless the process has one already (an OpenTelemetry SDK's: a singleton); not
+ * inherited across fork (a child publishes its own). */
+#ifndef PR_SET_VMA
+#define PR_SET_VMA 0x53564d41
+#define PR_SET_VMA_ANON_NAME 0
+#endif
+#define KEY_NAME "transaction.name"
+
+static size_t pb_varint(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+    do {
+        out[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    return n;
+}
+
+/* A length-delimited field: its key and length before len bytes at body (copied). */
+static size_t pb_bytes(uint8_t *out, uint32_t field, const void *body, size_t len)
+{
+    size_t n = pb_varint(out, (uint64_t)field << 3 | 2);
+    n += pb_varint(out + n, len);
+    memmove(out + n, body, len);
+    return n + len;
+}
+
+/* The payload: Resource { attributes: [schema_version "tls_v1", attribute_key_map
+ * [KEY_NAME]] }. Returns its length (out: at least 256 bytes). */
+static size_t pctx_payload(uint8_t *out)
+{
+    uint8_t a[128], b[128], kv[192];
+    size_t n = 0, k, v;
+    /* KeyValue{key, value: AnyValue{string_value}} */
+    v = pb_bytes(a, 1, "tls_v1", 6);
+    k = pb_bytes(kv, 1, "threadlocal.schema_version", 26);
+    k += pb_bytes(kv + k, 2, a, v);
+    n += pb_bytes(out + n, 1, kv, k);
+    /* KeyValue{key, value: AnyValue{array_value: ArrayValue{values: [AnyValue{string}]}}} */
+    v = pb_bytes(a, 1, KEY_NAME, sizeof(KEY_NAME) - 1);
+    size_t arr = pb_bytes(b, 1, a, v);
+    v = pb_bytes(a, 5, b, arr);
+    k = pb_bytes(kv, 1, "threadlocal.attribute_key_map", 29);
+    k += pb_bytes(kv + k, 2, a, v);
+    n += pb_bytes(out + n, 1, kv, k);
+    return n;
+}
+
+static pthread_mutex_t pctx_mu = PTHREAD_MUTEX_INITIALIZER;
+static pid_t pctx_pid; /* the process that published (or found one): its children publish */
+
+/* Whether a mapping named OTEL_CTX is in the process already. */
+static bool pctx_present(void)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    char line[512];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof(line), f))
+        found = strstr(line, "OTEL_CTX") != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+static void pctx_publish(void)
+{
+    pid_t me = getpid();
+    if (__atomic_load_n(&pctx_pid, __ATOMIC_ACQUIRE) == me)
+        return;
+    pthread_mutex_lock(&pctx_mu);
+    if (pctx_pid != me && !pctx_present()) {
+        size_t size = 4096;
+        void *m = MAP_FAILED;
+        int fd = (int)syscall(SYS_memfd_create, "OTEL_CTX", 1u /* MFD_CLOEXEC */);
+        if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
+            m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (fd >= 0)
+            close(fd);
+        if (m == MAP_FAILED)
+            m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m != MAP_FAILED) {
+            madvise(m, size, MADV_DONTFORK);
+            struct {
+                char signature[8];
+                uint32_t version, payload_size;
+                uint64_t published_ns, payload;
+            } *h = m;
+            uint8_t *payload = (uint8_t *)m + 64;
+            h->payload_size = (uint32_t)pctx_payload(payload);
+            h->version = 2;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            h->published_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+            h->payload = (uint64_t)(uintptr_t)payload;
+            atomic_thread_fence(memory_order_seq_cst);
+            memcpy(h->signature, "OTEL_CTX", 8); /* last */
+            prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)m, size, "OTEL_CTX");
+        }
+    }
+    __atomic_store_n(&pctx_pid, me, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&pctx_mu);
 }
 
 /* Point the thread's context at rec (compiler fences only: a reader reads it while the
@@ -640,6 +750,7 @@ static struct ctx_txn *ctx_begin(const char *name, const char *trace_id, const c
     *err = 1;
     /* (The forked child's reset: the Python module never calls profd_open.) */
     pthread_once(&atfork_once, install_atfork);
+    pctx_publish(); /* (once per process: attribute 0's name for readers) */
     if (ctx_depth && atomic_load_explicit(&ctx_stack[ctx_depth - 1]->state,
                                           memory_order_acquire) != CTX_OPEN)
         ctx_settle(); /* (an ended one on top: not the one to nest in) */

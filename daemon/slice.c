@@ -429,6 +429,17 @@ struct slice_job *slice_begin(struct target *t, uint64_t start_ns, uint64_t end_
     }
     account(job, job->nnames * sizeof(*job->names));
 
+    /* The thread context's attribute key names (threadctx.h), as they are now. */
+    if (t->tctx.nkeys) {
+        job->nattr_keys = t->tctx.nkeys;
+        job->attr_keys = xcalloc(job->nattr_keys, sizeof(*job->attr_keys));
+        for (size_t i = 0; i < job->nattr_keys; i++)
+            if (t->tctx.keys[i]) {
+                job->attr_keys[i] = xstrdup(t->tctx.keys[i]);
+                account(job, strlen(t->tctx.keys[i]) + 1);
+            }
+    }
+
     /* The samples: read by slice_copy_step, a bounded number at a time. */
     struct slice_copy *c = xcalloc(1, sizeof(*c));
     c->job = job;
@@ -570,6 +581,9 @@ void slice_job_free(struct slice_job *job)
     free(job->txn.name);
     free(job->txn.trace_id);
     free(job->only_txn);
+    for (size_t i = 0; i < job->nattr_keys; i++)
+        free(job->attr_keys[i]);
+    free(job->attr_keys);
     slice_job_drop_copy(job);
     free(job->data);
     free(job->thread_filter);
@@ -1128,6 +1142,10 @@ static void profile_samples(const struct slice_job *job, struct profile *p)
 static void profile_ctxs(const struct slice_job *job, struct profile *p)
 {
     p->by_span = job->by_span;
+    p->nattr_keys = job->nattr_keys;
+    p->attr_keys = xcalloc(job->nattr_keys ? job->nattr_keys : 1, sizeof(*p->attr_keys));
+    for (size_t i = 0; i < job->nattr_keys; i++)
+        p->attr_keys[i] = job->attr_keys[i] ? xstrdup(job->attr_keys[i]) : NULL;
     p->ctxs = xcalloc(job->nctxs ? job->nctxs : 1, sizeof(*p->ctxs));
     p->nctxs = job->nctxs;
     for (size_t i = 0; i < job->nctxs; i++) {

@@ -113,6 +113,8 @@ struct slice_job {
     struct slice_ctx *ctxs;
     size_t nctxs;
     uint32_t *sample_ctx;
+    char **attr_keys; /* the target's attribute key names then (NULL entries: unknown) */
+    size_t nattr_keys;
     /* Keep only the samples of one span, or one trace; split the output by span. */
     bool has_only_span, has_only_trace, by_span;
     uint8_t only_span[8], only_trace[16];

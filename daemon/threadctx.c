@@ -270,8 +270,156 @@ void tctx_target_detect(struct target *t)
              "its samples", t->pid, m->name);
 }
 
+/* ---- the process context (OTEP 4719): the attributes' key names ---- */
+
+/* A protobuf message read field by field, bounded by its bytes. */
+struct pbuf {
+    const uint8_t *p, *end;
+};
+
+static bool pb_varint(struct pbuf *b, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && b->p < b->end; shift += 7) {
+        uint8_t c = *b->p++;
+        *v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/* The next field: its number, and for a length-delimited one its bytes in *sub. Fields of
+ * other wire types are skipped. false at the end or on a malformed one. */
+static bool pb_next(struct pbuf *b, uint64_t *field, struct pbuf *sub)
+{
+    for (;;) {
+        uint64_t key, v;
+        if (b->p >= b->end || !pb_varint(b, &key))
+            return false;
+        switch (key & 7) {
+        case 0:
+            if (!pb_varint(b, &v))
+                return false;
+            break;
+        case 1:
+            if (b->end - b->p < 8)
+                return false;
+            b->p += 8;
+            break;
+        case 5:
+            if (b->end - b->p < 4)
+                return false;
+            b->p += 4;
+            break;
+        case 2:
+            if (!pb_varint(b, &v) || v > (uint64_t)(b->end - b->p))
+                return false;
+            *field = key >> 3;
+            *sub = (struct pbuf){b->p, b->p + v};
+            b->p += v;
+            return true;
+        default:
+            return false;
+        }
+    }
+}
+
+int tctx_parse_keymap(const uint8_t *buf, size_t len, char **names, unsigned max)
+{
+    static const char want[] = "threadlocal.attribute_key_map";
+    struct pbuf res = {buf, buf + len}, kv, f;
+    uint64_t field;
+    while (pb_next(&res, &field, &kv)) {
+        if (field != 1)
+            continue; /* Resource.attributes: KeyValue */
+        struct pbuf key = {0}, value = {0};
+        bool has_key = false, has_value = false;
+        while (pb_next(&kv, &field, &f)) {
+            if (field == 1)
+                key = f, has_key = true;
+            else if (field == 2)
+                value = f, has_value = true;
+        }
+        if (!has_key || !has_value || (size_t)(key.end - key.p) != sizeof(want) - 1 ||
+            memcmp(key.p, want, sizeof(want) - 1))
+            continue;
+        struct pbuf arr = {0};
+        bool has_arr = false;
+        while (pb_next(&value, &field, &f))
+            if (field == 5) /* AnyValue.array_value */
+                arr = f, has_arr = true;
+        if (!has_arr)
+            return -1;
+        unsigned n = 0;
+        struct pbuf any;
+        while (n < max && pb_next(&arr, &field, &any)) {
+            if (field != 1)
+                continue; /* ArrayValue.values: AnyValue */
+            char *name = NULL;
+            while (pb_next(&any, &field, &f))
+                if (field == 1 && f.end - f.p <= TCTX_MAX_KEY_NAME && !memchr(f.p, 0, (size_t)(f.end - f.p))) {
+                    free(name);
+                    name = xmalloc((size_t)(f.end - f.p) + 1);
+                    memcpy(name, f.p, (size_t)(f.end - f.p));
+                    name[f.end - f.p] = '\0';
+                }
+            names[n++] = name;
+        }
+        return (int)n;
+    }
+    return -1;
+}
+
+/* The process context's header (OTEP 4719). */
+struct pctx_header {
+    char signature[8];     /* "OTEL_CTX", written last */
+    uint32_t version;      /* 2 (1: development) */
+    uint32_t payload_size;
+    uint64_t published_ns; /* 0 while being updated */
+    uint64_t payload;
+};
+#define PCTX_MAX_PAYLOAD (64 * 1024)
+
+/* Read the key map again if the process context was published anew since. */
+static void read_keymap(struct target *t)
+{
+    struct tctx_target *c = &t->tctx;
+    const struct map_entry *m = NULL;
+    for (size_t i = 0; i < t->maps.n && !m; i++) {
+        const char *path = t->maps.v[i].path;
+        if (path && (!strncmp(path, "/memfd:OTEL_CTX", 15) ||
+                     !strncmp(path, "[anon_shmem:OTEL_CTX]", 21) ||
+                     !strncmp(path, "[anon:OTEL_CTX]", 15)))
+            m = &t->maps.v[i];
+    }
+    struct pctx_header h, again;
+    if (!m || m->end - m->start < sizeof(h) || read_mem(t->pid, m->start, &h, sizeof(h)) < 0 ||
+        memcmp(h.signature, "OTEL_CTX", 8) || (h.version != 1 && h.version != 2) ||
+        !h.published_ns || h.published_ns == c->keys_published_ns ||
+        !h.payload_size || h.payload_size > PCTX_MAX_PAYLOAD)
+        return;
+    uint8_t *buf = xmalloc(h.payload_size);
+    char *names[TCTX_MAX_KEYS];
+    int n = read_mem(t->pid, h.payload, buf, h.payload_size) == 0 &&
+                    read_mem(t->pid, m->start, &again, sizeof(again)) == 0 &&
+                    again.published_ns == h.published_ns
+                ? tctx_parse_keymap(buf, h.payload_size, names, TCTX_MAX_KEYS)
+                : -1;
+    free(buf);
+    if (n < 0)
+        return; /* (being updated, or no key map: looked at again in a second) */
+    for (unsigned i = 0; i < c->nkeys; i++)
+        free(c->keys[i]);
+    memcpy(c->keys, names, (size_t)n * sizeof(*names));
+    c->nkeys = (unsigned)n;
+    c->keys_published_ns = h.published_ns;
+}
+
 void tctx_target_finish(struct tctx_target *c)
 {
+    for (unsigned i = 0; i < c->nkeys; i++)
+        free(c->keys[i]);
     if (c->kernel) {
         int fd = pyk_ctxprocs_fd();
         __u32 key = c->agent ? (__u32)c->agent->ph.pid : 0;
@@ -395,6 +543,10 @@ void tctx_target_update(struct target *t)
     struct tctx_target *c = &t->tctx;
     kernel_update(t);
     uint64_t now = now_ns();
+    if (c->status == TCTX_OK && now - c->keys_looked_ns >= NS_PER_SEC) {
+        c->keys_looked_ns = now;
+        read_keymap(t);
+    }
     if (c->status != TCTX_OK || !c->walk_wanted || now - c->walked_ns < WALK_EVERY_NS)
         return;
     c->walk_wanted = false;

@@ -32,6 +32,9 @@ struct thread;
 struct maps;
 struct tctx_agent; /* threadctx.c: libthread_db's agent and its process handle */
 
+/* Attribute key indexes (u8), and the longest key name kept. */
+#define TCTX_MAX_KEYS 256
+#define TCTX_MAX_KEY_NAME 128
 /* The record's fixed head, and the most of its attributes profd keeps (the OTEP
  * recommends records of 640 bytes at most). */
 #define TCTX_HEAD 28
@@ -70,6 +73,12 @@ struct tctx_target {
     struct {
         uint64_t records, paired, unpaired, dropped, missing;
     } ks;
+    /* The attributes' key names, from the process context (OTEP 4719: a mapping named
+     * OTEL_CTX, its Resource's threadlocal.attribute_key_map), by key index; NULL where
+     * unknown. Read again when its publication time changes (looked at every second). */
+    char *keys[TCTX_MAX_KEYS];
+    unsigned nkeys;
+    uint64_t keys_published_ns, keys_looked_ns;
     struct {
         uint64_t with;       /* samples that carry a context */
         uint64_t without;    /* read, and the thread had none (NULL, or not valid) */
@@ -119,6 +128,11 @@ bool tctx_queue_take(struct pyk_queue *q, uint64_t time_ns, struct tctx_sample *
  * false if it is not a valid context (valid != 1, or no trace and no span). The attributes
  * are cut to their whole entries. Pure (tests/unit). */
 bool tctx_parse(const uint8_t *rec, size_t len, struct tctx_sample *out);
+/* The key names of a process context's payload (a Resource, protobuf: len bytes the target
+ * wrote): threadlocal.attribute_key_map's strings into names[0..] (malloc'd; an entry that
+ * is not a string, or is longer than TCTX_MAX_KEY_NAME, NULL). Returns how many, or -1
+ * for a payload that is not a Resource or holds no key map. Pure (tests/unit, fuzz). */
+int tctx_parse_keymap(const uint8_t *buf, size_t len, char **names, unsigned max);
 /* The stack id for a sample of thread tid: stack itself without a context (or with one read
  * of another thread: a sample that failed after its read), else the pair of stack and
  * tctx_cur's context (the references taken over). tctx_cur is cleared. */

@@ -35,6 +35,9 @@ void profile_free(struct profile *p)
     for (size_t i = 0; p->ctxs && i < p->nctxs; i++)
         free(p->ctxs[i].attrs);
     free(p->ctxs);
+    for (size_t i = 0; p->attr_keys && i < p->nattr_keys; i++)
+        free(p->attr_keys[i]);
+    free(p->attr_keys);
     for (size_t i = 0; p->threads && i < p->nthreads; i++)
         free(p->threads[i].name);
     free(p->threads);
@@ -219,6 +222,8 @@ const uint8_t *profile_ctx_attr(const struct profile_ctx *c, unsigned key, size_
 
 void profile_ctx_attr_name(const struct profile *p, unsigned key, char *out, size_t size)
 {
-    (void)p;
-    snprintf(out, size, "otel.attr.%u", key);
+    if (key < p->nattr_keys && p->attr_keys && p->attr_keys[key] && *p->attr_keys[key])
+        snprintf(out, size, "%s", p->attr_keys[key]);
+    else
+        snprintf(out, size, "otel.attr.%u", key);
 }

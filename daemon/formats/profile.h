@@ -120,6 +120,8 @@ struct profile {
     size_t ntxn_paths;
     struct profile_ctx *ctxs;   /* the samples' thread contexts */
     size_t nctxs;
+    char **attr_keys;    /* their attributes' key names by index (NULL: unknown) */
+    size_t nattr_keys;
     bool by_span;        /* split by span: collapsed roots "[span ID ...]" */
     struct profile_span *spans; /* every transaction overlapping the window */
     size_t nspans;
@@ -159,8 +161,8 @@ int profile_random_id(uint8_t bytes[16], char hex[33]);
 /* The value of attribute key index key in context c (the last entry of that key, as the
  * OTEP says), its length in *len; NULL if it has none. */
 const uint8_t *profile_ctx_attr(const struct profile_ctx *c, unsigned key, size_t *len);
-/* The name of a context's attribute key index, as labels show it: "otel.attr.KEY" (the
- * key map of the OTEP's process context is not read yet). */
+/* The name of a context's attribute key index, as labels show it: its name in the process's
+ * key map (the OTEP's process context), else "otel.attr.KEY". */
 void profile_ctx_attr_name(const struct profile *p, unsigned key, char *out, size_t size);
 /* Thread name for tid, or NULL. */
 const char *profile_thread_name(const struct profile *p, int32_t tid);

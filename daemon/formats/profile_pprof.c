@@ -29,6 +29,8 @@
 #include "pprof.pb-c.h"
 #include "profile_tables.h"
 
+#define TCTX_NAME_BUF 160 /* (a key name: at most 128 bytes, threadctx.h) */
+
 typedef Perftools__Profiles__Profile PProfile;
 typedef Perftools__Profiles__Sample PSample;
 typedef Perftools__Profiles__Label PLabel;
@@ -123,7 +125,7 @@ static PSample *sample(struct writer *w, const struct key *k, uint64_t count)
             const uint8_t *v = profile_ctx_attr(c, key, &len);
             if (!v)
                 continue;
-            char name[32], *value = arena_strndup(&w->a, (const char *)v, len);
+            char name[TCTX_NAME_BUF], *value = arena_strndup(&w->a, (const char *)v, len);
             profile_ctx_attr_name(p, key, name, sizeof(name));
             s->label[s->n_label++] = label(w, name, value, 0);
         }

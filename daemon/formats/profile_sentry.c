@@ -735,8 +735,8 @@ static bool add_ctx_spans(cJSON *o, const struct profile *p)
             const uint8_t *v = profile_ctx_attr(c, k, &len);
             if (!v)
                 continue;
-            char key[16], *val = strndup((const char *)v, len);
-            snprintf(key, sizeof(key), "%u", k);
+            char key[160], *val = strndup((const char *)v, len);
+            profile_ctx_attr_name(p, k, key, sizeof(key));
             ok = val && add_text(attrs, key, val); /* a target's bytes: UTF-8 for relay */
             free(val);
         }

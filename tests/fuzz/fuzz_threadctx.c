@@ -14,6 +14,14 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct fuzz_in in = {data, size};
+    /* 0. The same bytes as a process context's payload (OTEP 4719). */
+    char *names[TCTX_MAX_KEYS];
+    int nk = tctx_parse_keymap(data, size, names, TCTX_MAX_KEYS);
+    FUZZ_ASSERT(nk <= TCTX_MAX_KEYS);
+    for (int i = 0; i < nk; i++) {
+        FUZZ_ASSERT(!names[i] || strlen(names[i]) <= TCTX_MAX_KEY_NAME);
+        free(names[i]);
+    }
     /* 1. A record as read from the target. */
     struct tctx_sample s;
     size_t n = in.n > TCTX_HEAD + TCTX_MAX_ATTRS ? TCTX_HEAD + TCTX_MAX_ATTRS : in.n;

@@ -181,10 +181,13 @@ class Scenario:
                                      % sorted(map(str, labels))[:5])
             # Its later transactions are published in its thread context (libprofd, once a
             # finish said profd reads it): their samples carry their trace and span ids.
-            spans = {lab.get("span_id") for b in self.rx.taken("pyroscope")
-                     for _, lab in receivers.pprof_samples(b.data)}
-            if not any(v and len(v) == 16 for v in spans):
-                self.problems.append("no pprof sample carries its thread context's span_id")
+            labs = [lab for b in self.rx.taken("pyroscope")
+                    for _, lab in receivers.pprof_samples(b.data)]
+            if not any(len(lab.get("span_id", "")) == 16 and
+                       lab.get("transaction.name", "").startswith("request-") for lab in labs):
+                self.problems.append("no pprof sample carries its thread context's span_id "
+                                     "and transaction.name (attribute 0, named by libprofd's "
+                                     "process context)")
             ids = {c["profiler_id"] for b in self.rx.taken("sentry") for c in b.chunks}
             if ids != {st.get("profiler_id")}:
                 self.problems.append("chunks' profiler_ids %s, status's %s"

@@ -12,7 +12,8 @@ Without the eBPF program (PROFD_PYTHON_BPF=0) the context is read after the kern
 every such sample is marked "read late", and the figure is logged, not held to 99%.
 
 Also: --span and --trace keep exactly that span's and that trace's samples; pprof labels
-each sample with trace_id, span_id and its attribute (go tool pprof reads them); status
+each sample with trace_id, span_id and its attribute, named "work" by the process context
+(OTEP 4719) the program publishes (go tool pprof reads them); status
 says where the context is read from; a process that publishes none has no thread_context
 (and no context read at its samples)."""
 import gzip
@@ -159,13 +160,14 @@ with Daemon() as d:
         with open(out, "rb") as f:
             samples = pprof_samples(gzip.decompress(f.read()))
         labeled = [(n, lab) for n, lab in samples if "span_id" in lab]
-        consistent = all(lab.get("otel.attr.0") == "work-%d" % (int(lab["span_id"][10:], 16) % 5)
+        consistent = all(lab.get("work") == "work-%d" % (int(lab["span_id"][10:], 16) % 5)
                          and lab["trace_id"] == "7e" + "00" * 14 + lab["span_id"][8:10]
                          and lab["thread_name"] == "span-%d" % int(lab["span_id"][8:10], 16)
                          and "thread_context" not in lab
                          for n, lab in labeled)
         check(labeled and consistent,
-              "pprof: samples labeled trace_id, span_id and otel.attr.0, each consistent "
+              "pprof: samples labeled trace_id, span_id and work (attribute 0, named by the "
+              "process context's key map), each consistent "
               "with the others and the thread (%d labeled; %s)" % (len(labeled), labeled[:2]))
         # Speedscope: with --by-span, a profile per span; Sentry: the spans under profd.
         ss = os.path.join(d.dir, "spans.speedscope.json")
@@ -182,7 +184,7 @@ with Daemon() as d:
         sj = json.loads(d.ctl("slice", p.pid, "--from", t0, "--format", "sentry").stdout)
         listed = {x["span_id"]: x for x in sj.get("profd", {}).get("spans", [])}
         x = listed.get(span, {})
-        check(x.get("samples") == counts[span] and x.get("attributes") == {"0": "work-%d" % (s % 5)}
+        check(x.get("samples") == counts[span] and x.get("attributes") == {"work": "work-%d" % (s % 5)}
               and x.get("trace_id") == "7e" + "00" * 14 + "%02x" % index,
               "sentry: profd.spans lists span %s with its samples, trace and attribute (%s)"
               % (span, x))

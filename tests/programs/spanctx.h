@@ -16,3 +16,5 @@ struct __attribute__((packed)) spanctx_record {
 /* Make record the calling thread's context (NULL: none). */
 void spanctx_set(void *record);
 void *spanctx_get(void);
+/* Publish the process context (OTEP 4719) that names attribute 0 "work". */
+void spanctx_publish_keys(void);

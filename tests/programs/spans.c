@@ -2,7 +2,8 @@
  * microseconds and running, inside span number s, the function span_work_K with K = s % 5
  * (spanctx.c publishes the context). A span's id says which: its bytes are "span", the
  * thread's index (1 byte), then s (3 bytes, big endian); its trace id is 0x7e, 14 zero bytes
- * and the thread's index; its one attribute (key 0) is "work-K".
+ * and the thread's index; its one attribute (key 0) is "work-K", key 0 named "work" by the
+ * process context (OTEP 4719) it publishes.
  * A profiler that reads the context at a sample's instant sees, for a sample in
  * span_work_K, a span whose s % 5 == K. Between spans (the switch) no function of those runs.
  * Built -O2 without frame pointers.
@@ -111,6 +112,7 @@ int main(int argc, char **argv)
     if (n < 1 || n > 64 || period_us < 1)
         return 2;
     pthread_t th[64];
+    spanctx_publish_keys();
     for (int i = 0; i < n; i++)
         pthread_create(&th[i], NULL, run, (void *)(intptr_t)(i + 1));
     printf("ready %d\n", (int)getpid());

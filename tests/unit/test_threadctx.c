@@ -147,8 +147,44 @@ static void test_pairs(void)
     stacks_finish(&st);
 }
 
+/* The process context's payload (OTEP 4719): a Resource whose attribute_key_map names the
+ * keys, among other attributes; not one, or no key map: -1; a name too long or not a
+ * string: NULL; a truncated payload: what precedes the cut, or -1. */
+static void test_keymap(void)
+{
+    static const uint8_t res[] = {
+        0x0a, 0x26, 0x0a, 0x1a, 't', 'h', 'r', 'e', 'a', 'd', 'l', 'o', 'c', 'a', 'l', '.',
+        's', 'c', 'h', 'e', 'm', 'a', '_', 'v', 'e', 'r', 's', 'i', 'o', 'n', 0x12, 0x08,
+        0x0a, 0x06, 't', 'l', 's', '_', 'v', '1',
+        0x0a, 0x38, 0x0a, 0x1d, 't', 'h', 'r', 'e', 'a', 'd', 'l', 'o', 'c', 'a', 'l', '.',
+        'a', 't', 't', 'r', 'i', 'b', 'u', 't', 'e', '_', 'k', 'e', 'y', '_', 'm', 'a', 'p',
+        0x12, 0x17, 0x2a, 0x15,
+        0x0a, 0x06, 0x0a, 0x04, 'r', 'o', 'u', 't',   /* "rout" */
+        0x0a, 0x02, 0x18, 0x07,                       /* an int: no name */
+        0x0a, 0x07, 0x0a, 0x05, 'm', 'e', 't', 'h', 'o'};
+    char *names[8] = {0};
+    int n = tctx_parse_keymap(res, sizeof(res), names, 8);
+    CHECK_INT(n, 3);
+    CHECK(names[0] && !strcmp(names[0], "rout") && !names[1] && names[2] &&
+          !strcmp(names[2], "metho"));
+    for (int i = 0; i < 8; i++)
+        free(names[i]);
+    /* The first attribute alone (no key map): -1. */
+    CHECK_INT(tctx_parse_keymap(res, 40, names, 8), -1);
+    /* Cut inside the key map: its length runs past the end: -1 (nothing half-read). */
+    CHECK_INT(tctx_parse_keymap(res, sizeof(res) - 3, names, 8), -1);
+    /* At most max names. */
+    n = tctx_parse_keymap(res, sizeof(res), names, 1);
+    CHECK(n == 1 && names[0] && !strcmp(names[0], "rout"));
+    free(names[0]);
+    /* Garbage: -1. */
+    static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+    CHECK_INT(tctx_parse_keymap(junk, sizeof(junk), names, 8), -1);
+}
+
 int main(void)
 {
+    test_keymap();
     test_parse();
     test_pairing();
     test_pairs();
