@@ -77,8 +77,9 @@ with Daemon("--max-cpu", "0", env={"PROFD_DEFER": "0"}) as ref, Program("sleeper
           "clone3;start_thread (%d + %d of %d)" % (births, rooted, total))
     # Two CPUs shared by a few computing threads and the daemon: ticks can be late (and are
     # counted, not bunched), but slow stops must not hold them up wholesale. On an idle
-    # machine the reference gets its 999 Hz; on a busy one, what a daemon can get.
-    check_timing(st["achieved_hz"] > 0.6 * ref_hz,
+    # machine the reference gets its 999 Hz; on a busy one, what a daemon can get. (Here:
+    # 0.64-0.84 of the reference's rate; once in CI 0.57.)
+    check_timing(st["achieved_hz"] > 0.5 * ref_hz,
                  "the tick rate held up (%.0f Hz of 999; %.0f Hz for an idle process beside "
                  "it; throttled %.2f s)" % (st["achieved_hz"], ref_hz,
                                            st["sampling"]["throttled_s"]), d)
