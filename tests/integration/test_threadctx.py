@@ -111,7 +111,11 @@ with Daemon() as d:
                       % (what, right, inside))
                 # (A record the program wrote too late, or lost with its ring full, on a
                 # machine this busy: that sample's context read after it, and marked so.)
-                check(late <= 0.005 * inside, "%s: at most 0.5%% read late (%d)" % (what, late))
+                # (A sanitized daemon reads the program's ring slowly: more records come after
+                # their pairing window. ASan CI: 20 of ~2500 at 999 Hz.)
+                check(late <= (0.02 if d.sanitized() else 0.005) * inside,
+                      "%s: at most %s read late (%d)" % (what, "2%" if d.sanitized() else "0.5%",
+                                                         late))
                 if sampler == "auto":
                     check(c["kernel"] and c["records"] > 0 and st["paths"]["perf"]["samples"] > 0,
                           "%s: the eBPF program read them (%s)" % (what, c))
