@@ -155,6 +155,24 @@ static int put_frame(struct strbuf *sb, const struct profile_frame *f)
     return r;
 }
 
+/* A root frame "[PREFIXNAME];" before a line's thread (name made safe as frames are). */
+static int put_root(struct strbuf *sb, const char *prefix, const char *name)
+{
+    size_t start = sb->len;
+    int r = strbuf_puts(sb, "[");
+    if (r == 0)
+        r = strbuf_puts(sb, prefix);
+    if (r == 0)
+        r = put_name(sb, name, false);
+    if (r == 0)
+        r = strbuf_puts(sb, "]");
+    if (r == 0)
+        fix_edges(sb, start);
+    if (r == 0)
+        r = strbuf_puts(sb, ";");
+    return r;
+}
+
 /* Split by transaction: a root frame per transaction open on the thread, outermost first,
  * "[txn NAME]", or "[no transaction]". */
 static int put_txns(struct strbuf *sb, const struct profile *p, uint32_t path)
@@ -169,16 +187,7 @@ static int put_txns(struct strbuf *sb, const struct profile *p, uint32_t path)
         char *name = strndup(s, n);
         if (!name)
             return -ENOMEM;
-        size_t start = sb->len;
-        r = strbuf_puts(sb, "[txn ");
-        if (r == 0)
-            r = put_name(sb, name, false);
-        if (r == 0)
-            r = strbuf_puts(sb, "]");
-        if (r == 0)
-            fix_edges(sb, start);
-        if (r == 0)
-            r = strbuf_puts(sb, ";");
+        r = put_root(sb, "txn ", name);
         free(name);
         s = end ? end + 1 : NULL;
     }
@@ -202,17 +211,8 @@ static int put_span(struct strbuf *sb, const struct profile *p, uint32_t ctx, bo
     }
     if (r == 0 && late)
         r = strbuf_puts(&name, " (read late)");
-    size_t start = sb->len;
     if (r == 0)
-        r = strbuf_puts(sb, "[");
-    if (r == 0)
-        r = put_name(sb, name.buf, false);
-    if (r == 0)
-        r = strbuf_puts(sb, "]");
-    if (r == 0)
-        fix_edges(sb, start);
-    if (r == 0)
-        r = strbuf_puts(sb, ";");
+        r = put_root(sb, "", name.buf);
     strbuf_finish(&name);
     return r;
 }
