@@ -9,8 +9,8 @@
  * environment the library's timeouts are N times its defaults.
  * With LOOP = 1 it then keeps starting and finishing transactions until stdin closes,
  * printing "ok N" / "err CODE" lines for each (the daemon-restart test). With LOOP = 2 it
- * forks instead: the child, with the parent's handle, runs a transaction of its own and
- * writes its profile to DIR/-1-0child.json; then the parent, to DIR/-1-0parent.json; it prints
+ * forks instead: the child, with the parent's handle, runs a transaction of its own (work_1
+ * until profd has attached, then 200 ms more) and writes its profile to DIR/-1-0child.json; then the parent, to DIR/-1-0parent.json; it prints
  * "fork CHILDPID CHILDRESULT PARENTRESULT".
  * LOOP = 3, a prefork server: the THREADS threads are skipped; the parent runs one
  * transaction ("parent", DIR/parent.json), then forks COUNT workers that inherit its handle;
@@ -209,6 +209,20 @@ static int one_saved(const char *txn, const char *file)
     if (r == 0)
         write_profile(file, json);
     return r;
+}
+
+/* Whether a tracer (profd) is attached to this process. */
+static int traced(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int pid = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "TracerPid: %d", &pid) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return pid != 0;
 }
 
 /* A prefork server: workers inherit the parent's handle (and its connection). */
@@ -438,7 +452,12 @@ int main(int argc, char **argv)
             char *json = NULL;
             int r = profd_txn_start(pd, "in-child", NULL, &id);
             if (r == 0) {
-                work_1(20000000);
+                /* Its start sends no reply: the daemon attaches meanwhile (a few ms here,
+                 * half a second under valgrind). Work until traced, then 200 ms more, so
+                 * that the profile holds work_1 on any daemon. */
+                for (int i = 0; i < 3000 && !traced(); i++)
+                    work_1(10000000);
+                work_1(200000000);
                 r = profd_txn_finish(pd, id, &json);
             }
             if (r == 0)
