@@ -1,4 +1,4 @@
-/* pyframes.c: CPython 3.11-3.13 frames from a process's memory (see pyframes.h). */
+/* pyframes.c: CPython 3.11-3.14 frames from a process's memory (see pyframes.h). */
 #include "pyframes.h"
 #include "bpf/pybpf.h"
 
@@ -13,7 +13,8 @@ static const struct py_layout layouts[] = {
         .version = 0x030b0000,
         .rt_interp_head = 40, .interp_next = 0, .interp_threads = 16,
         .ts_next = 8, .ts_native_tid = 160, .ts_frame = 56, .cframe_current = 8,
-        .fr_code = 32, .fr_previous = 48, .fr_instr = 56, .fr_owner = 69, .fr_is_entry = 68,
+        .fr_code = 32, .fr_previous = 48, .fr_instr = 56, .fr_owner = 69, .fr_owner_max = 3,
+        .fr_is_entry = 68,
         .fr_func = 0, .fr_size = 72, .fn_code = 48, .fn_module = 104,
         .co_firstlineno = 72, .co_filename = 112, .co_name = 120, .co_qualname = 128,
         .co_linetable = 136, .co_code_adaptive = 184, .co_size = 144,
@@ -23,7 +24,8 @@ static const struct py_layout layouts[] = {
         .version = 0x030c0000,
         .rt_interp_head = 40, .interp_next = 0, .interp_threads = 72,
         .ts_next = 8, .ts_native_tid = 144, .ts_frame = 56, .cframe_current = 0,
-        .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70, .fr_is_entry = -1,
+        .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70, .fr_owner_max = 3,
+        .fr_is_entry = -1,
         .fr_func = 16, .fr_size = 72, .fn_code = 48, .fn_module = 104,
         .co_firstlineno = 68, .co_filename = 112, .co_name = 120, .co_qualname = 128,
         .co_linetable = 136, .co_code_adaptive = 192, .co_size = 144,
@@ -33,10 +35,24 @@ static const struct py_layout layouts[] = {
         .version = 0x030d0000,
         .rt_interp_head = 632, .interp_next = 7264, .interp_threads = 7344,
         .ts_next = 8, .ts_native_tid = 160, .ts_frame = 72, .cframe_current = -1,
-        .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70, .fr_is_entry = -1,
+        .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70, .fr_owner_max = 3,
+        .fr_is_entry = -1,
         .fr_func = 16, .fr_size = 72, .fn_code = 48, .fn_module = 104,
         .co_firstlineno = 68, .co_filename = 112, .co_name = 120, .co_qualname = 128,
         .co_linetable = 136, .co_code_adaptive = 200, .co_size = 144,
+        .str_ascii = 40, .str_compact = 56,
+    },
+    {
+        /* (Debian's 3.14.10, libpython3.14-dev's headers.) f_executable and f_funcobj are
+         * _PyStackRefs: bit 0 tags a deferred reference. */
+        .version = 0x030e0000,
+        .rt_interp_head = 808, .interp_next = 7272, .interp_threads = 7344,
+        .ts_next = 8, .ts_native_tid = 160, .ts_frame = 72, .cframe_current = -1,
+        .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 74, .fr_owner_max = 4,
+        .ptr_tag = 1, .fr_is_entry = -1,
+        .fr_func = 16, .fr_size = 80, .fn_code = 48, .fn_module = 104,
+        .co_firstlineno = 68, .co_filename = 112, .co_name = 120, .co_qualname = 128,
+        .co_linetable = 136, .co_code_adaptive = 208, .co_size = 144,
         .str_ascii = 40, .str_compact = 56,
     },
 };
@@ -93,15 +109,27 @@ static uint64_t ident_of(const struct py_layout *L, const uint8_t *cb)
 
 /* 3.13 starts _PyRuntime with _Py_DebugOffsets (a cookie, the version, then the offsets an
  * out-of-process reader needs, for this very build): take the fields from there, so that a
- * 3.13.x whose structures moved is still read right. Where they are in _Py_DebugOffsets
- * (3.13's own layout of it, offsetof against its headers): */
-enum {
-    DO_VERSION = 8, DO_FREE_THREADED = 16, DO_RT_INTERP_HEAD = 40, DO_INTERP_NEXT = 64, DO_INTERP_THREADS = 72,
-    DO_TS_NEXT = 168, DO_TS_FRAME = 184, DO_TS_NATIVE_TID = 200, DO_FR_PREVIOUS = 232,
-    DO_FR_CODE = 240, DO_FR_INSTR = 248, DO_FR_OWNER = 264, DO_CO_FILENAME = 280,
-    DO_CO_NAME = 288, DO_CO_QUALNAME = 296, DO_CO_LINETABLE = 304, DO_CO_FIRSTLINENO = 312,
-    DO_CO_CODE_ADAPTIVE = 344, DO_STR_ASCII = 560, DO_SIZE = 584,
+ * 3.13.x or 3.14.x whose structures moved is still read right. Where they are in
+ * _Py_DebugOffsets (each version's own layout of it, offsetof against its headers; 3.14's
+ * has more fields before the thread state's): */
+enum do_field {
+    DO_RT_INTERP_HEAD, DO_INTERP_NEXT, DO_INTERP_THREADS, DO_TS_NEXT, DO_TS_FRAME,
+    DO_TS_NATIVE_TID, DO_FR_PREVIOUS, DO_FR_CODE, DO_FR_INSTR, DO_FR_OWNER, DO_CO_FILENAME,
+    DO_CO_NAME, DO_CO_QUALNAME, DO_CO_LINETABLE, DO_CO_FIRSTLINENO, DO_CO_CODE_ADAPTIVE,
+    DO_STR_ASCII, DO_FIELDS
 };
+#define DO_VERSION 8
+#define DO_FREE_THREADED 16
+static const struct {
+    unsigned version;
+    unsigned off[DO_FIELDS];
+} debug_layouts[] = {
+    {0x030d0000, {40, 64, 72, 168, 184, 200, 232, 240, 248, 264, 280, 288, 296, 304, 312, 344,
+                  560}},
+    {0x030e0000, {40, 64, 72, 192, 208, 224, 256, 264, 272, 288, 320, 328, 336, 344, 352, 384,
+                  640}},
+};
+#define DO_SIZE 648 /* read: past the last field of either */
 
 static int debug_offsets(struct py_runtime *rt)
 {
@@ -109,19 +137,24 @@ static int debug_offsets(struct py_runtime *rt)
     int r = peek(rt->pid, rt->runtime, d, sizeof(d));
     if (r < 0)
         return r;
-    if (memcmp(d, "xdebugpy", 8) || (u64_at(d, DO_VERSION) & 0xffff0000ul) != 0x030d0000)
+    const unsigned *o = NULL;
+    for (size_t i = 0; i < sizeof(debug_layouts) / sizeof(debug_layouts[0]); i++)
+        if (debug_layouts[i].version == rt->lay->version)
+            o = debug_layouts[i].off;
+    if (!o || memcmp(d, "xdebugpy", 8) ||
+        (u64_at(d, DO_VERSION) & 0xffff0000ul) != rt->lay->version)
         return -ENOTSUP;
-    /* The free-threaded build (3.13t): every object's head is another size, so no offset
-     * of the table below holds for it (and its debug offsets do not give them all). */
+    /* The free-threaded build (3.13t, 3.14t): every object's head is another size, so no
+     * offset of the table below holds for it (and its debug offsets do not give them all). */
     if (u64_at(d, DO_FREE_THREADED)) {
         rt->free_threaded = true;
         return -ENOTSUP;
     }
     /* The target's memory: every offset bounded by what the reads here can hold. */
     struct py_layout L = *rt->lay;
-    uint64_t v[] = {u64_at(d, DO_RT_INTERP_HEAD), u64_at(d, DO_INTERP_NEXT),
-                    u64_at(d, DO_INTERP_THREADS), u64_at(d, DO_TS_NEXT),
-                    u64_at(d, DO_TS_FRAME), u64_at(d, DO_TS_NATIVE_TID)};
+    uint64_t v[] = {u64_at(d, o[DO_RT_INTERP_HEAD]), u64_at(d, o[DO_INTERP_NEXT]),
+                    u64_at(d, o[DO_INTERP_THREADS]), u64_at(d, o[DO_TS_NEXT]),
+                    u64_at(d, o[DO_TS_FRAME]), u64_at(d, o[DO_TS_NATIVE_TID])};
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
         if (v[i] > (i < 3 ? 65536u : 240u))
             return -ENOTSUP;
@@ -131,10 +164,11 @@ static int debug_offsets(struct py_runtime *rt)
     L.ts_next = (unsigned)v[3];
     L.ts_frame = (unsigned)v[4];
     L.ts_native_tid = (unsigned)v[5];
-    uint64_t fr[] = {u64_at(d, DO_FR_PREVIOUS), u64_at(d, DO_FR_CODE), u64_at(d, DO_FR_INSTR),
-                     u64_at(d, DO_FR_OWNER)};
-    uint64_t co[] = {u64_at(d, DO_CO_FILENAME), u64_at(d, DO_CO_NAME), u64_at(d, DO_CO_QUALNAME),
-                     u64_at(d, DO_CO_LINETABLE), u64_at(d, DO_CO_FIRSTLINENO)};
+    uint64_t fr[] = {u64_at(d, o[DO_FR_PREVIOUS]), u64_at(d, o[DO_FR_CODE]),
+                     u64_at(d, o[DO_FR_INSTR]), u64_at(d, o[DO_FR_OWNER])};
+    uint64_t co[] = {u64_at(d, o[DO_CO_FILENAME]), u64_at(d, o[DO_CO_NAME]),
+                     u64_at(d, o[DO_CO_QUALNAME]), u64_at(d, o[DO_CO_LINETABLE]),
+                     u64_at(d, o[DO_CO_FIRSTLINENO])};
     for (size_t i = 0; i < 4; i++)
         if (fr[i] > 120)
             return -ENOTSUP;
@@ -150,7 +184,7 @@ static int debug_offsets(struct py_runtime *rt)
     L.co_qualname = (unsigned)co[2];
     L.co_linetable = (unsigned)co[3];
     L.co_firstlineno = (unsigned)co[4];
-    uint64_t adaptive = u64_at(d, DO_CO_CODE_ADAPTIVE), ascii = u64_at(d, DO_STR_ASCII);
+    uint64_t adaptive = u64_at(d, o[DO_CO_CODE_ADAPTIVE]), ascii = u64_at(d, o[DO_STR_ASCII]);
     if (adaptive > 4096 || ascii < 40 || ascii > 64)
         return -ENOTSUP;
     L.co_code_adaptive = (unsigned)adaptive;
@@ -185,7 +219,7 @@ int py_runtime_init(struct py_runtime *rt, pid_t pid, uint64_t runtime, uint64_t
     rt->lay = py_layout_of(v);
     if (!rt->lay || !code_type || !str_type)
         return -ENOTSUP;
-    if (rt->lay->version == 0x030d0000)
+    if (rt->lay->version >= 0x030d0000)
         return debug_offsets(rt);
     return 0;
 }
@@ -283,9 +317,9 @@ int py_read_frames(const struct py_runtime *rt, uint64_t tstate, struct py_frame
             return r == -ESRCH ? r : -EAGAIN;
         uint64_t prev = u64_at(fb, L->fr_previous);
         uint8_t owner = fb[L->fr_owner];
-        if (owner > PY_OWNED_BY_CSTACK)
+        if (owner > L->fr_owner_max)
             return -EAGAIN;
-        if (owner == PY_OWNED_BY_CSTACK) {
+        if (owner >= PY_OWNED_BY_SHIM) {
             /* A shim: the frame above it (already recorded) is an evaluation call's first. */
             if (n)
                 out[n - 1].entry = true;
@@ -296,8 +330,8 @@ int py_read_frames(const struct py_runtime *rt, uint64_t tstate, struct py_frame
             *truncated = true;
             break;
         }
-        out[n].code = u64_at(fb, L->fr_code);
-        out[n].func = u64_at(fb, L->fr_func);
+        out[n].code = u64_at(fb, L->fr_code) & ~(uint64_t)L->ptr_tag;
+        out[n].func = u64_at(fb, L->fr_func) & ~(uint64_t)L->ptr_tag;
         out[n].entry = L->fr_is_entry >= 0 && fb[L->fr_is_entry];
         instr_ptr[n] = u64_at(fb, L->fr_instr);
         n++;

@@ -1,10 +1,11 @@
-/* pyframes.h: the Python frames of a CPython 3.11-3.13 process, read from its memory.
+/* pyframes.h: the Python frames of a CPython 3.11-3.14 process, read from its memory.
  *
  * 3.11+ keeps each thread's Python frames as _PyInterpreterFrame structs in per-thread data
  * stack chunks (generators' in their own objects), linked innermost first from the thread
- * state: tstate->cframe->current_frame in 3.11 and 3.12, tstate->current_frame in 3.13. One
- * C-level call of _PyEval_EvalFrameDefault runs several of them: the first one it ran is
- * marked (3.11: the frame's is_entry; 3.12, 3.13: a shim frame owned by the C stack below it),
+ * state: tstate->cframe->current_frame in 3.11 and 3.12, tstate->current_frame in 3.13 and
+ * 3.14. One C-level call of _PyEval_EvalFrameDefault runs several of them: the first one it
+ * ran is marked (3.11: the frame's is_entry; 3.12+: a shim frame below it, owned by the C
+ * stack or, 3.14, the interpreter),
  * so the chain splits into one group per native evaluation frame, innermost first, which is
  * how they interleave with the native stack.
  *
@@ -24,7 +25,7 @@
  * (x86-64, release builds; measured with offsetof against each version's internal headers:
  * Debian's 3.11.2 and pyenv's 3.11.7 agree). */
 struct py_layout {
-    unsigned version;           /* 0x030b0000, 0x030c0000, 0x030d0000 */
+    unsigned version;           /* 0x030b0000 ... 0x030e0000 */
     unsigned rt_interp_head;    /* _PyRuntimeState.interpreters.head */
     unsigned interp_next;       /* PyInterpreterState.next */
     unsigned interp_threads;    /* PyInterpreterState.threads.head */
@@ -37,6 +38,9 @@ struct py_layout {
     unsigned fr_instr;          /* .prev_instr (3.11, 3.12: the last instruction run) or
                                    .instr_ptr (3.13: the one running or next) */
     unsigned fr_owner;          /* a byte */
+    unsigned fr_owner_max;      /* its largest value; PY_OWNED_BY_SHIM and above: a shim */
+    unsigned ptr_tag;           /* low bits of f_executable and f_funcobj that are not the
+                                   pointer's (3.14: a _PyStackRef's tag), cleared */
     int fr_is_entry;            /* a byte (3.11), or -1 */
     unsigned fr_func;           /* .f_func (3.11) or .f_funcobj: the function object */
     unsigned fr_size;           /* bytes read of a frame: every field above */
@@ -49,25 +53,27 @@ struct py_layout {
     unsigned str_compact;       /* sizeof(PyCompactUnicodeObject): other compact strings' */
 };
 
-/* The layout of version hex (Py_Version: PY_VERSION_HEX), or NULL if not one of 3.11-3.13. */
+/* The layout of version hex (Py_Version: PY_VERSION_HEX), or NULL if not one of 3.11-3.14. */
 const struct py_layout *py_layout_of(unsigned long version_hex);
 
 /* _PyInterpreterFrame.owner values. */
 #define PY_OWNED_BY_THREAD 0
 #define PY_OWNED_BY_GENERATOR 1
 #define PY_OWNED_BY_FRAME_OBJECT 2
-#define PY_OWNED_BY_CSTACK 3 /* 3.12+: the shim frame an evaluation call starts with */
+/* 3.12+: the shim frame an evaluation call starts with (3.12, 3.13: FRAME_OWNED_BY_CSTACK;
+ * 3.14: FRAME_OWNED_BY_INTERPRETER, and 4 FRAME_OWNED_BY_CSTACK, also no code's frame). */
+#define PY_OWNED_BY_SHIM 3
 
 /* A CPython runtime in a process. Not to be copied: lay may point into it. */
 struct py_runtime {
     pid_t pid;
     const struct py_layout *lay; /* the table's, or own */
-    struct py_layout own;        /* 3.13: the table's with what its debug offsets say */
+    struct py_layout own;        /* 3.13+: the table's with what its debug offsets say */
     unsigned long version_hex;
     uint64_t runtime;   /* address of _PyRuntime */
     uint64_t code_type; /* address of PyCode_Type: what a code object's ob_type must be */
     uint64_t str_type;  /* address of PyUnicode_Type: a str's */
-    bool free_threaded; /* a free-threaded build (3.13t), which this file cannot read */
+    bool free_threaded; /* a free-threaded build (3.13t, 3.14t), which this file cannot read */
 };
 
 /* Set up rt for process pid: the addresses of _PyRuntime, Py_Version, PyCode_Type and

@@ -327,6 +327,8 @@ static void proc_of(const struct py_runtime *rt, struct pybpf_proc *p)
     p->fr_previous = L->fr_previous;
     p->fr_instr = L->fr_instr;
     p->fr_owner = L->fr_owner;
+    p->fr_owner_max = L->fr_owner_max;
+    p->ptr_tag = L->ptr_tag;
     p->fr_func = L->fr_func;
     p->fr_is_entry = L->fr_is_entry;
     p->fr_size = L->fr_size;
@@ -339,7 +341,7 @@ static void proc_of(const struct py_runtime *rt, struct pybpf_proc *p)
     p->co_size = L->co_size;
 }
 
-/* Whether every field the program reads lies where its buffers reach (3.13's offsets come
+/* Whether every field the program reads lies where its buffers reach (3.13+'s offsets come
  * from the target's memory: pyframes.c bounds them; checked again against the program's). */
 static bool proc_fits(const struct pybpf_proc *p);
 
@@ -387,7 +389,7 @@ void pyk_target_update(struct target *t)
     }
     struct pybpf_proc p;
     proc_of(&py->rt, &p);
-    if (!proc_fits(&p)) { /* (3.13's offsets come from the target) */
+    if (!proc_fits(&p)) { /* (3.13+'s offsets come from the target) */
         snprintf(py->kernel_why, sizeof(py->kernel_why), "this CPython's layout is beyond "
                  "what the eBPF program reads");
         return;

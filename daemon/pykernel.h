@@ -76,7 +76,7 @@ void pyk_queue_push(struct pyk_queue *q, const struct pybpf_rec *r, struct py_ke
 int pyk_queue_take(struct pyk_queue *q, uint64_t time_ns, struct py_frame *out,
                    struct py_kernel_stats *ks);
 /* Whether the program can read rt's layout (every field within what it reads of a frame and
- * of a code object: 3.13's come from the target's memory). */
+ * of a code object: 3.13+'s come from the target's memory). */
 bool pyk_layout_fits(const struct py_runtime *rt);
 /* The program's counters: records written, records the ring buffer had no room for. */
 void pyk_counters(uint64_t *records, uint64_t *full);

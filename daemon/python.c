@@ -29,7 +29,7 @@ void py_target_detect(struct py_target *py, pid_t pid, const struct maps *maps)
             /* Py_Version appeared in 3.11: an older CPython. */
             py->status = PYS_UNSUPPORTED;
             snprintf(py->why, sizeof(py->why), "a CPython before 3.11 in %s (no Py_Version): "
-                     "profd reads 3.11 to 3.13; its native stacks are sampled", m->name);
+                     "profd reads 3.11 to 3.14; its native stacks are sampled", m->name);
             log_warn("pid %d: %s", pid, py->why);
             return;
         }
@@ -45,12 +45,12 @@ void py_target_detect(struct py_target *py, pid_t pid, const struct maps *maps)
         }
         py->status = PYS_UNSUPPORTED;
         if (r == -ENOTSUP && py->rt.free_threaded)
-            snprintf(py->why, sizeof(py->why), "a free-threaded CPython (3.13t) in %s: its "
-                     "objects' layout is not the one profd reads; its native stacks are "
-                     "sampled", m->name);
+            snprintf(py->why, sizeof(py->why), "a free-threaded CPython (3.13t or later) in "
+                     "%s: its objects' layout is not the one profd reads; its native stacks "
+                     "are sampled", m->name);
         else if (r == -ENOTSUP)
             snprintf(py->why, sizeof(py->why), "CPython %lu.%lu in %s: profd reads 3.11 to "
-                     "3.13; its native stacks are sampled",
+                     "3.14; its native stacks are sampled",
                      (py->rt.version_hex >> 24) & 0xff, (py->rt.version_hex >> 16) & 0xff,
                      m->name);
         else

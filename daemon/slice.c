@@ -1042,7 +1042,11 @@ static bool prefetch(const struct slice_job *job, struct symbolizer *sym)
 /* Is frame f a native call of CPython's evaluation loop (which runs Python frames)? */
 static bool is_eval_frame(const struct profile_frame *f)
 {
-    return !f->python && f->function && !strcmp(f->function, "_PyEval_EvalFrameDefault");
+    /* (With a full symbol table a compiler's split part is "_PyEval_EvalFrameDefault.cold"
+     * or ".part.N"; the helper names a stripped one's as the function.) */
+    static const char name[] = "_PyEval_EvalFrameDefault";
+    return !f->python && f->function && !strncmp(f->function, name, sizeof(name) - 1) &&
+           (f->function[sizeof(name) - 1] == '\0' || f->function[sizeof(name) - 1] == '.');
 }
 
 /* A stack's frames, leaf first: the native ones (native[n]) with the Python ones (py[npy],

@@ -14,7 +14,7 @@
 #define PYBPF_MAX_TSTATES 512
 #define PYBPF_MAX_INTERPS 4
 /* Bytes read of a frame and of a code object's head: every field the layout names lies
- * below (pyframes.c bounds them so for 3.13's debug offsets). */
+ * below (pyframes.c bounds them so for 3.13+'s debug offsets). */
 #define PYBPF_FRAME_BYTES 128
 #define PYBPF_CODE_BYTES 160
 
@@ -29,12 +29,14 @@ struct pybpf_proc {
     __u64 code_type;      /* address of PyCode_Type */
     __u32 rt_interp_head, interp_next, interp_threads;
     __u32 ts_next, ts_native_tid, ts_frame;
-    __s32 cframe_current; /* -1: none (3.13) */
+    __s32 cframe_current; /* -1: none (3.13+) */
     __u32 fr_code, fr_previous, fr_instr, fr_owner, fr_func;
     __s32 fr_is_entry;    /* -1: none (3.12+) */
     __u32 fr_size;
     __u32 co_filename, co_name, co_qualname, co_linetable, co_firstlineno;
     __u32 co_code_adaptive, co_size;
+    __u32 fr_owner_max;   /* owner values from 3 to this: shims (above: a bad frame) */
+    __u32 ptr_tag;        /* bits cleared from f_executable and f_funcobj (3.14: 1) */
 };
 
 /* A thread's state, found once (and again when it moved). Key: tid. */

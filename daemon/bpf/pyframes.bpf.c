@@ -1,4 +1,4 @@
-/* pyframes.bpf.c: a CPython 3.11-3.13 thread's Python frames, read in the kernel at the
+/* pyframes.bpf.c: a CPython 3.11-3.14 thread's Python frames, read in the kernel at the
  * instant of its perf sample (the event's overflow, the thread interrupted: its chain cannot
  * change under the read), into a ring buffer that profd pairs with the same sample's stack
  * copy (daemon/pykernel.c). Per frame: the code object's address and what identifies it,
@@ -244,12 +244,12 @@ static long frame_step(__u32 i, void *arg)
     }
     __u64 prev = FB64(s, s->p.fr_previous);
     __u8 owner = s->fb[s->p.fr_owner & (PYBPF_FRAME_BYTES - 1)];
-    if (owner > 3) {
+    if (owner > s->p.fr_owner_max) {
         s->rec.flags |= PYBPF_BAD;
         return 1;
     }
     __u32 n = s->n;
-    if (owner == 3) {
+    if (owner >= 3) {
         /* A shim: the frame recorded before it is an evaluation call's first. */
         if (n > 0 && n <= PYBPF_MAX_FRAMES)
             s->rec.frames[(n - 1) & (PYBPF_MAX_FRAMES - 1)].entry = 1;
@@ -260,7 +260,7 @@ static long frame_step(__u32 i, void *arg)
         s->rec.flags |= PYBPF_TRUNCATED;
         return 1;
     }
-    __u64 code = FB64(s, s->p.fr_code);
+    __u64 code = FB64(s, s->p.fr_code) & ~(__u64)s->p.ptr_tag;
     if (code != s->last_code || !code) {
         __u32 csz = s->p.co_size;
         if (csz > PYBPF_CODE_BYTES)
@@ -289,7 +289,7 @@ static long frame_step(__u32 i, void *arg)
     }
     struct pybpf_frame *fr = &s->rec.frames[n & (PYBPF_MAX_FRAMES - 1)];
     fr->code = code;
-    fr->func = FB64(s, s->p.fr_func);
+    fr->func = FB64(s, s->p.fr_func) & ~(__u64)s->p.ptr_tag;
     fr->instr = (__u32)instr;
     fr->entry = s->p.fr_is_entry >= 0 && s->fb[s->p.fr_is_entry & (PYBPF_FRAME_BYTES - 1)];
     fr->ident = s->last_ident;

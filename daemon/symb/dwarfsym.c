@@ -65,6 +65,12 @@ struct modsym {
     struct gosym *go; /* the Go runtime's table, for a Go program (gosym.h) */
     Elf *symelf; /* last symbol table file classified, and what it is */
     enum symp_source symelf_src;
+    /* Parts of CPython's evaluation loop its symbol does not cover (split_parts()). */
+    bool split_done;
+    size_t nsplit;
+    struct {
+        uint64_t lo, hi;
+    } split[4];
     /* Separate debug files: the next find_debuginfo call is for the dwz alternate file (the
      * main file's own DWARF, or its debug file, has been found), and that file's build-id
      * from .gnu_debugaltlink. */
@@ -729,6 +735,167 @@ static const char *symtab_name(struct modsym *st, uint64_t vaddr, enum symp_sour
     return demangle(st, name);
 }
 
+/* A stripped CPython whose compiler split _PyEval_EvalFrameDefault (GCC 16's Debian 3.14:
+ * its .dynsym symbol is the 1.2 KiB entry and exit; the loop itself, 84 KiB of computed-goto
+ * dispatch, is a part elsewhere that only .symtab names, ".cold" or ".part"): the frames the
+ * loop makes would be unnamed, and Python's frames could not take their place. The parts
+ * are the call frame entries (.eh_frame) that the symbol's code jumps into (jmp or jcc with a
+ * 32-bit displacement) outside every symbol: named after it. The file is the target's, so
+ * every read is bounded: the symbol's bytes within its section (under 16 KiB), the table and
+ * entries within their sections, 4 parts. Scanned once per module, at its first unnamed
+ * address. */
+#define EVAL_LOOP "_PyEval_EvalFrameDefault"
+
+static bool named_at(struct modsym *st, uint64_t vaddr)
+{
+    GElf_Off off;
+    GElf_Sym sym;
+    return dwfl_module_addrinfo(st->dmod, vaddr, &off, &sym, NULL, NULL, NULL) != NULL;
+}
+
+/* A section's bytes by name (NULL if absent), and its address. */
+static const uint8_t *section_bytes(Elf *elf, const char *name, uint64_t *addr, size_t *len)
+{
+    size_t shstrndx;
+    if (elf_getshdrstrndx(elf, &shstrndx) < 0)
+        return NULL;
+    for (Elf_Scn *scn = NULL; (scn = elf_nextscn(elf, scn));) {
+        GElf_Shdr sh;
+        const char *n;
+        if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS ||
+            !(n = elf_strptr(elf, shstrndx, sh.sh_name)) || strcmp(n, name))
+            continue;
+        Elf_Data *data = elf_getdata(scn, NULL);
+        if (!data || !data->d_buf || data->d_size > sh.sh_size)
+            return NULL;
+        *addr = sh.sh_addr;
+        *len = data->d_size;
+        return data->d_buf;
+    }
+    return NULL;
+}
+
+static int32_t s32_at(const uint8_t *b)
+{
+    int32_t v;
+    memcpy(&v, b, sizeof(v));
+    return v;
+}
+
+/* The function (call frame entry) holding vaddr, from .eh_frame_hdr's sorted table, in the
+ * encoding every x86-64 linker writes (data-relative signed 4-byte entries; the entry's own
+ * pc-relative 4-byte start and length); false for any other. */
+static bool fde_range(Elf *elf, uint64_t vaddr, uint64_t *lo, uint64_t *hi)
+{
+    uint64_t ha, fa;
+    size_t hl, fl;
+    const uint8_t *h = section_bytes(elf, ".eh_frame_hdr", &ha, &hl);
+    const uint8_t *f = section_bytes(elf, ".eh_frame", &fa, &fl);
+    /* version 1; eh_frame_ptr pcrel sdata4; fde_count udata4; table datarel sdata4 */
+    if (!h || !f || hl < 12 || h[0] != 1 || h[1] != 0x1b || h[2] != 0x03 || h[3] != 0x3b)
+        return false;
+    uint32_t count;
+    memcpy(&count, h + 8, sizeof(count));
+    if (count == 0 || count > (hl - 12) / 8)
+        return false;
+    const uint8_t *t = h + 12;
+    size_t l = 0, r = count; /* the last entry starting at or below vaddr */
+    while (r - l > 1) {
+        size_t m = l + (r - l) / 2;
+        if (ha + (int64_t)s32_at(t + 8 * m) <= vaddr)
+            l = m;
+        else
+            r = m;
+    }
+    uint64_t start = ha + (int64_t)s32_at(t + 8 * l);
+    uint64_t fde = ha + (int64_t)s32_at(t + 8 * l + 4);
+    if (start > vaddr || fde < fa || fde - fa > fl || fl - (fde - fa) < 16)
+        return false;
+    const uint8_t *e = f + (fde - fa);
+    uint32_t len;
+    memcpy(&len, e, sizeof(len));
+    /* (Its start, pc-relative at e + 8, must be the table's: else another encoding.) */
+    if (len < 12 || len == 0xffffffffu || fde + 8 + (int64_t)s32_at(e + 8) != start)
+        return false;
+    uint32_t range;
+    memcpy(&range, e + 12, sizeof(range));
+    if (vaddr >= start + range)
+        return false;
+    *lo = start;
+    *hi = start + range;
+    return true;
+}
+
+static void add_split_part(struct modsym *st, Elf *elf, uint64_t lo, uint64_t hi,
+                           uint64_t target)
+{
+    if (target >= lo && target < hi)
+        return;
+    for (size_t i = 0; i < st->nsplit; i++)
+        if (target >= st->split[i].lo && target < st->split[i].hi)
+            return;
+    uint64_t start, end;
+    /* (A part starts with no symbol either: else the jump went into another function.) */
+    if (st->nsplit == sizeof(st->split) / sizeof(st->split[0]) || named_at(st, target) ||
+        !fde_range(elf, target, &start, &end) || named_at(st, start))
+        return;
+    st->split[st->nsplit].lo = start;
+    st->split[st->nsplit].hi = end;
+    st->nsplit++;
+}
+
+static void split_parts(struct modsym *st)
+{
+    st->split_done = true;
+    int nsym = dwfl_module_getsymtab(st->dmod);
+    uint64_t lo = 0, size = 0;
+    for (int i = 1; i < nsym; i++) {
+        GElf_Sym sym;
+        GElf_Addr addr;
+        const char *name = dwfl_module_getsym_info(st->dmod, i, &sym, &addr, NULL, NULL, NULL);
+        if (name && GELF_ST_TYPE(sym.st_info) == STT_FUNC && !strcmp(name, EVAL_LOOP)) {
+            lo = addr;
+            size = sym.st_size;
+            break;
+        }
+    }
+    /* The whole loop is tens of KiB: a small symbol is what a split left. */
+    Dwarf_Addr bias;
+    Elf *elf = dwfl_module_getelf(st->dmod, &bias);
+    if (!lo || !size || size >= 16384 || !elf || bias)
+        return;
+    for (Elf_Scn *scn = NULL; (scn = elf_nextscn(elf, scn));) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_PROGBITS ||
+            !(sh.sh_flags & SHF_EXECINSTR) || lo < sh.sh_addr ||
+            lo + size > sh.sh_addr + sh.sh_size)
+            continue;
+        Elf_Data *data = elf_getdata(scn, NULL);
+        uint64_t at = lo - sh.sh_addr;
+        if (!data || !data->d_buf || at + size > data->d_size)
+            return;
+        const uint8_t *b = (const uint8_t *)data->d_buf + at;
+        for (uint64_t i = 0; i + 5 <= size; i++) {
+            unsigned len = b[i] == 0xe9 ? 5 : b[i] == 0x0f && i + 6 <= size &&
+                                                  (b[i + 1] & 0xf0) == 0x80 ? 6 : 0;
+            if (len)
+                add_split_part(st, elf, lo, lo + size, lo + i + len + (int64_t)s32_at(b + i + len - 4));
+        }
+        return;
+    }
+}
+
+/* The name of vaddr where no symbol covers it: a part of the evaluation loop, or none. */
+static const char *split_part_name(struct modsym *st, uint64_t vaddr)
+{
+    if (!st->split_done)
+        split_parts(st);
+    for (size_t i = 0; i < st->nsplit; i++)
+        if (vaddr >= st->split[i].lo && vaddr < st->split[i].hi)
+            return EVAL_LOOP;
+    return NULL;
+}
+
 /* Work out the answer for file offset off of the module (a cache miss). */
 static const struct sym_entry *resolve(struct modsym *st, uint64_t off)
 {
@@ -752,6 +919,8 @@ static const struct sym_entry *resolve(struct modsym *st, uint64_t off)
             if (n == 0)
                 f[n++] = (struct dsym_frame){0};
             f[n - 1].function = symtab_name(st, vaddr, &src);
+            if (!f[n - 1].function && (f[n - 1].function = split_part_name(st, vaddr)))
+                src = SYMP_SRC_DYNSYM;
         }
     } else {
         f[n++] = (struct dsym_frame){0};

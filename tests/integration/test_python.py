@@ -1,6 +1,7 @@
 """Python programs profiled from outside: pyapp.py (a known time split, a C extension under
-Python, a generator, an asyncio coroutine, a sleeping thread) under every CPython 3.11-3.13 on
-the machine (Debian's python3.11 always; pyenv's 3.11, 3.12 and 3.13 where present), on both
+Python, a generator, an asyncio coroutine, a sleeping thread) under every CPython 3.11-3.14 on
+the machine (Debian's python3.11 always; pyenv's 3.11, 3.12 and 3.13 and Debian unstable's
+3.14, fetched by fetch_python.py, where present), on both
 sampling paths. On each path (auto: the frames read in the kernel at each sample, by eBPF; stops: the same
 turned off, running threads stopped for their frames; ptrace). Checked in each run: where the
 frames were read, and the Python functions in the collapsed profile in place
@@ -31,8 +32,19 @@ found = sorted(glob.glob(os.path.join(root, "versions", "3.1[123].*", "bin", "py
 interpreters += found
 if not found:
     log("no pyenv interpreters under %s: only Debian's python3.11 is checked" % root)
+# Debian unstable's 3.14 (stripped, its evaluation loop split by GCC 16), where .ci/setup
+# could fetch it (fetch_python.py; PROFD_TEST_PYTHONS: another directory of such trees).
+extra = os.environ.get("PROFD_TEST_PYTHONS", "/opt/profd-tests")
+newer = sorted(glob.glob(os.path.join(extra, "python3.1[1-9]", "usr", "bin", "python3.1[1-9]")))
+interpreters += newer
+if not newer:
+    log("no CPython under %s (tests/integration/fetch_python.py fetches Debian's 3.14): "
+        "3.14 is not checked" % extra)
+# PROFD_TEST_PYTHON=PATH: that interpreter only.
+if os.environ.get("PROFD_TEST_PYTHON"):
+    interpreters = [os.environ["PROFD_TEST_PYTHON"]]
 if not interpreters:
-    skip("no CPython 3.11-3.13 on this machine")
+    skip("no CPython 3.11-3.14 on this machine")
 
 # auto: running threads from the kernel's copy, their Python frames read in the kernel at the
 # sample (eBPF, daemon/pykernel.h) where it loads; "stops": the same with that turned off
@@ -148,8 +160,12 @@ def run(python, sampler, first=True):
         bad = []
         for s, c in work.items():
             fr = s.split(";")[1:]
-            ok = ("start_thread" in fr and "threading.Thread._bootstrap" in fr and
-                  fr.index("start_thread") < fr.index("threading.Thread._bootstrap") and
+            # The thread's root: start_thread (an interpreter run with its own C library,
+            # as the fetched 3.14 is, has a stripped one: its libc frame unnamed).
+            root = "start_thread" if "start_thread" in fr else next(
+                (f for f in fr if f.startswith("[libc.so.6+")), None)
+            ok = (root and "threading.Thread._bootstrap" in fr and
+                  fr.index(root) < fr.index("threading.Thread._bootstrap") and
                   "__main__.handle" in fr and
                   not any(f == "_PyEval_EvalFrameDefault" for f in fr))
             for k in share:

@@ -1,5 +1,6 @@
 /* test_pyframes.c: daemon/pyframes.c against real interpreters: Debian's python3.11 (a
- * non-PIE executable) and pyenv's 3.11, 3.12 and 3.13 (libpython3.X.so) where present, each
+ * non-PIE executable), pyenv's 3.11, 3.12 and 3.13 (libpython3.X.so) and Debian unstable's
+ * 3.14 (tests/integration/fetch_python.py) where present, each
  * running pyscript.py (threads waiting at known lines: nested calls, a method, a generator,
  * Python called back from C, and a thread busy in zlib). Every interpreter found is
  * checked: the thread states of the threads by their native ids, the frame chains innermost
@@ -370,6 +371,19 @@ static void run_one(const char *python, const char *script)
     fclose(o);
 }
 
+/* Every interpreter matching pattern pat: how many. */
+static int run_matching(const char *pat, const char *script)
+{
+    glob_t g;
+    int n = 0;
+    if (glob(pat, 0, NULL, &g) != 0)
+        return 0;
+    for (size_t i = 0; i < g.gl_pathc; i++, n++)
+        run_one(g.gl_pathv[i], script);
+    globfree(&g);
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -392,18 +406,20 @@ int main(int argc, char **argv)
     char pat[4096];
     snprintf(pat, sizeof(pat), "%s/versions/3.1[123].*/bin/python3.1[123]",
              home ? home : "/root/.pyenv");
-    glob_t g;
-    if (glob(pat, 0, NULL, &g) == 0) {
-        for (size_t i = 0; i < g.gl_pathc; i++) {
-            run_one(g.gl_pathv[i], script);
-            found++;
-        }
-        globfree(&g);
-    } else {
+    int n = run_matching(pat, script);
+    if (!n)
         printf("(no pyenv interpreters at %s: only Debian's python3.11 checked)\n", pat);
-    }
+    found += n;
+    /* Debian unstable's 3.14 where tests/integration/fetch_python.py fetched it. */
+    const char *extra = getenv("PROFD_TEST_PYTHONS");
+    snprintf(pat, sizeof(pat), "%s/python3.1[1-9]/usr/bin/python3.1[1-9]",
+             extra ? extra : "/opt/profd-tests");
+    n = run_matching(pat, script);
+    if (!n)
+        printf("(no CPython at %s: 3.14 not checked)\n", pat);
+    found += n;
     if (!found) {
-        printf("SKIP: no CPython 3.11-3.13 on this machine\n");
+        printf("SKIP: no CPython 3.11-3.14 on this machine\n");
         return 77;
     }
     printf("%d interpreters checked, %d failures\n", found, failures);

@@ -292,7 +292,8 @@ static void test_debug_files(void)
     free(dotfile);
 }
 
-/* Fully stripped -rdynamic executable: exported names from .dynsym, static ones unknown. */
+/* Fully stripped -rdynamic executable: exported names from .dynsym, static ones unknown, but
+ * for the evaluation loop's split part. */
 static void test_dynsym(void)
 {
     struct fixture fx;
@@ -302,6 +303,10 @@ static void test_dynsym(void)
     struct symbolizer *s = symbolizer_create();
     expect_plain(s, &m, &fx, "nodbg_global", "nodbg_global", NULL, SYM_DYNSYM);
     expect_plain(s, &m, &fx, "nodbg_static", NULL, NULL, SYM_NONE);
+    /* The part GCC split off the evaluation loop, which its symbol jumps to: named after it
+     * (Python's frames go in its place); a cold function it calls is no such part. */
+    expect_plain(s, &m, &fx, "eval_cold", "_PyEval_EvalFrameDefault", NULL, SYM_DYNSYM);
+    expect_plain(s, &m, &fx, "eval_cold_work", NULL, NULL, SYM_NONE);
     symbolizer_destroy(s);
     stop(&fx, &m);
 }
