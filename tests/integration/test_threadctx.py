@@ -164,15 +164,22 @@ with Daemon() as d:
         with open(out, "rb") as f:
             samples = pprof_samples(gzip.decompress(f.read()))
         labeled = [(n, lab) for n, lab in samples if "span_id" in lab]
-        consistent = all(lab.get("work") == "work-%d" % (int(lab["span_id"][10:], 16) % 5)
-                         and lab["trace_id"] == "7e" + "00" * 14 + lab["span_id"][8:10]
-                         and lab["thread_name"] == "span-%d" % int(lab["span_id"][8:10], 16)
-                         and "thread_context" not in lab
-                         for n, lab in labeled)
-        check(labeled and consistent,
+        # (A context read late, after its record missed its window, is labeled so, as many as
+        # the late bound above allows; read while the thread ran, it may be torn, so it is
+        # not held to the rest.)
+        late = sum(n for n, lab in labeled if lab.get("thread_context") == "read late")
+        bad = [lab for n, lab in labeled if "thread_context" not in lab and
+               not (lab.get("work") == "work-%d" % (int(lab["span_id"][10:], 16) % 5)
+                    and lab["trace_id"] == "7e" + "00" * 14 + lab["span_id"][8:10]
+                    and lab["thread_name"] == "span-%d" % int(lab["span_id"][8:10], 16))]
+        bad += [lab for n, lab in labeled
+                if lab.get("thread_context", "read late") != "read late"]
+        total = sum(n for n, lab in labeled)
+        check(labeled and not bad and late <= (0.02 if d.sanitized() else 0.005) * total,
               "pprof: samples labeled trace_id, span_id and work (attribute 0, named by the "
-              "process context's key map), each consistent "
-              "with the others and the thread (%d labeled; %s)" % (len(labeled), labeled[:2]))
+              "process context's key map), each consistent with the others and the thread "
+              "(%d labeled, %d read late; %s; inconsistent: %s)"
+              % (total, late, labeled[:1], bad[:2]))
         # Speedscope: with --by-span, a profile per span; Sentry: the spans under profd.
         ss = os.path.join(d.dir, "spans.speedscope.json")
         d.ctl("slice", p.pid, "--from", t0, "--by-span", "-o", ss)
