@@ -10,7 +10,7 @@
  * With LOOP = 1 it then keeps starting and finishing transactions until stdin closes,
  * printing "ok N" / "err CODE" lines for each (the daemon-restart test). With LOOP = 2 it
  * forks instead: the child, with the parent's handle, runs a transaction of its own (work_1
- * until profd has attached, then 200 ms more) and writes its profile to DIR/-1-0child.json; then the parent, to DIR/-1-0parent.json; it prints
+ * until profd has attached, then 200 ms more, PROFD_SLOW times that) and writes its profile to DIR/-1-0child.json; then the parent, to DIR/-1-0parent.json; it prints
  * "fork CHILDPID CHILDRESULT PARENTRESULT".
  * LOOP = 3, a prefork server: the THREADS threads are skipped; the parent runs one
  * transaction ("parent", DIR/parent.json), then forks COUNT workers that inherit its handle;
@@ -453,11 +453,16 @@ int main(int argc, char **argv)
             int r = profd_txn_start(pd, "in-child", NULL, &id);
             if (r == 0) {
                 /* Its start sends no reply: the daemon attaches meanwhile (a few ms here,
-                 * half a second under valgrind). Work until traced, then 200 ms more, so
-                 * that the profile holds work_1 on any daemon. */
+                 * half a second under valgrind, where its first samples came later still
+                 * on a loaded machine). Work until traced, then 200 ms more (PROFD_SLOW
+                 * times that under a slow wrapper), so that the profile holds work_1 on
+                 * any daemon. */
+                const char *sl = getenv("PROFD_SLOW");
+                int f = sl && atoi(sl) > 1 ? atoi(sl) : 1;
                 for (int i = 0; i < 3000 && !traced(); i++)
                     work_1(10000000);
-                work_1(200000000);
+                for (int i = 0; i < f; i++)
+                    work_1(200000000);
                 r = profd_txn_finish(pd, id, &json);
             }
             if (r == 0)
