@@ -785,12 +785,17 @@ static int32_t s32_at(const uint8_t *b)
 /* The function (call frame entry) holding vaddr, from .eh_frame_hdr's sorted table, in the
  * encoding every x86-64 linker writes (data-relative signed 4-byte entries; the entry's own
  * pc-relative 4-byte start and length); false for any other. */
-static bool fde_range(Elf *elf, uint64_t vaddr, uint64_t *lo, uint64_t *hi)
+struct eh_sections {
+    const uint8_t *h, *f; /* .eh_frame_hdr's and .eh_frame's bytes (NULL: none) */
+    uint64_t ha, fa;      /* their addresses */
+    size_t hl, fl;        /* their lengths */
+};
+
+static bool fde_range(const struct eh_sections *eh, uint64_t vaddr, uint64_t *lo, uint64_t *hi)
 {
-    uint64_t ha, fa;
-    size_t hl, fl;
-    const uint8_t *h = section_bytes(elf, ".eh_frame_hdr", &ha, &hl);
-    const uint8_t *f = section_bytes(elf, ".eh_frame", &fa, &fl);
+    const uint8_t *h = eh->h, *f = eh->f;
+    uint64_t ha = eh->ha, fa = eh->fa;
+    size_t hl = eh->hl, fl = eh->fl;
     /* version 1; eh_frame_ptr pcrel sdata4; fde_count udata4; table datarel sdata4 */
     if (!h || !f || hl < 12 || h[0] != 1 || h[1] != 0x1b || h[2] != 0x03 || h[3] != 0x3b)
         return false;
@@ -826,8 +831,8 @@ static bool fde_range(Elf *elf, uint64_t vaddr, uint64_t *lo, uint64_t *hi)
     return true;
 }
 
-static void add_split_part(struct modsym *st, Elf *elf, uint64_t lo, uint64_t hi,
-                           uint64_t target)
+static void add_split_part(struct modsym *st, const struct eh_sections *eh, uint64_t lo,
+                           uint64_t hi, uint64_t target)
 {
     if (target >= lo && target < hi)
         return;
@@ -837,7 +842,7 @@ static void add_split_part(struct modsym *st, Elf *elf, uint64_t lo, uint64_t hi
     uint64_t start, end;
     /* (A part starts with no symbol either: else the jump went into another function.) */
     if (st->nsplit == sizeof(st->split) / sizeof(st->split[0]) || named_at(st, target) ||
-        !fde_range(elf, target, &start, &end) || named_at(st, start))
+        !fde_range(eh, target, &start, &end) || named_at(st, start))
         return;
     st->split[st->nsplit].lo = start;
     st->split[st->nsplit].hi = end;
@@ -864,6 +869,12 @@ static void split_parts(struct modsym *st)
     Elf *elf = dwfl_module_getelf(st->dmod, &bias);
     if (!lo || !size || size >= 16384 || !elf || bias)
         return;
+    /* (Looked up once: every jump's target is searched in them.) */
+    struct eh_sections eh = {0};
+    eh.h = section_bytes(elf, ".eh_frame_hdr", &eh.ha, &eh.hl);
+    eh.f = section_bytes(elf, ".eh_frame", &eh.fa, &eh.fl);
+    if (!eh.h || !eh.f)
+        return;
     for (Elf_Scn *scn = NULL; (scn = elf_nextscn(elf, scn));) {
         GElf_Shdr sh;
         if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_PROGBITS ||
@@ -879,7 +890,8 @@ static void split_parts(struct modsym *st)
             unsigned len = b[i] == 0xe9 ? 5 : b[i] == 0x0f && i + 6 <= size &&
                                                   (b[i + 1] & 0xf0) == 0x80 ? 6 : 0;
             if (len)
-                add_split_part(st, elf, lo, lo + size, lo + i + len + (int64_t)s32_at(b + i + len - 4));
+                add_split_part(st, &eh, lo, lo + size,
+                               lo + i + len + (int64_t)s32_at(b + i + len - 4));
         }
         return;
     }
