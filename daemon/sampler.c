@@ -84,8 +84,19 @@ uint32_t unwind_and_intern(struct target *t, struct thread *th, enum unwind_end 
         /* At most every 100 ms: code that is in no mapping at all (a stray pc) must not
          * make every sample re-read the maps. */
         uint64_t now = now_ns();
-        if (now - t->maps_read_ns > 100 * NS_PER_MS && target_refresh_maps(t) > 0)
+        if (now - t->maps_read_ns > 100 * NS_PER_MS && target_refresh_maps(t) > 0) {
+            /* (What the first pass read, astray in code it did not know, says nothing.) */
+            snap.max_read = 0;
+            snap.short_copy = false;
+            t->unw.maps_miss = false;
             n = unwinder_unwind(&t->unw, &snap, ips, UNWIND_MAX_FRAMES, &end);
+        }
+    }
+    if (end != UNWIND_COMPLETE && t->unw.maps_miss) {
+        /* An unwind through code in no known mapping (libunwind then follows rbp, which
+         * code without frame pointers holds anything in): where it read says nothing of
+         * how deep the stack is. */
+        snap.short_copy = false;
     }
     learn_stack_top(th, end);
     if (t->unw.maps_miss)

@@ -179,6 +179,16 @@ static bool popped_rbp(struct unwinder *u, const struct snapshot *s)
     return last == 0xc9 || last == 0x5d;
 }
 
+/* Could addr above the copy still be the thread's stack? Not past the end of the mapping
+ * that holds its sp (the stack's top): the kernel's copy runs on into whatever is mapped
+ * above it (a library's pages, say), and an unwind that went astray in a frame reads there
+ * too; copying more would not help it. Unknown (sp in no mapping known yet): maybe. */
+static bool in_stack_mapping(struct unwinder *u, const struct snapshot *s, uint64_t addr)
+{
+    const struct map_entry *m = u->maps ? maps_find(u->maps, s->regs.rsp) : NULL;
+    return !m || addr < m->end;
+}
+
 static int access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
                       void *arg)
 {
@@ -203,7 +213,8 @@ static int access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int
         *val = s->regs.rbp;
         return 0;
     }
-    if (addr >= s->base && addr - s->base >= s->len && addr - s->base - s->len < 65536) {
+    if (addr >= s->base && addr - s->base >= s->len && addr - s->base - s->len < 65536 &&
+        in_stack_mapping(c->u, s, addr)) {
         s->short_copy = true; /* probably stack just above the copy */
         /* The thread has run on since the kernel's copy: its live stack there now holds
          * other frames, which would unwind into nonsense. */

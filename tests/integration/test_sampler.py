@@ -14,7 +14,8 @@
   threads (their stacks need 12 KiB).
 - A stack deeper than the first copy: the copy grows (copy_too_short counted) and later
   samples unwind completely, the copy then shrunk to what they need; deeper than the kernel copies at all (65 528 bytes): those
-  threads' running samples are taken by a stop, complete too.
+  threads' running samples are taken by a stop, complete too. An unwind astray past the
+  stack's top (rbp beyond its mapping in code without CFI) neither grows the copy nor stops.
 - perf events refused (perf_event_open fails, a preloaded library): --sampler perf refuses
   the attach naming why; auto samples by stopping, and status says why.
 - Every profile's metadata names the sampler.
@@ -610,6 +611,25 @@ check(st["perf"]["stopped_stack_too_deep"] > 0 and st["paths"]["ptrace"]["sample
       "a 96 KiB stack (deeper than the kernel copies): running samples by a stop (%d), "
       "which unwind to start_thread (%d of %d in the last second)"
       % (st["perf"]["stopped_stack_too_deep"], ok, n))
+
+# An unwind gone astray past the stack's top (code without CFI, rbp pointing 40 KiB past the
+# thread's stack mapping): no reason to copy more, nor to stop the thread. (CI once: a Python
+# thread's unwind through a library loaded since the maps were read grew its copies to the
+# kernel's limit, then 175 of its samples were stops.)
+with Daemon() as d, Program("deep", "stray") as p:
+    d.ctl("attach", p.pid, "--hz", HZ, "--sampler", "perf")
+    d.wait_samples(p.pid, 2 * 300, timeout=60)
+    st = d.target_status(p.pid)
+    prof = d.slice(p.pid)
+n = sum(c for s, c in prof.items() if "spin_stray" in s)
+log("stray: %s" % ({k: st[k] for k in ("paths", "perf", "unwind")},))
+check(n >= 300 and st["perf"]["copy_too_short"] == 0 and
+      st["perf"]["stopped_stack_too_deep"] == 0 and st["threads_stopped"] == 0 and
+      st["perf"]["copy_bytes"]["max"] <= 16384,
+      "an unwind astray past the stack's top (%d samples in spin_stray): no copy counted too "
+      "short (%d), none grown (largest %d bytes), no stop (%d for a deep stack, %d stopped)"
+      % (n, st["perf"]["copy_too_short"], st["perf"]["copy_bytes"]["max"],
+         st["perf"]["stopped_stack_too_deep"], st["threads_stopped"]))
 
 # 5. perf events refused.
 with Daemon(env=fault_env("perf")) as d, Program("busy", 2) as p:
