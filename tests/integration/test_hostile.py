@@ -26,7 +26,11 @@ with Daemon() as d, Program("hostile", stdin=False) as p:
     # spin_badrbp pushed nothing: its caller's return address is at sp, checked to follow a
     # call, so the true stack is recovered; nothing may come from the poisoned rbp.
     allowed = {"badrbp;clone3;start_thread;bad;spin_badrbp", "badrbp;spin_badrbp"}
-    check(bad and set(bad) <= allowed,
+    # (On a loaded machine the slice may reach back to the thread's first moment, naming
+    # itself: its true stack too. CI once: bad;__pthread_setname_np;__prctl.)
+    setup = "badrbp;clone3;start_thread;bad;__pthread_setname_np"
+    check(bad and all(s in allowed or s.startswith(setup) for s in bad) and
+          sum(c for s, c in bad.items() if s in allowed) >= 0.9 * sum(bad.values()),
           "its samples are its true stack, nothing guessed from rbp: %s" % sorted(bad)[:3])
     check(any(s.startswith("hostile;") and ";main;compute" in s for s in prof),
           "the main thread is profiled as usual")
