@@ -101,7 +101,7 @@ void gok_queue_push(struct pyk_queue *q, const struct gobpf_rec *r, struct go_ke
     size_t need = rec_size(r);
     if (r->len > GOBPF_STACK)
         return;
-    unsigned dropped = pyk_queue_room(q, need, QUEUE_MAX, size_at);
+    unsigned dropped = pyk_queue_room(q, need, QUEUE_MAX, r->kind == PYBPF_PREEMPT, size_at);
     if (dropped == PYK_NO_ROOM)
         return;
     k->dropped += dropped;

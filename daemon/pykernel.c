@@ -459,22 +459,29 @@ int pyk_attach(struct target *t, int fd, enum pyk_event ev, bool tracepoint)
     return r;
 }
 
-unsigned pyk_queue_room(struct pyk_queue *q, size_t need, uint32_t max,
+unsigned pyk_queue_room(struct pyk_queue *q, size_t need, uint32_t max, bool stale,
                         size_t (*size_at)(const uint8_t *))
 {
     unsigned dropped = 0;
     while (q->tail + need > q->cap) {
         if (q->head) { /* the room taken records left at the front */
             memmove(q->buf, q->buf + q->head, q->tail - q->head);
+            q->moved += q->tail - q->head;
             q->tail -= q->head;
             q->head = 0;
         } else if (q->cap < max) {
             uint32_t cap = q->cap ? q->cap * 2 : 4096;
             q->buf = xrealloc(q->buf, cap);
             q->cap = cap;
-        } else if (q->tail) { /* full: its oldest record goes */
-            q->head = (uint32_t)size_at(q->buf);
-            dropped++;
+        } else if (q->tail) {
+            /* Full: its oldest record goes (a stale queue's older half). */
+            uint32_t upto = stale ? q->cap / 2 : 1;
+            while (q->head < q->tail && q->head < upto) {
+                q->head += (uint32_t)size_at(q->buf + q->head);
+                dropped++;
+            }
+            if (q->head > q->tail) /* (a record's size past the queue's end: none kept) */
+                q->head = q->tail;
         } else {
             return PYK_NO_ROOM; /* (a record larger than a queue) */
         }
@@ -491,7 +498,7 @@ void pyk_queue_push(struct pyk_queue *q, const struct pybpf_rec *r, struct py_ke
 {
     uint32_t max = r->kind == PYBPF_PREEMPT ? QUEUE_MAX_PREEMPT : QUEUE_MAX;
     size_t need = ENTRY_SIZE(r->nframes);
-    unsigned dropped = pyk_queue_room(q, need, max, entry_size);
+    unsigned dropped = pyk_queue_room(q, need, max, r->kind == PYBPF_PREEMPT, entry_size);
     if (dropped == PYK_NO_ROOM)
         return;
     if (r->kind == PYBPF_PREEMPT)

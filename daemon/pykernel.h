@@ -38,6 +38,7 @@ enum pyk_event { PYK_CLOCK, PYK_LATEST, PYK_PREEMPT, PYK_EVENTS };
 struct pyk_queue {
     uint8_t *buf;
     uint32_t head, tail, cap;
+    uint64_t moved; /* bytes moved to its front, in all (tests/unit/test_pykernel.c) */
 };
 
 struct ev_loop;
@@ -67,10 +68,13 @@ struct pybpf_rec;
 struct py_kernel_stats;
 /* Room for need more bytes at q's tail (gokernel.c's queue too): the room records taken at
  * its front left reclaimed, the queue grown up to max bytes, then its oldest records
- * dropped (size_at: the size of the record at a position). The number dropped, or
- * PYK_NO_ROOM if need is more than a queue of max holds. */
+ * dropped (size_at: the size of the record at a position); stale: a queue whose older
+ * records no sample will want once newer ones came (a preemption watch's: only a thread's
+ * latest switch is read) drops its older half at once, so that a queue kept full does not
+ * move all it holds at every record. The number dropped, or PYK_NO_ROOM if need is more
+ * than a queue of max holds. */
 #define PYK_NO_ROOM (~0u)
-unsigned pyk_queue_room(struct pyk_queue *q, size_t need, uint32_t max,
+unsigned pyk_queue_room(struct pyk_queue *q, size_t need, uint32_t max, bool stale,
                         size_t (*size_at)(const uint8_t *));
 void pyk_queue_push(struct pyk_queue *q, const struct pybpf_rec *r, struct py_kernel_stats *ks);
 int pyk_queue_take(struct pyk_queue *q, uint64_t time_ns, struct py_frame *out,

@@ -657,7 +657,8 @@ void tctx_queue_push(struct pyk_queue *q, const struct ctxbpf_rec *r, struct tct
 {
     if (r->len > CTXBPF_MAX)
         return;
-    unsigned dropped = pyk_queue_room(q, rec_size(r), QUEUE_MAX, size_at);
+    unsigned dropped =
+        pyk_queue_room(q, rec_size(r), QUEUE_MAX, r->kind == PYBPF_PREEMPT, size_at);
     if (dropped == PYK_NO_ROOM)
         return;
     c->ks.dropped += dropped;
