@@ -14,6 +14,7 @@ time. Every request is recorded; the accepted bodies are kept for the test to de
 
 import email.parser
 import email.policy
+import errno
 import gzip
 import http.server
 import json
@@ -72,11 +73,15 @@ class Receiver:
         self.fault_until = 0.0
         self.server = None
         self.port = port
+        self.hold = None
         if port == 0:
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-            s.close()
+            # The port stays bound (not listening: a connection to it is refused) until the
+            # receiver starts, so that nothing else takes it meanwhile (another test's
+            # server, or a connection's own local port: the "down" scenario waits for
+            # refusals there).
+            self.hold = socket.socket()
+            self.hold.bind(("127.0.0.1", 0))
+            self.port = self.hold.getsockname()[1]
 
     # -- life --
     def start(self, tls=None):
@@ -92,7 +97,20 @@ class Receiver:
             def do_POST(self):
                 rx.handle(self)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        if self.hold:
+            self.hold.close()
+            self.hold = None
+        # (A process another thread is starting holds a copy of the held socket until its
+        # exec: the port is free again within moments.)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+                break
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
         self.server.daemon_threads = True
         if tls:
             import ssl
@@ -103,6 +121,9 @@ class Receiver:
         return self
 
     def stop(self):
+        if self.hold:
+            self.hold.close()
+            self.hold = None
         if self.server:
             self.server.shutdown()
             self.server.server_close()

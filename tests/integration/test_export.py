@@ -257,9 +257,14 @@ class Scenario:
                 # (Not a fixed wait alone: a sanitized daemon's first windows wait for its
                 # symbolizer's first look at libc's debug information, seconds; CI once sent
                 # nothing in the first 6 s.)
-                wait_until(lambda: all(d.status()["daemon"]["export"][k]["failed"]
-                                       for k in KINDS), 60,
-                           "every backend to find nothing listening", interval=0.2)
+                deadline = time.monotonic() + 60
+                while not all(d.status()["daemon"]["export"][k]["failed"] for k in KINDS):
+                    if time.monotonic() > deadline:
+                        log("export status: %s" % d.status()["daemon"]["export"])
+                        log("target status: %s" % d.target_status(p.pid))
+                        log(d.log())
+                        fail("every backend found nothing listening within 60 s")
+                    time.sleep(0.2)
                 time.sleep(max(0.0, 6 - (time.monotonic() - t0)))
                 self.rx.start()
                 ex, t = self.finish(d, p)
