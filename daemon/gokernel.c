@@ -101,10 +101,14 @@ void gok_queue_push(struct pyk_queue *q, const struct gobpf_rec *r, struct go_ke
     size_t need = rec_size(r);
     if (r->len > GOBPF_STACK)
         return;
-    unsigned dropped = pyk_queue_room(q, need, QUEUE_MAX, r->kind == PYBPF_PREEMPT, size_at);
+    bool stale = r->kind == PYBPF_PREEMPT;
+    unsigned dropped = pyk_queue_room(q, need, QUEUE_MAX, stale, size_at);
     if (dropped == PYK_NO_ROOM)
         return;
-    k->dropped += dropped;
+    if (stale)
+        k->unpaired += dropped; /* (other switches', never to be read) */
+    else
+        k->dropped += dropped;
     memcpy(q->buf + q->tail, r, GOBPF_REC_HEAD + r->len);
     q->tail += (uint32_t)need;
 }

@@ -657,11 +657,14 @@ void tctx_queue_push(struct pyk_queue *q, const struct ctxbpf_rec *r, struct tct
 {
     if (r->len > CTXBPF_MAX)
         return;
-    unsigned dropped =
-        pyk_queue_room(q, rec_size(r), QUEUE_MAX, r->kind == PYBPF_PREEMPT, size_at);
+    bool stale = r->kind == PYBPF_PREEMPT;
+    unsigned dropped = pyk_queue_room(q, rec_size(r), QUEUE_MAX, stale, size_at);
     if (dropped == PYK_NO_ROOM)
         return;
-    c->ks.dropped += dropped;
+    if (stale)
+        c->ks.unpaired += dropped; /* (other switches', never to be read) */
+    else
+        c->ks.dropped += dropped;
     memcpy(q->buf + q->tail, r, CTXBPF_REC_HEAD + r->len);
     q->tail += (uint32_t)rec_size(r);
 }

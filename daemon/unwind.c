@@ -180,12 +180,12 @@ static bool popped_rbp(struct unwinder *u, const struct snapshot *s)
 }
 
 /* Could addr above the copy still be the thread's stack? Not past the end of the mapping
- * that holds its sp (the stack's top): the kernel's copy runs on into whatever is mapped
- * above it (a library's pages, say), and an unwind that went astray in a frame reads there
- * too; copying more would not help it. Unknown (sp in no mapping known yet): maybe. */
+ * that holds the copy's start (the stack's top): the kernel's copy runs on into whatever is
+ * mapped above it (a library's pages, say), and an unwind that went astray in a frame reads
+ * there too; copying more would not help it. Unknown (no mapping known there yet): maybe. */
 static bool in_stack_mapping(struct unwinder *u, const struct snapshot *s, uint64_t addr)
 {
-    const struct map_entry *m = u->maps ? maps_find(u->maps, s->regs.rsp) : NULL;
+    const struct map_entry *m = u->maps ? maps_find(u->maps, s->base) : NULL;
     return !m || addr < m->end;
 }
 
@@ -213,8 +213,10 @@ static int access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int
         *val = s->regs.rbp;
         return 0;
     }
+    /* (Not once a frame had no CFI: libunwind's guesses from rbp there read anywhere, and
+     * the frames beyond it are dropped anyway, unwind_pass.) */
     if (addr >= s->base && addr - s->base >= s->len && addr - s->base - s->len < 65536 &&
-        in_stack_mapping(c->u, s, addr)) {
+        !c->noinfo && in_stack_mapping(c->u, s, addr)) {
         s->short_copy = true; /* probably stack just above the copy */
         /* The thread has run on since the kernel's copy: its live stack there now holds
          * other frames, which would unwind into nonsense. */

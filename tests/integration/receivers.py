@@ -14,7 +14,6 @@ time. Every request is recorded; the accepted bodies are kept for the test to de
 
 import email.parser
 import email.policy
-import errno
 import gzip
 import http.server
 import json
@@ -98,19 +97,16 @@ class Receiver:
                 rx.handle(self)
 
         if self.hold:
-            self.hold.close()
+            # The held socket itself, made to listen: the port is never free meanwhile.
+            self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler,
+                                                          bind_and_activate=False)
+            self.server.socket.close()
+            self.server.socket = self.hold
+            self.server.server_address = self.hold.getsockname()
             self.hold = None
-        # (A process another thread is starting holds a copy of the held socket until its
-        # exec: the port is free again within moments.)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-                break
-            except OSError as e:
-                if e.errno != errno.EADDRINUSE or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
+            self.server.server_activate()
+        else:
+            self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.server.daemon_threads = True
         if tls:
             import ssl

@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 
-from harness import (SOURCE, Daemon, Program, check, fail, log, wait_until)
+from harness import (SLOW, SOURCE, Daemon, Program, check, fail, log, wait_until)
 import receivers
 
 HZ = 49
@@ -257,7 +257,7 @@ class Scenario:
                 # (Not a fixed wait alone: a sanitized daemon's first windows wait for its
                 # symbolizer's first look at libc's debug information, seconds; CI once sent
                 # nothing in the first 6 s.)
-                deadline = time.monotonic() + 60
+                deadline = time.monotonic() + 60 * SLOW
                 while not all(d.status()["daemon"]["export"][k]["failed"] for k in KINDS):
                     if time.monotonic() > deadline:
                         log("export status: %s" % d.status()["daemon"]["export"])
