@@ -92,12 +92,6 @@ uint32_t unwind_and_intern(struct target *t, struct thread *th, enum unwind_end 
             n = unwinder_unwind(&t->unw, &snap, ips, UNWIND_MAX_FRAMES, &end);
         }
     }
-    if (end != UNWIND_COMPLETE && t->unw.maps_miss) {
-        /* An unwind through code in no known mapping (libunwind then follows rbp, which
-         * code without frame pointers holds anything in): where it read says nothing of
-         * how deep the stack is. */
-        snap.short_copy = false;
-    }
     learn_stack_top(th, end);
     if (t->unw.maps_miss)
         t->maps_dirty = true; /* code we do not know yet: re-read the maps soon */
